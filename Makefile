@@ -1,0 +1,29 @@
+# Two commands for a fresh machine: `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.voxledger-installed
+
+.PHONY: install demo test bench lint clean-demo
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m voxledger.postinstall
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/voxledger demo run
+
+test: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: install
+	$(BIN)/voxledger bench
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy

@@ -1,0 +1,1 @@
+"""voxledger: provable fine-tuning pipelines for text-to-speech."""
