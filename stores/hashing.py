@@ -1,0 +1,123 @@
+"""Streaming sha256 for files, parallel hashing of many files, and a persistent stat cache.
+
+hashlib's sha256 runs in OpenSSL (SHA-NI where the CPU has it) and releases the GIL for large
+updates, so a thread pool hashes several files on several cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+CHUNK_BYTES = 1 << 20
+
+
+def sha256_stream(fileobj: "os.PathLike[str] | str | int", chunk_bytes: int = CHUNK_BYTES) -> tuple[str, int]:
+    """Hash a file by path (or an open file descriptor) in fixed chunks; return (hex, size)."""
+    digest = hashlib.sha256()
+    buf = bytearray(chunk_bytes)
+    view = memoryview(buf)
+    size = 0
+    own = not isinstance(fileobj, int)
+    fd = os.open(fileobj, os.O_RDONLY) if own else fileobj  # type: ignore[arg-type]
+    try:
+        while True:
+            n = os.readv(fd, [buf])
+            if not n:
+                break
+            digest.update(view[:n])
+            size += n
+    finally:
+        if own:
+            os.close(fd)
+    return digest.hexdigest(), size
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of one file, streamed."""
+    return sha256_stream(path)[0]
+
+
+def default_workers() -> int:
+    """One hashing thread per available core."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+StatKey = tuple[int, int, int, int, int]
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    """(device, inode, size, mtime_ns, ctime_ns): any change to the file changes one of these."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class StatCache:
+    """Persistent map from a file's stat identity to its digest (SQLite, safe for many processes).
+
+    A hit requires device, inode, size, mtime and ctime to match exactly, so a rewritten file
+    (even with a restored mtime: ctime still moves) is hashed again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._local = threading.local()
+        with self._conn() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
+                " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
+                " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, keys: list[StatKey]) -> dict[StatKey, str]:
+        """Look up many keys at once; missing keys are absent from the result."""
+        found: dict[StatKey, str] = {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            where = " OR ".join(["(dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?)"] * len(chunk))
+            params = [v for key in chunk for v in key]
+            for row in conn.execute(f"SELECT dev, ino, size, mtime_ns, ctime_ns, sha256 FROM stat_cache WHERE {where}", params):
+                found[tuple(row[:5])] = row[5]  # type: ignore[index]
+        return found
+
+    def put_many(self, items: Iterable[tuple[StatKey, str]]) -> None:
+        """Record digests for stat keys."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        conn.executemany("INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)", [(*k, d) for k, d in items])
+        conn.execute("COMMIT")
+
+
+def hash_files(paths: list[Path], *, workers: int | None = None, cache: StatCache | None = None) -> dict[Path, str]:
+    """Hash many files in parallel; with a stat cache, unchanged files are not read at all."""
+    stats = {p: os.stat(p) for p in paths}
+    keys = {p: stat_key(st) for p, st in stats.items()}
+    known = cache.get_many(list(keys.values())) if cache is not None else {}
+    result = {p: known[k] for p, k in keys.items() if k in known}
+    todo = [p for p in paths if p not in result]
+    n = workers or default_workers()
+    if todo:
+        if n == 1 or len(todo) == 1:
+            fresh = {p: sha256_file(p) for p in todo}
+        else:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                fresh = dict(zip(todo, pool.map(sha256_file, todo)))
+        if cache is not None:
+            cache.put_many((keys[p], d) for p, d in fresh.items())
+        result.update(fresh)
+    return result

@@ -1,0 +1,63 @@
+"""The catalog's schema as an ordered list of named migrations, recorded in the database.
+
+Never edit a migration that has shipped: append a new one. ``Catalog.migrate`` applies the
+missing ones in order inside a transaction and records each by name.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_core",
+        """
+        CREATE TABLE receipts (
+            receipt_sha256 VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,
+            schema_version INTEGER NOT NULL,
+            flow VARCHAR NOT NULL,
+            task VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,
+            started_at TIMESTAMPTZ NOT NULL,
+            finished_at TIMESTAMPTZ NOT NULL,
+            cache_key VARCHAR,
+            doc JSON NOT NULL
+        );
+        CREATE TABLE artifacts (
+            sha256 VARCHAR PRIMARY KEY,
+            size_bytes BIGINT NOT NULL,
+            media_type VARCHAR NOT NULL
+        );
+        -- One graph over artifacts and receipts: input -> receipt, receipt -> output.
+        CREATE TABLE edges (
+            src VARCHAR NOT NULL,
+            dst VARCHAR NOT NULL,
+            role VARCHAR NOT NULL,
+            direction VARCHAR NOT NULL,   -- 'input' (src is read by receipt dst) or 'output'
+            src_ref VARCHAR NOT NULL,     -- 'artifact' or 'receipt'
+            PRIMARY KEY (src, dst, role, direction)
+        );
+        CREATE INDEX edges_src ON edges (src);
+        CREATE INDEX edges_dst ON edges (dst);
+        CREATE INDEX receipts_cache_key ON receipts (cache_key);
+        CREATE INDEX receipts_kind ON receipts (kind);
+        """,
+    ),
+    (
+        "0002_aliases",
+        """
+        CREATE TABLE alias_history (
+            receipt_sha256 VARCHAR NOT NULL,
+            alias VARCHAR NOT NULL,
+            target_sha256 VARCHAR NOT NULL,
+            previous_sha256 VARCHAR,
+            moved_at TIMESTAMPTZ NOT NULL,
+            reason VARCHAR NOT NULL,
+            PRIMARY KEY (receipt_sha256, alias)
+        );
+        CREATE VIEW aliases AS
+            SELECT alias, arg_max(target_sha256, moved_at) AS target_sha256,
+                   arg_max(receipt_sha256, moved_at) AS receipt_sha256, max(moved_at) AS moved_at
+            FROM alias_history GROUP BY alias;
+        """,
+    ),
+]

@@ -1,0 +1,31 @@
+"""Typed catalog rows derived from receipt documents, one projector per receipt kind.
+
+Projectors are pure functions of the receipt document, so ``catalog rebuild`` reproduces every
+typed row from the store alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Rows = dict[str, list[dict[str, Any]]]
+Projector = Callable[[str, dict[str, Any]], Rows]
+
+PROJECTORS: dict[str, Projector] = {}
+
+
+def projector(kind: str) -> Callable[[Projector], Projector]:
+    """Register the projector of one receipt kind."""
+
+    def register(fn: Projector) -> Projector:
+        PROJECTORS[kind] = fn
+        return fn
+
+    return register
+
+
+def project(receipt_sha256: str, doc: dict[str, Any]) -> Rows:
+    """Typed rows for one receipt (empty for kinds without a projector)."""
+    fn = PROJECTORS.get(doc["kind"])
+    return fn(receipt_sha256, doc) if fn else {}

@@ -1,0 +1,64 @@
+"""The ``voxledger`` command: a thin click layer over flows (work) and stores (queries).
+
+Library errors (``VoxledgerError``) become ``ClickException`` here, at one boundary, so every
+failure exits non-zero with a one-paragraph message and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from voxledger.schemas.errors import VoxledgerError
+
+
+class Boundary(click.Group):
+    """A click group that turns library errors into clean, non-zero exits."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except VoxledgerError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=Boundary)
+@click.option("--home", envvar="VOXLEDGER_HOME", type=click.Path(file_okay=False), default=None,
+              help="Home directory of the store and catalog (default ./.voxledger).")
+@click.option("--lock-timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for another process holding the catalog.")
+@click.pass_context
+def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
+    """voxledger: provable fine-tuning pipelines for text-to-speech.
+
+    Example: voxledger --home ./.voxledger store verify
+    """
+    ctx.obj = {"home": home, "lock_timeout": lock_timeout}
+
+
+def open_home(ctx: click.Context) -> Any:
+    """The Home for this invocation (created on first use)."""
+    from voxledger.stores.home import Home
+
+    obj = ctx.find_root().obj
+    if "home_obj" not in obj:
+        obj["home_obj"] = Home(obj["home"], lock_timeout_s=obj["lock_timeout"])
+    return obj["home_obj"]
+
+
+def emit_json(value: Any) -> None:
+    """Print JSON for scripts (stable key order)."""
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def _register() -> None:
+    from voxledger import cli_core  # noqa: F401  (commands attach themselves to ``main``)
+
+
+_register()
+
+if __name__ == "__main__":
+    sys.exit(main())
