@@ -57,3 +57,7 @@ class PacketError(VoxledgerError):
 
 class GateFailedError(VoxledgerError):
     """A promotion gate rejected a candidate."""
+
+
+class SynthesisError(VoxledgerError):
+    """A speech synthesizer failed (unknown voice, library error, no audio produced)."""

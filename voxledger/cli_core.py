@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.markup import escape
 from rich.tree import Tree
 
 from voxledger.cli import emit_json, main, open_home
@@ -172,12 +173,12 @@ def _render_tree(node: str, edges: list, labels: dict[str, str], up: bool) -> st
     def label(n: str) -> str:
         return f"{n[:16]} {labels.get(n, 'artifact')}"
 
-    root = Tree(label(node))
+    root = Tree(escape(label(node)))
     seen = {node}
 
     def add(branch: Tree, n: str) -> None:
         for role, child in children.get(n, []):
-            sub = branch.add(f"[{role}] {label(child)}")
+            sub = branch.add(escape(f"[{role}] {label(child)}"))
             if child not in seen:
                 seen.add(child)
                 add(sub, child)

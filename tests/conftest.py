@@ -1,0 +1,24 @@
+"""Shared fixtures: an isolated voxledger home per test, quiet offline Prefect settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+os.environ.setdefault("PREFECT_SERVER_UI_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+
+@pytest.fixture
+def home(tmp_path: Path):
+    """A fresh, empty voxledger home."""
+    from voxledger.stores.home import Home
+
+    return Home(tmp_path / "home")

@@ -1,0 +1,29 @@
+"""Deterministic factories for receipts and files used across tests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from voxledger.schemas.base import Artifact, InputRef, Producer
+from voxledger.schemas.core import IngestParameters, IngestReceipt
+from voxledger.stores.identity import environment
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def hexd(i: int) -> str:
+    """A valid, distinct fake digest for index ``i`` (graph-shape tests only)."""
+    return f"{i:064x}"
+
+
+def ingest_receipt(i: int, *, inputs: tuple[InputRef, ...] = (), out: str | None = None) -> IngestReceipt:
+    """A valid ingest receipt whose output digest is ``out`` (default hexd(i))."""
+    return IngestReceipt(
+        producer=Producer(flow="test", task="factory"),
+        subjects=(Artifact(role="file", sha256=out or hexd(i), size_bytes=i, media_type="application/octet-stream"),),
+        inputs=inputs,
+        environment=environment(),
+        started_at=T0 + timedelta(seconds=i),
+        finished_at=T0 + timedelta(seconds=i + 1),
+        parameters=IngestParameters(source="bytes", name=f"item-{i}", file_count=1, total_bytes=i),
+    )

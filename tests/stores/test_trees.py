@@ -1,0 +1,103 @@
+"""Tree manifests: canonical digests, unsafe paths, stat cache, materialisation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from voxledger.schemas.errors import UnsafePathError
+from voxledger.stores.blobs import LocalBlobStore
+from voxledger.stores.hashing import StatCache, hash_files
+from voxledger.stores.trees import build_manifest, check_relative, materialize_tree, put_tree
+
+
+def _make_tree(root: Path) -> None:
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "x.txt").write_text("x")
+    (root / "top.bin").write_bytes(b"\x00\x01")
+    tool = root / "run.sh"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+
+
+def test_tree_digest_ignores_location_and_order(tmp_path: Path) -> None:
+    _make_tree(tmp_path / "one")
+    _make_tree(tmp_path / "two")
+    m1, m2 = build_manifest(tmp_path / "one"), build_manifest(tmp_path / "two")
+    assert m1 == m2
+    assert [e.path for e in m1.entries] == ["a/b/x.txt", "run.sh", "top.bin"]
+    assert [e.executable for e in m1.entries] == [False, True, False]
+
+
+def test_tree_digest_changes_with_content_name_and_mode(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path / "s")
+    _make_tree(tmp_path / "t")
+    base, _ = put_tree(store, tmp_path / "t")
+    (tmp_path / "t" / "top.bin").write_bytes(b"\x00\x02")
+    changed, _ = put_tree(store, tmp_path / "t")
+    (tmp_path / "t" / "run.sh").chmod(0o644)
+    mode_changed, _ = put_tree(store, tmp_path / "t")
+    assert len({base, changed, mode_changed}) == 3
+
+
+def test_round_trip_materialize(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path / "s")
+    _make_tree(tmp_path / "t")
+    digest, _ = put_tree(store, tmp_path / "t")
+    materialize_tree(store, digest, tmp_path / "copy")
+    assert (tmp_path / "copy" / "a" / "b" / "x.txt").read_text() == "x"
+    assert os.access(tmp_path / "copy" / "run.sh", os.X_OK)
+    assert put_tree(store, tmp_path / "copy")[0] == digest
+
+
+def test_symlink_leaving_tree_is_rejected(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "secret").write_text("s")
+    (tmp_path / "t" / "link").symlink_to(tmp_path / "secret")
+    with pytest.raises(UnsafePathError, match="link points outside the tree"):
+        build_manifest(tmp_path / "t")
+
+
+def test_symlink_inside_tree_is_followed(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "real").write_text("r")
+    (tmp_path / "t" / "alias").symlink_to(tmp_path / "t" / "real")
+    assert [e.path for e in build_manifest(tmp_path / "t").entries] == ["alias", "real"]
+
+
+def test_special_file_is_rejected(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    os.mkfifo(tmp_path / "t" / "pipe")
+    with pytest.raises(UnsafePathError, match="pipe is not a regular file"):
+        build_manifest(tmp_path / "t")
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../b", "a//b", "."])
+def test_relative_path_traversal_rejected(bad: str) -> None:
+    with pytest.raises(UnsafePathError, match="path"):
+        check_relative(bad)
+
+
+def test_stat_cache_serves_unchanged_and_rehashes_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxledger.stores import hashing
+
+    files = []
+    for i in range(30):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(os.urandom(100))
+        files.append(p)
+    cache = StatCache(tmp_path / "cache.sqlite")
+    reads: list[Path] = []
+    real = hashing.sha256_file
+    monkeypatch.setattr(hashing, "sha256_file", lambda p: reads.append(p) or real(p))
+    first = hash_files(files, cache=cache, workers=2)
+    assert len(reads) == 30
+    reads.clear()
+    assert hash_files(files, cache=cache) == first
+    assert reads == [], "unchanged files were read again despite the stat cache"
+    files[3].write_bytes(b"changed")
+    again = hash_files(files, cache=cache)
+    assert reads == [files[3]]
+    assert again[files[3]] != first[files[3]]

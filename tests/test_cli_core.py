@@ -1,0 +1,58 @@
+"""The CLI as a user drives it: exit codes, JSON output, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from voxledger.cli import main
+
+
+def run(home: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["--home", str(home), *args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_put_verify_show_lineage_query_export(tmp_path: Path) -> None:
+    h = tmp_path / "home"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("hello")
+    code, out = run(h, "store", "put", str(tmp_path / "d"), "--json")
+    assert code == 0, out
+    put = json.loads(out)
+    code, out = run(h, "store", "verify")
+    assert code == 0 and "3 objects verified" in out  # file, manifest, receipt
+    code, out = run(h, "receipt", "show", put["receipt"][:12])
+    assert code == 0 and json.loads(out)["kind"] == "ingest"
+    code, out = run(h, "lineage", put["sha256"], "--up")
+    assert code == 0 and "[tree]" in out and "ingest" in out
+    code, out = run(h, "query", "SELECT kind, count(*) AS n FROM receipts GROUP BY kind", "--json")
+    assert code == 0 and json.loads(out) == [{"kind": "ingest", "n": 1}]
+    code, out = run(h, "export", "in-toto", put["receipt"])
+    statement = json.loads(out)
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["subject"][0]["digest"]["sha256"] == put["sha256"]
+    assert statement["predicate"]["receipt_sha256"] == put["receipt"]
+
+
+def test_failures_exit_non_zero_with_a_reason(tmp_path: Path) -> None:
+    h = tmp_path / "home"
+    code, out = run(h, "query", "DROP TABLE receipts")
+    assert code != 0 and "read-only" in out
+    code, out = run(h, "receipt", "show", "deadbeefdeadbeef")
+    assert code != 0 and "no receipt or artifact" in out
+    (tmp_path / "f").write_bytes(b"data")
+    code, out = run(h, "store", "put", str(tmp_path / "f"), "--json")
+    digest = json.loads(out)["sha256"]
+    obj = h / "store" / "objects" / "sha256" / digest[:2] / digest[2:]
+    obj.chmod(0o644)
+    obj.write_bytes(b"tampered")
+    code, out = run(h, "store", "verify")
+    assert code != 0 and digest in out and "corrupt" in out
+
+
+def test_schemas_are_current() -> None:
+    result = CliRunner().invoke(main, ["receipt", "schemas"])
+    assert result.exit_code == 0, result.output

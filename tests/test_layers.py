@@ -1,0 +1,38 @@
+"""Layers point one way: schemas <- stores <- tasks <- flows; schemas/stores never import prefect."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {
+    "schemas": ("voxledger.stores", "voxledger.tasks", "voxledger.flows", "voxledger.dashboards", "prefect", "duckdb"),
+    "stores": ("voxledger.tasks", "voxledger.flows", "voxledger.dashboards", "prefect"),
+    "tasks": ("voxledger.flows", "voxledger.dashboards"),
+    "dashboards": ("voxledger.flows", "voxledger.tasks"),
+}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def test_imports_point_one_way() -> None:
+    checked = 0
+    problems = []
+    for layer, banned in FORBIDDEN.items():
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            checked += 1
+            for name in _imports(path):
+                if any(name == b or name.startswith(b + ".") for b in banned):
+                    problems.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert checked >= 10, f"only {checked} files checked: is the layout broken?"
+    assert not problems, "\n".join(problems)
