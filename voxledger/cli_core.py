@@ -268,3 +268,25 @@ def catalog_migrations(ctx: click.Context) -> None:
     """
     for name in open_home(ctx).catalog.migrations():
         click.echo(name)
+
+
+@main.command("bench")
+@click.option("--quick", is_flag=True, help="Small sizes: a smoke run, not a measurement.")
+@click.option("--only", default="hash,corpus,catalog", show_default=True, help="Comma-separated sections.")
+@click.option("--json", "as_json", is_flag=True, help="Print figures as JSON.")
+def bench(quick: bool, only: str, as_json: bool) -> None:
+    """Measure throughput against baselines taken in the same run (openssl, one core, cold cache).
+
+    Example: voxledger bench --only hash,catalog
+    """
+    from voxledger.bench import run_all
+
+    with console.status("benchmarking"):
+        figures = run_all(quick=quick, sections=tuple(s.strip() for s in only.split(",")))
+    if as_json:
+        emit_json([f.__dict__ for f in figures])
+        return
+    table = Table("benchmark", "value", "unit", "goal", title="voxledger bench" + (" (quick)" if quick else ""))
+    for f in figures:
+        table.add_row(f.name, f"{f.value:,.2f}", f.unit, f.goal)
+    console.print(table)
