@@ -11,12 +11,13 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter
 
+from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
 
-RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (IngestReceipt, PlanReceipt)
+RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (IngestReceipt, PlanReceipt, AuditReceipt)
 
-AnyReceipt = Annotated[Union[IngestReceipt, PlanReceipt], Field(discriminator="kind")]
+AnyReceipt = Annotated[Union[IngestReceipt, PlanReceipt, AuditReceipt], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 
 

@@ -60,4 +60,29 @@ MIGRATIONS: list[tuple[str, str]] = [
             FROM alias_history GROUP BY alias;
         """,
     ),
+    (
+        "0003_audit",
+        """
+        CREATE TABLE audit_findings (
+            receipt_sha256 VARCHAR NOT NULL,
+            seq INTEGER NOT NULL,
+            code VARCHAR NOT NULL,
+            severity VARCHAR NOT NULL,
+            utterance_ids VARCHAR[] NOT NULL,
+            message VARCHAR NOT NULL,
+            value DOUBLE,
+            bound DOUBLE,
+            file VARCHAR,
+            line INTEGER,
+            PRIMARY KEY (receipt_sha256, seq)
+        );
+        CREATE TABLE audits (
+            receipt_sha256 VARCHAR NOT NULL,
+            corpus_name VARCHAR NOT NULL,
+            verdict VARCHAR NOT NULL,
+            manifest_sha256 VARCHAR NOT NULL,
+            PRIMARY KEY (receipt_sha256)
+        );
+        """,
+    ),
 ]

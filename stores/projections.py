@@ -29,3 +29,16 @@ def project(receipt_sha256: str, doc: dict[str, Any]) -> Rows:
     """Typed rows for one receipt (empty for kinds without a projector)."""
     fn = PROJECTORS.get(doc["kind"])
     return fn(receipt_sha256, doc) if fn else {}
+
+
+@projector("audit")
+def _audit(rid: str, doc: dict[str, Any]) -> Rows:
+    findings = [
+        {"receipt_sha256": rid, "seq": i, "code": f["code"], "severity": f["severity"],
+         "utterance_ids": list(f["utterance_ids"]), "message": f["message"], "value": f["value"],
+         "bound": f["bound"], "file": f["file"], "line": f["line"]}  # fmt: skip
+        for i, f in enumerate(doc["result"]["findings"])
+    ]
+    summary = [{"receipt_sha256": rid, "corpus_name": doc["parameters"]["corpus_name"],
+                "verdict": doc["result"]["verdict"], "manifest_sha256": doc["parameters"]["manifest_sha256"]}]  # fmt: skip
+    return {"audit_findings": findings, "audits": summary}

@@ -1,0 +1,1 @@
+"""Corpus audit: leakage, duplicates, audio validity and transcript checks."""

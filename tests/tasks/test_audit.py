@@ -1,0 +1,171 @@
+"""Corpus audit on real synthesized audio: clean pass, every planted problem, bad input, cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from voxledger.schemas.audit import AuditPolicy, LeakageRule
+from voxledger.stores.home import Home
+from voxledger.tasks.audit.run import audit_corpus_fn
+from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
+from voxledger.tasks.corpus.manifests import load_corpus, write_kaldi
+
+SENTENCES = [
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It is easy to tell the depth of a well.",
+    "These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+]
+VOICES = {"spk_a": ("en-us", 50), "spk_b": ("en+f3", 70)}
+POLICY = AuditPolicy(
+    name="test",
+    leakage=(LeakageRule(key="speaker", partition=(("train", "dev"),)), LeakageRule(key="recording_id"), LeakageRule(key="text_norm")),
+)
+
+
+@pytest.fixture(scope="module")
+def clips() -> dict[tuple[str, int], np.ndarray]:
+    out = {}
+    for spk, (voice, pitch) in VOICES.items():
+        for i, text in enumerate(SENTENCES):
+            out[(spk, i)] = resample_synthesis(synthesize(text, voice=voice, pitch=pitch), 16000).audio
+    return out
+
+
+def make_corpus(root: Path, clips: dict[tuple[str, int], np.ndarray], extra_lines: list[str] | None = None) -> Path:
+    """Sentences 0-3 in train, 4 in dev, 5 in test (spk_b only in test), one JSONL manifest."""
+    (root / "wavs").mkdir(parents=True)
+    lines = []
+    for (spk, i), audio in sorted(clips.items()):
+        split = "train" if i < 4 else "dev" if i == 4 else "test"
+        if split == "test" and spk == "spk_a":
+            continue
+        if split != "test" and spk == "spk_b" and i in (4,):
+            continue
+        uid = f"{spk}_{i}"
+        sf.write(root / "wavs" / f"{uid}.wav", audio, 16000, subtype="PCM_16")
+        lines.append(json.dumps({"id": uid, "audio": f"wavs/{uid}.wav", "text": SENTENCES[i], "speaker": spk, "split": split, "voice_note": "kept"}))
+    (root / "manifest.jsonl").write_text("\n".join(lines + (extra_lines or [])) + "\n")
+    return root
+
+
+def codes(outcome) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return outcome.receipt.result.counts_by_code
+
+
+def test_clean_corpus_passes_and_rerun_is_cached(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    # spk_b appears in train (sentences 0-3) and test: leakage by speaker between the groups
+    corpus = make_corpus(tmp_path / "c", {k: v for k, v in clips.items() if not (k[0] == "spk_b" and k[1] < 5)})
+    first = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    assert first.receipt.result.verdict == "pass", first.receipt.result.findings
+    assert not first.cached
+    stats = first.receipt.result.stats
+    assert {s.split: s.utterances for s in stats.splits} == {"train": 4, "dev": 1, "test": 1}
+    assert stats.total_hours > 0
+    second = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    assert second.cached and second.receipt_id == first.receipt_id
+    # unknown columns survive into the stored manifest
+    manifest = json.loads(home.blobs.get_bytes(first.receipt.parameters.manifest_sha256))
+    assert manifest["utterances"][0]["extra"] == {"voice_note": "kept"}
+    # every audio file went into the store under its digest
+    tree = json.loads(home.blobs.get_bytes(first.receipt.parameters.audio_tree_sha256))
+    assert all(home.blobs.has(e["sha256"]) for e in tree["entries"])
+
+
+def test_speaker_leakage_fails_and_lands_in_the_catalog(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(tmp_path / "c", clips)
+    out = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    assert out.receipt.result.verdict == "fail"
+    leaks = [f for f in out.receipt.result.findings if f.code == "split_leakage"]
+    assert any("speaker 'spk_b'" in f.message for f in leaks)
+    assert all(f.severity == "error" for f in leaks)
+    with home.catalog.connect(read_only=True) as con:
+        rows = con.execute("SELECT code, severity FROM audit_findings WHERE receipt_sha256 = ? AND code = 'split_leakage'", [out.receipt_id]).fetchall()
+    assert rows and all(r[1] == "error" for r in rows)
+
+
+def test_planted_signal_problems(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    keep = {k: v for k, v in clips.items() if k[0] == "spk_a"}
+    corpus = make_corpus(tmp_path / "c", keep)
+    w = corpus / "wavs"
+    audio, _ = sf.read(w / "spk_a_0.wav")
+    sf.write(w / "spk_a_0.wav", np.clip(audio * 8, -1, 1), 16000, subtype="PCM_16")  # clipped
+    sf.write(w / "spk_a_1.wav", np.zeros(32000), 16000, subtype="PCM_16")  # silent
+    sf.write(w / "spk_a_2.wav", 0.1 * np.sin(np.arange(22050 * 31) * 0.05), 22050, subtype="PCM_16")  # rate + long
+    lines = (corpus / "manifest.jsonl").read_text().splitlines()
+    rec = json.loads(lines[3])
+    rec["text"] = "  "
+    lines[3] = json.dumps(rec)
+    dup = json.loads(lines[0]) | {"id": "copy", "split": "dev", "text": "A completely different sentence here."}
+    (w / "copy.wav").write_bytes((w / "spk_a_0.wav").read_bytes())
+    dup["audio"] = "wavs/copy.wav"
+    lines.append(json.dumps(dup))
+    (corpus / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    out = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    c = codes(out)
+    for code in ("clipping", "silence", "sample_rate_mismatch", "duration_out_of_bounds", "empty_transcript", "duplicate_audio"):
+        assert c.get(code), f"{code} not found in {c}"
+    assert out.receipt.result.verdict == "fail"
+
+
+def test_near_duplicate_by_fingerprint(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(tmp_path / "c", {k: v for k, v in clips.items() if k[0] == "spk_a"})
+    audio, _ = sf.read(corpus / "wavs" / "spk_a_0.wav")
+    sf.write(corpus / "wavs" / "quiet.wav", audio * 0.5, 16000, subtype="PCM_16")
+    line = json.dumps({"id": "quiet", "audio": "wavs/quiet.wav", "text": "Another sentence entirely, said twice.", "speaker": "spk_z", "split": "train"})
+    with open(corpus / "manifest.jsonl", "a") as f:
+        f.write(line + "\n")
+    out = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    near = [f for f in out.receipt.result.findings if f.code == "near_duplicate_audio"]
+    assert [tuple(f.utterance_ids) for f in near] == [("quiet", "spk_a_0")]
+    assert near[0].severity == "warning" and (near[0].value or 0) <= 12
+
+
+def test_bad_input_becomes_findings_not_crashes(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    bad = [
+        '{"id": "broken", "audio": ',
+        json.dumps({"id": "ghost", "audio": "wavs/none.wav", "text": "Where is it?", "speaker": "spk_a", "split": "train"}),
+        json.dumps({"id": "escape", "audio": "../outside.wav", "text": "Out.", "speaker": "spk_a", "split": "train"}),
+        json.dumps({"id": "nospeaker", "audio": "wavs/x.wav", "text": "x", "split": "train"}),
+    ]
+    corpus = make_corpus(tmp_path / "c", {k: v for k, v in clips.items() if k[0] == "spk_a"}, bad)
+    with open(corpus / "manifest.jsonl", "ab") as f:
+        f.write(b'{"id": "latin1", "text": "caf\xe9"}\n')
+    out = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    by_code = {f.code: f for f in out.receipt.result.findings}
+    unreadable = [f for f in out.receipt.result.findings if f.code == "manifest_unreadable_line"]
+    assert sorted(f.line for f in unreadable) == [6, 10]  # 5 good lines, then the planted ones
+    assert "manifest.jsonl:" in by_code["manifest_unreadable_line"].message
+    assert "not UTF-8" in " ".join(f.message for f in out.receipt.result.findings)
+    assert by_code["audio_missing"].utterance_ids == ("ghost",)
+    assert by_code["path_escape"].utterance_ids == ("escape",)
+    assert "speaker" in by_code["manifest_invalid_record"].message
+    assert out.receipt.result.verdict == "fail"
+    assert home.receipts.read(out.receipt_id)  # the receipt is whole and valid
+
+
+def test_kaldi_round_trip_keeps_everything(tmp_path: Path, clips) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(tmp_path / "c", {k: v for k, v in clips.items() if k[0] == "spk_a"})
+    loaded = load_corpus(corpus)
+    dirs = write_kaldi(loaded.utterances, corpus, tmp_path / "kaldi")
+    assert sorted(d.name for d in dirs) == ["dev", "train"]
+    assert (tmp_path / "kaldi" / "train" / "spk2utt").read_text().startswith("spk_a ")
+    back = load_corpus(tmp_path / "kaldi")
+    assert not back.issues
+    a = {u.id: (u.text, u.speaker, u.split) for u in loaded.utterances.utterances}
+    b = {u.id: (u.text, u.speaker, u.split) for u in back.utterances.utterances}
+    assert a == b
+
+
+def test_leakage_needs_a_key() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="at least 1"):
+        AuditPolicy(name="x", leakage=())
