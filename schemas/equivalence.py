@@ -274,3 +274,22 @@ class EquivalenceReport(_Frozen):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+class RuntimeDescriptor(_Frozen):
+    """Settings of one runtime that can change its numbers."""
+
+    name: str = Field(min_length=1)
+    dtype: str = "float32"
+    device: str = "cpu"
+    tf32: bool = False
+
+
+class EquivalenceParameters(_Frozen):
+    """What was compared under which plan."""
+
+    plan_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    reference: RuntimeDescriptor
+    candidate: RuntimeDescriptor
+    reference_tree_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    candidate_tree_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")

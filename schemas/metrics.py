@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-
 from voxledger.schemas.base import Frozen, Sha256
 
 NormaliserName = Literal["whisper_en", "basic", "none"]

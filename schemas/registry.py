@@ -14,10 +14,11 @@ from pydantic import Field, TypeAdapter
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
+from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 
-RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (IngestReceipt, PlanReceipt, AuditReceipt)
+RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt)
 
-AnyReceipt = Annotated[Union[IngestReceipt, PlanReceipt, AuditReceipt], Field(discriminator="kind")]
+AnyReceipt = Annotated[Union[IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 
 

@@ -85,4 +85,21 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0004_equivalence",
+        """
+        CREATE TABLE equivalence_stages (
+            receipt_sha256 VARCHAR NOT NULL,
+            stage VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            band VARCHAR NOT NULL,
+            rel DOUBLE,
+            max_abs_err DOUBLE,
+            mean_abs_err DOUBLE,
+            reference_runtime VARCHAR NOT NULL,
+            candidate_runtime VARCHAR NOT NULL,
+            PRIMARY KEY (receipt_sha256, stage)
+        );
+        """,
+    ),
 ]

@@ -42,3 +42,16 @@ def _audit(rid: str, doc: dict[str, Any]) -> Rows:
     summary = [{"receipt_sha256": rid, "corpus_name": doc["parameters"]["corpus_name"],
                 "verdict": doc["result"]["verdict"], "manifest_sha256": doc["parameters"]["manifest_sha256"]}]  # fmt: skip
     return {"audit_findings": findings, "audits": summary}
+
+
+@projector("equivalence")
+def _equivalence(rid: str, doc: dict[str, Any]) -> Rows:
+    p = doc["parameters"]
+    return {
+        "equivalence_stages": [
+            {"receipt_sha256": rid, "stage": s["stage"], "kind": s["kind"], "band": s["band"], "rel": s.get("rel"),
+             "max_abs_err": s.get("max_abs_err"), "mean_abs_err": s.get("mean_abs_err"),
+             "reference_runtime": p["reference"]["name"], "candidate_runtime": p["candidate"]["name"]}  # fmt: skip
+            for s in doc["report"]["stages"]
+        ]
+    }

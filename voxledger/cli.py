@@ -55,7 +55,7 @@ def emit_json(value: Any) -> None:
 
 
 def _register() -> None:
-    from voxledger import cli_audit, cli_core  # noqa: F401  (commands attach themselves to ``main``)
+    from voxledger import cli_audit, cli_core, cli_equivalence  # noqa: F401  (commands attach themselves to ``main``)
 
 
 _register()

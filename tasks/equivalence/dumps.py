@@ -82,7 +82,7 @@ def load_dump(
         kind: the stage kind; decides the allowed dtype and shape.
         cols: row width for raw files (mel bins; logits vocabulary), also checked against the
             last axis of ``.npy``/``.npz`` arrays.
-        stage: stage name used in messages (default: the file stem).
+        stage: stage name used in messages (default: the npz member, else the file stem).
         member: array name inside an ``.npz`` (default: ``stage``, else ``kind``).
 
     Returns: the array in its stored dtype (``.i32`` -> int32, ``.f32`` -> float32), native byte
@@ -92,7 +92,9 @@ def load_dump(
     unreadable file, a wrong dtype or shape, or NaN/Inf values.
     """
     path = Path(path)
-    stage = stage or path.stem
+    if path.suffix == ".npz":
+        member = member or stage or kind
+    stage = stage or member or path.stem
     where = f"stage {stage!r} ({path})"
     if not path.is_file():
         raise EquivalenceError(f"{where}: dump file does not exist or is not a regular file")
@@ -101,9 +103,8 @@ def load_dump(
     elif path.suffix == ".npy":
         array = _read_npy(path, where)
     elif path.suffix == ".npz":
-        member = member or stage or kind
         where = f"stage {stage!r} ({path}[{member}])"
-        array = _read_npz_member(path, member, where)
+        array = _read_npz_member(path, member or kind, where)
     else:
         raise EquivalenceError(
             f"{where}: unsupported suffix {path.suffix!r}; use one of {', '.join(DUMP_SUFFIXES)}"
