@@ -53,6 +53,12 @@ class AsrSpec(Frozen):
     vad_filter: bool = False
     condition_on_previous_text: bool = False
     without_timestamps: bool = True
+    # Whisper's filters; with no temperature fallback, no_speech drops a segment judged silent
+    # (no-speech probability above the threshold and mean log-probability below its bound).
+    # Settings not listed here are faster-whisper 1.2.1 defaults, fixed by the engine pin.
+    no_speech_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
+    log_prob_threshold: float = -1.0
+    compression_ratio_threshold: float = Field(default=2.4, gt=0.0)
     sample_rate_hz: Literal[16000] = 16000
 
 

@@ -15,10 +15,15 @@ from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
-RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt)
+RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
+    IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
+)
 
-AnyReceipt = Annotated[Union[IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt], Field(discriminator="kind")]
+AnyReceipt = Annotated[Union[
+        IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
+    ], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 
 

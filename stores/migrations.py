@@ -102,4 +102,36 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0005_training",
+        """
+        CREATE TABLE training_epochs (
+            receipt_sha256 VARCHAR NOT NULL,
+            run_key VARCHAR NOT NULL,
+            plan_sha256 VARCHAR NOT NULL,
+            backend VARCHAR NOT NULL,
+            mode VARCHAR NOT NULL,
+            epoch INTEGER NOT NULL,
+            steps INTEGER NOT NULL,
+            global_step INTEGER NOT NULL,
+            train_loss DOUBLE NOT NULL,
+            cv_loss DOUBLE NOT NULL,
+            grad_norm_mean DOUBLE NOT NULL,
+            lr_end DOUBLE NOT NULL,
+            frames_per_s DOUBLE NOT NULL,
+            utterances_per_s DOUBLE NOT NULL,
+            wall_s DOUBLE NOT NULL,
+            checkpoint_overhead_s DOUBLE NOT NULL,
+            is_best BOOLEAN NOT NULL,
+            PRIMARY KEY (receipt_sha256, epoch)
+        );
+        CREATE TABLE checkpoints (
+            receipt_sha256 VARCHAR PRIMARY KEY,
+            run_key VARCHAR NOT NULL,
+            epoch INTEGER NOT NULL,
+            cv_loss DOUBLE NOT NULL,
+            tree_sha256 VARCHAR NOT NULL
+        );
+        """,
+    ),
 ]

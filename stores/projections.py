@@ -55,3 +55,22 @@ def _equivalence(rid: str, doc: dict[str, Any]) -> Rows:
             for s in doc["report"]["stages"]
         ]
     }
+
+
+@projector("training_run")
+def _training_run(rid: str, doc: dict[str, Any]) -> Rows:
+    p, r = doc["parameters"], doc["result"]
+    return {
+        "training_epochs": [
+            {"receipt_sha256": rid, "run_key": p["run_key"], "plan_sha256": p["bound"]["plan_sha256"], "backend": p["backend"],
+             "mode": p["mode"], "is_best": e["epoch"] == r["best_epoch"], **e}  # fmt: skip
+            for e in r["epochs"]
+        ]
+    }
+
+
+@projector("checkpoint")
+def _checkpoint(rid: str, doc: dict[str, Any]) -> Rows:
+    p = doc["parameters"]
+    tree = next(a["sha256"] for a in doc["subjects"] if a["role"] == "checkpoint")
+    return {"checkpoints": [{"receipt_sha256": rid, "run_key": p["run_key"], "epoch": p["epoch"], "cv_loss": p["cv_loss"], "tree_sha256": tree}]}

@@ -15,6 +15,7 @@ type); ``bidirectional=False`` restores Qwen2's causal mask.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -22,13 +23,13 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from pydantic import BaseModel, ConfigDict, Field
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 from transformers import Qwen2Config, Qwen2Model
-
 from voxledger.tasks.backends.tiny.audio import NormStats
+from voxledger.tasks.tensorio import save_deterministic
 
 PAD_ID = 0
+STRESS_MARKS = ("'", ",")
 FORMAT = "voxledger-tiny-tts/1"
 NORM_MEAN_KEY = "norm_stats.mean"
 NORM_STD_KEY = "norm_stats.std"
@@ -60,6 +61,7 @@ class TinyTTSConfig(BaseModel):
     duration_kernel: int = 3
     dropout: float = 0.1
     duration_loss_weight: float = 0.1
+    shared_stress_embedding: bool = False
 
     def to_dict(self) -> dict[str, object]:
         """Plain-dict view; PEFT reads ``model.config`` through this method."""
@@ -74,6 +76,39 @@ class TinyTTSConfig(BaseModel):
                 f"phoneme {phoneme!r} is not in the model's inventory of {len(self.phonemes)}; "
                 "rebuild the config from the current espeak phoneme_inventory()"
             ) from None
+
+
+def split_stress(phoneme: str) -> tuple[str, int]:
+    """espeak stress prefix as (bare phoneme, 0 none / 1 primary ``'`` / 2 secondary ``,``)."""
+    if len(phoneme) > 1 and phoneme[0] in STRESS_MARKS:
+        return phoneme[1:], STRESS_MARKS.index(phoneme[0]) + 1
+    return phoneme, 0
+
+
+class PhonemeEmbedding(nn.Module):
+    """Per-token embedding, optionally plus shared bare-phoneme and stress embeddings.
+
+    espeak writes stress into the phoneme name (``'a``, ``,a``, ``a``), which splits each vowel's
+    examples three ways; the shared parts let the stressed variants learn from each other.
+    """
+
+    def __init__(self, phonemes: tuple[str, ...], size: int, shared: bool) -> None:
+        super().__init__()
+        self.token = nn.Embedding(len(phonemes) + 1, size, padding_idx=PAD_ID)
+        self.shared = shared
+        if shared:
+            split = [split_stress(p) for p in phonemes]
+            bare = sorted({b for b, _ in split})
+            self.register_buffer("bare_ids", torch.tensor([PAD_ID] + [bare.index(b) + 1 for b, _ in split]), persistent=False)
+            self.register_buffer("stress_ids", torch.tensor([0] + [s for _, s in split]), persistent=False)
+            self.bare = nn.Embedding(len(bare) + 1, size, padding_idx=PAD_ID)
+            self.stress = nn.Embedding(3, size)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.token(ids)
+        if self.shared:
+            x = x + self.bare(self.bare_ids[ids]) + self.stress(self.stress_ids[ids])
+        return x
 
 
 class ConvBlock(nn.Module):
@@ -98,7 +133,7 @@ class Postnet(nn.Module):
         super().__init__()
         sizes = [n_mels] + [channels] * (layers - 1) + [n_mels]
         self.convs = nn.ModuleList(
-            nn.Conv1d(a, b, kernel, padding=kernel // 2) for a, b in zip(sizes, sizes[1:])
+            nn.Conv1d(a, b, kernel, padding=kernel // 2) for a, b in pairwise(sizes)
         )
         self.dropout = nn.Dropout(dropout)
 
@@ -134,7 +169,9 @@ class TinyTTS(nn.Module):
         super().__init__()
         self.config = config
         h = config.hidden_size
-        self.phoneme_embedding = nn.Embedding(len(config.phonemes) + 1, h, padding_idx=PAD_ID)
+        self.phoneme_embedding = PhonemeEmbedding(
+            config.phonemes, h, config.shared_stress_embedding
+        )
         self.speaker_embedding = nn.Embedding(len(config.speakers), h)
         self.encoder = nn.ModuleList(
             ConvBlock(h, config.encoder_kernel, config.dropout) for _ in range(config.encoder_layers)
@@ -280,7 +317,7 @@ def save_tiny(path: str | Path, model: TinyTTS, norm_stats: NormStats) -> None:
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors[NORM_MEAN_KEY] = torch.from_numpy(norm_stats.mean)
     tensors[NORM_STD_KEY] = torch.from_numpy(norm_stats.std)
-    save_file(tensors, str(path), metadata={"format": FORMAT, "config": model.config.model_dump_json()})
+    save_deterministic(tensors, path, metadata={"format": FORMAT, "config": model.config.model_dump_json()})
 
 
 def load_tiny(path: str | Path) -> tuple[TinyTTS, NormStats]:
@@ -292,7 +329,8 @@ def load_tiny(path: str | Path) -> tuple[TinyTTS, NormStats]:
                 f"{path} is not a tiny TTS checkpoint (format {meta.get('format')!r}, "
                 f"expected {FORMAT!r}); write it with save_tiny"
             )
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        names = f.keys()  # safe_open handles are not iterable
+        tensors = {k: f.get_tensor(k) for k in names}
     norm = NormStats(
         mean=tensors.pop(NORM_MEAN_KEY).numpy(), std=tensors.pop(NORM_STD_KEY).numpy()
     )

@@ -1,0 +1,1 @@
+"""Backend-independent training: guarded checkpoints, exact resume, early stopping, receipts."""
