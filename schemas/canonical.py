@@ -12,6 +12,7 @@ from typing import Any
 
 import rfc8785
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -25,6 +26,8 @@ def canonical_bytes(value: Any) -> bytes:
     """
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
+    else:
+        value = to_jsonable_python(value)  # nested models, tuples, enums -> plain JSON values
     return rfc8785.dumps(value)
 
 

@@ -15,14 +15,17 @@ from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
 RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
+    EvaluationReceipt,
 )
 
 AnyReceipt = Annotated[Union[
         IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
+        EvaluationReceipt,
     ], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 

@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 
 from voxledger.schemas.errors import CatalogError
 from voxledger.stores.migrations import MIGRATIONS
-from voxledger.stores.projections import project
+from voxledger.stores.projections import BlobLoader, project
 
 DUCKDB_CONFIG = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
 
@@ -82,12 +82,12 @@ class Catalog:
         with self.connect() as con:
             return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
-    def ingest(self, items: Iterable[tuple[str, dict[str, Any]]]) -> int:
+    def ingest(self, items: Iterable[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> int:
         """Index receipts (id, validated document) idempotently; return how many were new."""
         batch = list(items)
         if not batch:
             return 0
-        tables = _rows_for(batch)
+        tables = _rows_for(batch, load)
         with self.connect() as con:
             before = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
             con.execute("BEGIN")
@@ -103,7 +103,7 @@ class Catalog:
         return int(after - before)
 
 
-def _rows_for(batch: list[tuple[str, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+def _rows_for(batch: list[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> dict[str, list[dict[str, Any]]]:
     """Turn receipt documents into rows for the core tables and any typed projections."""
     tables: dict[str, list[dict[str, Any]]] = {"receipts": [], "artifacts": [], "edges": []}
     for rid, doc in batch:
@@ -126,6 +126,6 @@ def _rows_for(batch: list[tuple[str, dict[str, Any]]]) -> dict[str, list[dict[st
             tables["edges"].append({"src": rid, "dst": a["sha256"], "role": a["role"], "direction": "output", "src_ref": "receipt"})
         for i in doc["inputs"]:
             tables["edges"].append({"src": i["sha256"], "dst": rid, "role": i["role"], "direction": "input", "src_ref": i["ref"]})
-        for table, rows in project(rid, doc).items():
+        for table, rows in project(rid, doc, load).items():
             tables.setdefault(table, []).extend(rows)
     return tables

@@ -37,13 +37,13 @@ class Home:
     def record(self, receipt: ReceiptBase) -> str:
         """Commit a receipt: blob, marker, then catalog rows (the commit point). Return its id."""
         rid, doc = self.receipts.write(receipt)
-        self.catalog.ingest([(rid, doc)])
+        self.catalog.ingest([(rid, doc)], self.blobs.get_bytes)
         return rid
 
     def record_many(self, receipts: list[ReceiptBase]) -> list[str]:
         """Commit many receipts with one catalog transaction."""
         written = [self.receipts.write(r) for r in receipts]
-        self.catalog.ingest(written)
+        self.catalog.ingest(written, self.blobs.get_bytes)
         return [rid for rid, _ in written]
 
     def find_cached(self, cache_key: str) -> str | None:
@@ -64,7 +64,7 @@ class Home:
         ids = list(self.receipts.ids())
         docs: list[tuple[str, dict[str, Any]]] = [(rid, self.receipts.read_document(rid)) for rid in ids]
         for start in range(0, len(docs), 5000):
-            fresh.ingest(docs[start : start + 5000])
+            fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes)
         with self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s):
             os.replace(tmp, self.catalog.path)
         Path(str(tmp) + ".lock").unlink(missing_ok=True)

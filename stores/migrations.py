@@ -134,4 +134,60 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0006_evaluation",
+        """
+        CREATE TABLE generations (
+            receipt_sha256 VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            prompt_id VARCHAR NOT NULL,
+            seed INTEGER NOT NULL,
+            valid BOOLEAN NOT NULL,
+            audio_sha256 VARCHAR,
+            duration_s DOUBLE,
+            wall_s DOUBLE,
+            rtf DOUBLE,
+            peak_rss_mb DOUBLE,
+            error VARCHAR,
+            PRIMARY KEY (receipt_sha256, candidate, prompt_id, seed)
+        );
+        CREATE TABLE observations (
+            receipt_sha256 VARCHAR NOT NULL,
+            plan_sha256 VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            prompt_id VARCHAR NOT NULL,
+            category VARCHAR NOT NULL,
+            seed INTEGER NOT NULL,
+            metric VARCHAR NOT NULL,
+            value DOUBLE NOT NULL,
+            extractor_sha256 VARCHAR NOT NULL,
+            PRIMARY KEY (receipt_sha256, candidate, prompt_id, seed, metric)
+        );
+        CREATE TABLE evaluation_summaries (
+            receipt_sha256 VARCHAR NOT NULL,
+            plan_name VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            category VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            mean DOUBLE NOT NULL,
+            low DOUBLE NOT NULL,
+            high DOUBLE NOT NULL,
+            n INTEGER NOT NULL,
+            PRIMARY KEY (receipt_sha256, candidate, category, metric)
+        );
+        CREATE TABLE evaluation_comparisons (
+            receipt_sha256 VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            baseline VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            delta DOUBLE NOT NULL,
+            low DOUBLE NOT NULL,
+            high DOUBLE NOT NULL,
+            wilcoxon_p DOUBLE,
+            n_pairs INTEGER NOT NULL,
+            lower_is_better BOOLEAN NOT NULL,
+            PRIMARY KEY (receipt_sha256, candidate, metric)
+        );
+        """,
+    ),
 ]

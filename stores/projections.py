@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 Rows = dict[str, list[dict[str, Any]]]
-Projector = Callable[[str, dict[str, Any]], Rows]
+BlobLoader = Callable[[str], bytes]
+Projector = Callable[..., Rows]
 
 PROJECTORS: dict[str, Projector] = {}
 
@@ -25,10 +26,17 @@ def projector(kind: str) -> Callable[[Projector], Projector]:
     return register
 
 
-def project(receipt_sha256: str, doc: dict[str, Any]) -> Rows:
-    """Typed rows for one receipt (empty for kinds without a projector)."""
+def project(receipt_sha256: str, doc: dict[str, Any], load: BlobLoader | None = None) -> Rows:
+    """Typed rows for one receipt (empty for kinds without a projector).
+
+    ``load`` reads (verified) blobs for kinds whose rows live in a subject blob rather than in
+    the receipt itself (e.g. evaluation observations); the rows are still a pure function of
+    content-addressed bytes, so a rebuild reproduces them.
+    """
     fn = PROJECTORS.get(doc["kind"])
-    return fn(receipt_sha256, doc) if fn else {}
+    if fn is None:
+        return {}
+    return fn(receipt_sha256, doc, load) if getattr(fn, "needs_blobs", False) else fn(receipt_sha256, doc)
 
 
 @projector("audit")
@@ -74,3 +82,33 @@ def _checkpoint(rid: str, doc: dict[str, Any]) -> Rows:
     p = doc["parameters"]
     tree = next(a["sha256"] for a in doc["subjects"] if a["role"] == "checkpoint")
     return {"checkpoints": [{"receipt_sha256": rid, "run_key": p["run_key"], "epoch": p["epoch"], "cv_loss": p["cv_loss"], "tree_sha256": tree}]}
+
+
+def _json_blob(load: BlobLoader | None, doc: dict[str, Any], role: str) -> Any:
+    import json
+
+    if load is None:
+        raise ValueError(f"{doc['kind']} rows need the store to read their {role} blob")
+    sha = next(a["sha256"] for a in doc["subjects"] if a["role"] == role)
+    return json.loads(load(sha))
+
+
+def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
+    plan = doc["parameters"]["plan_sha256"]
+    gens = [{"receipt_sha256": rid, **{k: g[k] for k in ("candidate", "prompt_id", "seed", "valid", "audio_sha256", "duration_s", "wall_s", "rtf", "peak_rss_mb", "error")}}
+            for g in _json_blob(load, doc, "generations")]  # fmt: skip
+    obs = [{"receipt_sha256": rid, "plan_sha256": plan, **o} for o in _json_blob(load, doc, "observations")]
+    summaries = []
+    for s in doc["result"]["summaries"]:
+        for cat, metrics in [("all", s["overall"]), *s["by_category"].items()]:
+            for metric, iv in metrics.items():
+                summaries.append({"receipt_sha256": rid, "plan_name": doc["parameters"]["plan_name"], "candidate": s["candidate"],
+                                  "category": cat, "metric": metric, **iv})  # fmt: skip
+    comps = [{"receipt_sha256": rid, "candidate": c["candidate"], "baseline": c["baseline"], "metric": c["metric"],
+              "delta": c["delta"]["mean"], "low": c["delta"]["low"], "high": c["delta"]["high"], "wilcoxon_p": c["wilcoxon_p"],
+              "n_pairs": c["n_pairs"], "lower_is_better": c["lower_is_better"]} for c in doc["result"]["comparisons"]]  # fmt: skip
+    return {"generations": gens, "observations": obs, "evaluation_summaries": summaries, "evaluation_comparisons": comps}
+
+
+_evaluation.needs_blobs = True  # type: ignore[attr-defined]
+PROJECTORS["evaluation"] = _evaluation

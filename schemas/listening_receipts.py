@@ -1,0 +1,260 @@
+"""Receipts of blind listening tests: packet set, submission, aggregate (and their parts)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
+from voxledger.schemas.listening import Hex, Label, ScreeningRules, SlotRole, Statistics, TaskType
+
+
+class PositionBalance(Frozen):
+    """How often a candidate sat in each position: ACR round, MUSHRA slot, or A/B side."""
+
+    task: TaskType
+    candidate: str
+    counts: tuple[int, ...]
+
+
+class BalanceAudit(Frozen):
+    """Checks of the design as built: coverage, block sizes, pair concurrence, positions."""
+
+    prompts: int
+    raters: int
+    raters_per_prompt: int
+    raters_per_prompt_min: int
+    raters_per_prompt_max: int
+    prompts_per_rater_min: int
+    prompts_per_rater_max: int
+    trials_per_rater_min: int
+    trials_per_rater_max: int
+    prompt_pair_concurrence_min: int
+    prompt_pair_concurrence_max: int
+    prompt_pair_concurrence_ideal: float
+    rater_pair_overlap_min: int
+    rater_pair_overlap_max: int
+    positions: tuple[PositionBalance, ...]
+    position_spread_max: int  # max over (task, candidate) of max(counts) - min(counts)
+
+
+class LoudnessReport(Frozen):
+    """What blinding did to levels and lengths."""
+
+    target_lufs: float
+    applied_lufs: float  # lowered below the target when a clip would exceed the peak ceiling
+    input_lufs_min: float
+    input_lufs_max: float
+    output_lufs_spread: float
+    pad_to: str
+    durations_s: tuple[float, ...]  # distinct padded durations in the packets
+
+
+class PacketRef(Frozen):
+    """One rater's packet."""
+
+    rater_id: Label
+    packet_sha256: Sha256
+    tree_sha256: Sha256
+    trials: int
+
+
+class PacketSetParameters(Frozen):
+    """Identities bound by a packet set."""
+
+    packet_set_id: Hex
+    protocol_sha256: Sha256
+    evaluation_plan_sha256: Sha256
+    stimuli_sha256: Sha256
+    key_commitment_sha256: Sha256
+    candidates: tuple[str, ...]
+    packets: tuple[PacketRef, ...]
+    balance: BalanceAudit
+    loudness: LoudnessReport
+    skipped: tuple[str, ...]  # trials that could not be built, with the reason
+
+
+class PacketSetReceipt(ReceiptBase):
+    """Blinded per-rater packets were exported; subjects are each packet's tree digest."""
+
+    kind: Literal["packet_set"] = "packet_set"
+    parameters: PacketSetParameters
+
+
+class RowRejection(Frozen):
+    """A rating row refused by verification, with the reason."""
+
+    index: int
+    trial: str | None = None
+    stimulus: str | None = None
+    criterion: str | None = None
+    reason: str
+
+
+class SubmissionParameters(Frozen):
+    """One accepted submission: who, which packet, what was kept and refused."""
+
+    packet_set_receipt_sha256: Sha256
+    rater_id: Label
+    packet_sha256: Sha256
+    submission_sha256: Sha256
+    session_id: Hex
+    accepted_rows: int
+    rejected_rows: tuple[RowRejection, ...]
+    plays: int
+    listening_s: float
+
+
+class SubmissionReceipt(ReceiptBase):
+    """A rater submission passed verification (digest, token, MAC, log); subject is its bytes."""
+
+    kind: Literal["submission"] = "submission"
+    parameters: SubmissionParameters
+
+
+class SubmissionRejection(Frozen):
+    """A whole submission file refused, with the reason."""
+
+    file: str
+    submission_sha256: Sha256 | None
+    reason: str
+
+
+class RatingRow(Frozen):
+    """One accepted rating, unblinded and bound to audio digests (the ``ratings`` table)."""
+
+    rater_id: str
+    stimulus: str
+    trial: str
+    role: SlotRole
+    task: TaskType
+    criterion: str
+    candidate: str
+    prompt_id: str
+    category: str
+    score: float
+    audio_sha256: Sha256
+    versus_candidate: str | None = None  # A of an A/B trial (the score is B relative to A)
+    versus_audio_sha256: Sha256 | None = None
+    included: bool  # False when post-screening excluded the rater
+
+
+class RaterScreening(Frozen):
+    """Post-screening outcome of one rater, with the measured values."""
+
+    rater_id: str
+    included: bool
+    reasons: tuple[str, ...]
+    gold_failures: int
+    attention_failures: int
+    rating_variance: float | None
+    mushra_reference_low_fraction: float | None
+
+
+class MissingCell(Frozen):
+    """A rating that was due but is absent (rater never submitted, row missing or refused)."""
+
+    rater_id: str
+    trial: str
+    stimulus: str
+    criterion: str
+    reason: str
+
+
+class Attrition(Frozen):
+    """Who and what is missing."""
+
+    missing_raters: tuple[str, ...]
+    missing_cells: int
+    cells: tuple[MissingCell, ...]
+
+
+class CandidateScore(Frozen):
+    """Mean score of a candidate on a criterion with a rater-clustered bootstrap interval."""
+
+    criterion: str
+    task: TaskType
+    candidate: str
+    ratings: int
+    raters: int
+    mean: float
+    ci_low: float | None
+    ci_high: float | None
+
+
+class PairedDelta(Frozen):
+    """``b - a`` paired within (rater, prompt) (for A/B: the CMOS of b over a), Wilcoxon tested."""
+
+    criterion: str
+    task: TaskType
+    a: str
+    b: str
+    pairs: int
+    mean_delta: float
+    ci_low: float | None
+    ci_high: float | None
+    wilcoxon_statistic: float | None
+    p_value: float | None
+    better: str | None  # the candidate the interval favours under the criterion's direction
+
+
+class BradleyTerry(Frozen):
+    """Bradley-Terry strengths (MM algorithm, ties count half) from A/B preferences."""
+
+    criterion: str
+    strengths: dict[str, float]  # normalised to sum 1
+    comparisons: int
+    iterations: int
+    converged: bool
+
+
+class Agreement(Frozen):
+    """Krippendorff's alpha of one criterion over (prompt, candidate) units."""
+
+    criterion: str
+    level: Literal["ordinal", "interval"]
+    alpha: float | None
+    units: int
+    note: str | None = None
+
+
+class RaterBias(Frozen):
+    """Mean of a rater's score minus the other raters' mean on the same units."""
+
+    rater_id: str
+    criterion: str
+    bias: float
+    units: int
+
+
+class AggregateParameters(Frozen):
+    """What the aggregate bound: the packet set, the revealed key, the rules."""
+
+    packet_set_receipt_sha256: Sha256
+    protocol_sha256: Sha256
+    key_commitment_sha256: Sha256  # the revealed key (an input artifact) hashes to this
+    screening: ScreeningRules
+    statistics: Statistics
+
+
+class AggregateResult(Frozen):
+    """Verified, screened and unblinded ratings with their statistics."""
+
+    submissions_accepted: int
+    rejections: tuple[SubmissionRejection, ...]
+    rejected_rows: int
+    screening: tuple[RaterScreening, ...]
+    attrition: Attrition
+    scores: tuple[CandidateScore, ...]
+    deltas: tuple[PairedDelta, ...]
+    bradley_terry: tuple[BradleyTerry, ...]
+    agreement: tuple[Agreement, ...]
+    bias: tuple[RaterBias, ...]
+    ratings: tuple[RatingRow, ...]
+
+
+class AggregateReceipt(ReceiptBase):
+    """Listening-test results: inputs are the packet set, each submission and the revealed key."""
+
+    kind: Literal["aggregate"] = "aggregate"
+    parameters: AggregateParameters
+    result: AggregateResult

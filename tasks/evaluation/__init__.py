@@ -1,0 +1,1 @@
+"""Frozen-plan evaluation: generation, extraction, statistics."""
