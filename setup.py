@@ -19,5 +19,5 @@ for name, folder in ROOTS.items():
 setup(
     packages=packages,
     package_dir=ROOTS,
-    package_data={"": ["*.json", "*.yaml", "*.txt", "*.html", "*.js", "*.css"]},
+    package_data={"": ["*.json", "*.yaml", "*.txt", "*.html", "*.js", "*.css", "data/*", "json/*"]},
 )

@@ -120,7 +120,7 @@ class SubmissionRejection(Frozen):
 
 
 class RatingRow(Frozen):
-    """One accepted rating, unblinded and bound to audio digests (the ``ratings`` table)."""
+    """One accepted rating, unblinded and bound to audio digests (a row of the ``ratings`` table)."""
 
     rater_id: str
     stimulus: str
@@ -249,11 +249,14 @@ class AggregateResult(Frozen):
     bradley_terry: tuple[BradleyTerry, ...]
     agreement: tuple[Agreement, ...]
     bias: tuple[RaterBias, ...]
-    ratings: tuple[RatingRow, ...]
+    rating_rows: int  # rows of the ``ratings`` subject blob (a JSON list of RatingRow)
 
 
 class AggregateReceipt(ReceiptBase):
-    """Listening-test results: inputs are the packet set, each submission and the revealed key."""
+    """Listening-test results; inputs: the packet set, each submission, the revealed key.
+
+    Subjects: ``ratings`` (canonical JSON list of RatingRow) and ``ratings_csv``.
+    """
 
     kind: Literal["aggregate"] = "aggregate"
     parameters: AggregateParameters

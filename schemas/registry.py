@@ -16,16 +16,20 @@ from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.evaluation import EvaluationReceipt
+from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetReceipt, SubmissionReceipt
+from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
 RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-    EvaluationReceipt,
+    EvaluationReceipt, PromotionReceipt,
+    PacketSetReceipt, SubmissionReceipt, AggregateReceipt,
 )
 
 AnyReceipt = Annotated[Union[
         IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-        EvaluationReceipt,
+        EvaluationReceipt, PromotionReceipt,
+        PacketSetReceipt, SubmissionReceipt, AggregateReceipt,
     ], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 

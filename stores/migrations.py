@@ -190,4 +190,60 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0007_alias_base",
+        """
+        ALTER TABLE alias_history ADD COLUMN base_sha256 VARCHAR;
+        CREATE TABLE promotion_rules (
+            receipt_sha256 VARCHAR NOT NULL,
+            challenger VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            statistic VARCHAR NOT NULL,
+            op VARCHAR NOT NULL,
+            threshold DOUBLE NOT NULL,
+            value DOUBLE,
+            passed BOOLEAN NOT NULL,
+            PRIMARY KEY (receipt_sha256, challenger, metric, statistic)
+        );
+        """,
+    ),
+    (
+        "0008_listening",
+        """
+        -- One row per accepted rating of a listening test, unblinded at aggregation and bound to
+        -- the audio digest, so lineage walks from a rating back to the audio and what made it.
+        CREATE TABLE ratings (
+            receipt_sha256 VARCHAR NOT NULL,
+            seq INTEGER NOT NULL,
+            rater VARCHAR NOT NULL,
+            stimulus VARCHAR NOT NULL,
+            trial VARCHAR NOT NULL,
+            role VARCHAR NOT NULL,
+            task VARCHAR NOT NULL,
+            criterion VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            prompt_id VARCHAR NOT NULL,
+            category VARCHAR NOT NULL,
+            score DOUBLE NOT NULL,
+            audio_sha256 VARCHAR NOT NULL,
+            versus_candidate VARCHAR,
+            versus_audio_sha256 VARCHAR,
+            included BOOLEAN NOT NULL,
+            PRIMARY KEY (receipt_sha256, seq)
+        );
+        CREATE INDEX ratings_audio ON ratings (audio_sha256);
+        CREATE TABLE listening_scores (
+            receipt_sha256 VARCHAR NOT NULL,
+            criterion VARCHAR NOT NULL,
+            task VARCHAR NOT NULL,
+            candidate VARCHAR NOT NULL,
+            ratings INTEGER NOT NULL,
+            raters INTEGER NOT NULL,
+            mean DOUBLE NOT NULL,
+            ci_low DOUBLE,
+            ci_high DOUBLE,
+            PRIMARY KEY (receipt_sha256, criterion, candidate)
+        );
+        """,
+    ),
 ]

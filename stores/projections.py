@@ -112,3 +112,25 @@ def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
 
 _evaluation.needs_blobs = True  # type: ignore[attr-defined]
 PROJECTORS["evaluation"] = _evaluation
+
+
+@projector("promotion")
+def _promotion(rid: str, doc: dict[str, Any]) -> Rows:
+    moves = [{"receipt_sha256": rid, "alias": m["alias"], "target_sha256": m["target_sha256"], "previous_sha256": m["previous_sha256"],
+              "moved_at": doc["finished_at"], "reason": m["reason"], "base_sha256": m["base_sha256"]}
+             for m in doc["result"]["moves"]]  # fmt: skip
+    rules = [{"receipt_sha256": rid, "challenger": c["name"], **{k: r[k] for k in ("metric", "statistic", "op", "threshold", "value", "passed")}}
+             for c in doc["result"]["challengers"] for r in c["rules"]]  # fmt: skip
+    return {"alias_history": moves, "promotion_rules": rules}
+
+
+def _aggregate(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
+    ratings = [{"receipt_sha256": rid, "seq": i, "rater": r["rater_id"], **{k: v for k, v in r.items() if k != "rater_id"}}
+               for i, r in enumerate(_json_blob(load, doc, "ratings"))]  # fmt: skip
+    scores = [{"receipt_sha256": rid, **{k: s[k] for k in ("criterion", "task", "candidate", "ratings", "raters", "mean", "ci_low", "ci_high")}}
+              for s in doc["result"]["scores"]]  # fmt: skip
+    return {"ratings": ratings, "listening_scores": scores}
+
+
+_aggregate.needs_blobs = True  # type: ignore[attr-defined]
+PROJECTORS["aggregate"] = _aggregate

@@ -26,7 +26,6 @@ from typing import Any, BinaryIO
 import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
-
 from voxledger.schemas.canonical import is_sha256_hex
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
 from voxledger.stores.hashing import CHUNK_BYTES, sha256_stream
@@ -92,7 +91,7 @@ class _VerifyingStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: "bytearray | memoryview") -> int:  # type: ignore[override]
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         chunk: bytes = self._body.read(len(buffer))
         n = len(chunk)
         if n:
@@ -207,7 +206,8 @@ class S3BlobStore:
 
         The digest names the key, so it is computed first unless ``expected_sha256`` is given.
         Raises DigestMismatchError when the uploaded bytes do not hash to it (the file changed);
-        the upload is then aborted and nothing becomes visible.
+        the upload is then aborted and nothing becomes visible. When the object is already shared
+        the file is not read again: the shared object is verified instead.
         """
         sha256 = expected_sha256 or sha256_stream(path)[0]
         if self.has(sha256):
@@ -233,7 +233,8 @@ class S3BlobStore:
         upload_id = self._call("create_multipart_upload", Key=key)["UploadId"]
         completed = False
         try:
-            parts, h = [], hashlib.sha256()
+            parts: list[dict[str, Any]] = []
+            h = hashlib.sha256()
             with open(path, "rb") as f:
                 while chunk := f.read(part_bytes):
                     h.update(chunk)
@@ -268,7 +269,7 @@ class S3BlobStore:
         key = self.key_of(sha256)
         body = self._get(key, sha256)["Body"]
         raw = _VerifyingStream(body, sha256, f"s3://{self.config.bucket}/{key}")
-        return io.BufferedReader(raw, CHUNK_BYTES)  # type: ignore[return-value]
+        return io.BufferedReader(raw, CHUNK_BYTES)
 
     def get_bytes(self, sha256: str) -> bytes:
         """Read a whole (small) object, verified."""

@@ -1,0 +1,1 @@
+"""Promotion of checkpoints through explicit gates; aliases move only through promotion receipts."""

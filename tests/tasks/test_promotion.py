@@ -1,0 +1,87 @@
+"""Promotion: gates with recorded rule values, alias history, refusal across base models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.corpus_factory import build_small_corpus
+from tests.tasks.test_training import audited, base_plan, lora_plan
+from voxledger.schemas.errors import GateFailedError
+from voxledger.schemas.evaluation import MetricSuite, Prompt
+from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
+from voxledger.stores.home import Home
+from voxledger.tasks.promotion.run import alias_state, promote_adapter_fn
+from voxledger.tasks.training.run import train_adapter_fn
+
+
+def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
+    prompts = (Prompt(id="p0", category="short", text="Kick the ball straight and follow through."),
+               Prompt(id="p1", category="short", text="Help the woman get back to her feet."))  # fmt: skip
+    template = GatePlan(name="gate", prompts=prompts, seeds=(0,), metrics=MetricSuite(mos=None),
+                        speaker_references={"p0:0": "wavs/spk_t_4.wav", "p1:0": "wavs/spk_t_4.wav"})
+    return PromotionPolicy(name=name, best_k=1, baseline_speaker="spk_a", gate_plan=template, rules=rules)
+
+
+# A 1-epoch test model fails the content gate (so it has no speaker similarity): these rules use
+# metrics every valid row gets, with bounds loose enough for it.
+PASSING = (GateRule(metric="content_gate_pass", statistic="challenger_mean", op=">=", threshold=0.0),
+           GateRule(metric="cer:basic", statistic="delta_high", op="<=", threshold=5.0))  # fmt: skip
+UNMEASURED = (GateRule(metric="speaker_sim", statistic="delta_mean", op=">=", threshold=-2.0),)
+IMPOSSIBLE = (GateRule(metric="wer:whisper_en", statistic="delta_high", op="<=", threshold=-5.0, why="cannot pass"),)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Path, str, str]:
+    root = tmp_path_factory.mktemp("promo")
+    corpus = build_small_corpus(root / "c")
+    home = Home(root / "h")
+    audit = audited(home, corpus)
+    base = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
+    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
+    return home, corpus, audit, lora.receipt_id
+
+
+def test_first_promotion_sets_champion_and_history(setup: tuple[Home, Path, str, str]) -> None:
+    home, corpus, _, run = setup
+    out = promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+    r = out.receipt
+    assert r.status == "succeeded" and r.result.promoted is not None, r.error
+    assert r.parameters.incumbent == "base"  # no champion yet: judged against the base model
+    names = [c.name for c in r.result.challengers]
+    assert "epoch1" in names  # the last epoch is always a challenger
+    assert all(v.value is not None for c in r.result.challengers for v in c.rules)
+    champ = alias_state(home, "champion")
+    assert champ is not None and champ.receipt_sha256 == out.receipt_id
+    with home.catalog.connect(read_only=True) as con:
+        rows = con.execute("SELECT alias, reason FROM alias_history ORDER BY alias").fetchall()
+        rules = con.execute("SELECT count(*) FROM promotion_rules WHERE receipt_sha256 = ?", [out.receipt_id]).fetchone()
+    assert [a for a, _ in rows] == ["candidate", "champion"] and "passed all 2 gates" in rows[1][1]
+    assert rules == (len(names) * 2,)
+
+
+def test_failing_gates_keep_the_champion(setup: tuple[Home, Path, str, str]) -> None:
+    home, corpus, _, run = setup
+    before = alias_state(home, "champion")
+    out = promote_adapter_fn(home, run, policy(IMPOSSIBLE, name="strict"), policy_name="strict.yaml", corpus=corpus)
+    assert out.receipt.status == "failed" and out.receipt.result.promoted is None
+    assert "delta_high(wer:whisper_en)" in (out.receipt.error or "")
+    assert alias_state(home, "champion") == before  # champion unchanged; only 'candidate' moved
+
+
+def test_a_rule_on_an_unmeasured_metric_fails_not_skips(setup: tuple[Home, Path, str, str]) -> None:
+    home, corpus, _, run = setup
+    out = promote_adapter_fn(home, run, policy(UNMEASURED, name="unmeasured"), policy_name="unmeasured.yaml", corpus=corpus)
+    assert out.receipt.status == "failed"
+    assert "speaker_sim was not measured" in (out.receipt.error or "")
+
+
+def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) -> None:
+    home, corpus, audit, run = setup
+    if alias_state(home, "champion") is None:
+        promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+    other = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1, seed=9), plan_name="t-base-9.yaml")
+    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=other.receipt.subject("best").sha256)
+    with pytest.raises(GateFailedError, match="serves on base .* trained on base"):
+        promote_adapter_fn(home, lora.receipt_id, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
