@@ -61,3 +61,7 @@ class GateFailedError(VoxledgerError):
 
 class SynthesisError(VoxledgerError):
     """A speech synthesizer failed (unknown voice, library error, no audio produced)."""
+
+
+class SignatureError(VoxledgerError):
+    """A signed attestation does not verify with the given key, or signs something else."""

@@ -86,6 +86,7 @@ class AbCriterion(_Criterion):
     """A/B comparison (CMOS): the score says how much better B is than A."""
 
     task: Literal["ab"]
+    direction: Literal["higher_better"] = "higher_better"  # the scale itself says which sample is better
     scale: Scale = CMOS_SCALE
     include_reference: bool = False  # whether the reference candidate takes part in the pairs
 
@@ -213,6 +214,15 @@ class StimulusSet(Frozen):
 # --- what a rater's packet holds (no candidate names, no prompt ids) ---------------------------
 
 
+class PacketCriterion(Frozen):
+    """What the page shows of a criterion: no routing, no anchor construction."""
+
+    name: Name
+    task: TaskType
+    question: str
+    scale: Scale
+
+
 class PacketTrial(Frozen):
     """One screen: the stimuli in display order (A, B for ``ab``) and the criteria asked."""
 
@@ -240,7 +250,7 @@ class PacketManifest(Frozen):
     protocol_sha256: Sha256
     title: str
     instructions: str
-    criteria: tuple[Criterion, ...]
+    criteria: tuple[PacketCriterion, ...]
     trials: tuple[PacketTrial, ...]
     audio: tuple[PacketAudio, ...]
 

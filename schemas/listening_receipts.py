@@ -169,7 +169,11 @@ class Attrition(Frozen):
 
 
 class CandidateScore(Frozen):
-    """Mean score of a candidate on a criterion with a rater-clustered bootstrap interval."""
+    """Mean score of a candidate on a criterion with a rater-clustered bootstrap interval.
+
+    For A/B criteria the mean is the candidate's CMOS advantage over its opponents (its own
+    side's score, sign-flipped when it was A), so every comparison counts for both candidates.
+    """
 
     criterion: str
     task: TaskType

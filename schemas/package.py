@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, JsonValue
-
 from voxledger.schemas.base import CodeIdentity, Frozen, ReceiptBase, Sha256
 from voxledger.schemas.equivalence import Band
 from voxledger.schemas.training import BackendName

@@ -17,19 +17,21 @@ from voxledger.schemas.core import IngestReceipt, PlanReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetReceipt, SubmissionReceipt
+from voxledger.schemas.package import PackageReceipt
+from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
 RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-    EvaluationReceipt, PromotionReceipt,
-    PacketSetReceipt, SubmissionReceipt, AggregateReceipt,
+    EvaluationReceipt, PromotionReceipt, PipelineRunReceipt,
+    PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
 )
 
 AnyReceipt = Annotated[Union[
         IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-        EvaluationReceipt, PromotionReceipt,
-        PacketSetReceipt, SubmissionReceipt, AggregateReceipt,
+        EvaluationReceipt, PromotionReceipt, PipelineRunReceipt,
+        PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
     ], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 

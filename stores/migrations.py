@@ -246,4 +246,45 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0009_packages",
+        """
+        CREATE TABLE packages (
+            receipt_sha256 VARCHAR PRIMARY KEY,
+            status VARCHAR NOT NULL,
+            package_sha256 VARCHAR NOT NULL,
+            size_bytes BIGINT NOT NULL,
+            backend VARCHAR NOT NULL,
+            training_run VARCHAR NOT NULL,
+            checkpoint_tree_sha256 VARCHAR NOT NULL,
+            base_sha256 VARCHAR,
+            merged_tree_sha256 VARCHAR,
+            reload_bitwise_equal BOOLEAN NOT NULL,
+            reload_max_abs_err DOUBLE NOT NULL,
+            equivalence_band VARCHAR,
+            equivalence_receipt VARCHAR,
+            published_name VARCHAR,
+            finished_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE INDEX packages_package ON packages (package_sha256);
+        """,
+    ),
+    (
+        "0010_pipeline",
+        """
+        CREATE TABLE pipeline_stages (
+            receipt_sha256 VARCHAR NOT NULL,
+            run_status VARCHAR NOT NULL,
+            finished_at TIMESTAMPTZ NOT NULL,
+            seq INTEGER NOT NULL,
+            stage VARCHAR NOT NULL,
+            stage_receipt VARCHAR,
+            cached BOOLEAN NOT NULL,
+            wall_s DOUBLE NOT NULL,
+            status VARCHAR NOT NULL,
+            detail VARCHAR NOT NULL,
+            PRIMARY KEY (receipt_sha256, seq)
+        );
+        """,
+    ),
 ]

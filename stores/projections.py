@@ -134,3 +134,22 @@ def _aggregate(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
 
 _aggregate.needs_blobs = True  # type: ignore[attr-defined]
 PROJECTORS["aggregate"] = _aggregate
+
+
+@projector("pipeline_run")
+def _pipeline(rid: str, doc: dict[str, Any]) -> Rows:
+    return {"pipeline_stages": [{"receipt_sha256": rid, "run_status": doc["status"], "finished_at": doc["finished_at"], "seq": i,
+                                 "stage": s["stage"], "stage_receipt": s["receipt_id"], "cached": s["cached"], "wall_s": s["wall_s"],
+                                 "status": s["status"], "detail": s["detail"]} for i, s in enumerate(doc["stages"])]}  # fmt: skip
+
+
+@projector("package")
+def _package(rid: str, doc: dict[str, Any]) -> Rows:
+    p, r = doc["parameters"], doc["result"]
+    base = next((i["sha256"] for i in doc["inputs"] if i["role"] == "base_model"), None)
+    return {"packages": [{"receipt_sha256": rid, "status": doc["status"], "package_sha256": r["package_sha256"], "size_bytes": r["size_bytes"],
+                          "backend": p["backend"], "training_run": p["training_run"], "checkpoint_tree_sha256": p["checkpoint_tree_sha256"],
+                          "base_sha256": base, "merged_tree_sha256": r["merged_tree_sha256"], "reload_bitwise_equal": r["reload"]["bitwise_equal"],
+                          "reload_max_abs_err": r["reload"]["max_abs_err"], "equivalence_band": r["equivalence_band"],
+                          "equivalence_receipt": r["equivalence_receipt"], "published_name": (r["published"] or {}).get("name"),
+                          "finished_at": doc["finished_at"]}]}  # fmt: skip

@@ -55,7 +55,8 @@ def emit_json(value: Any) -> None:
 
 
 def _register() -> None:
-    from voxledger import cli_audit, cli_core, cli_equivalence  # noqa: F401  (commands attach themselves to ``main``)
+    # each module attaches its commands to ``main``
+    from voxledger import cli_audit, cli_core, cli_demo, cli_equivalence, cli_listening, cli_package, cli_stages  # noqa: F401
 
 
 _register()

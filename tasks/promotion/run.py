@@ -15,7 +15,7 @@ from voxledger.schemas.promotion import (
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
-from voxledger.tasks.plans import register_plan
+from voxledger.tasks.plans import plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import cached_receipt
 
@@ -81,6 +81,28 @@ def judge(rule: GateRule, challenger: str, comparisons: dict[tuple[str, str], Co
                      detail=f"{rule.statistic}({rule.metric}) = {value:.4f} {'meets' if ok else 'fails'} {rule.op} {rule.threshold}")  # fmt: skip
 
 
+def _already_promoted(home: Home, run_rid: str, policy_sha: str, alias: str, champion: AliasState | None) -> tuple[str, dict] | None:  # type: ignore[type-arg]
+    """The promotion that made the current champion from this very run and policy, if it did.
+
+    Re-running an unchanged pipeline must not re-judge a run against the champion it produced
+    itself; that promotion's receipt is the answer (verified like any cache hit).
+    """
+    if champion is None:
+        return None
+    with home.catalog.connect(read_only=True) as con:
+        row = con.execute(
+            "SELECT r.receipt_sha256 FROM receipts r JOIN alias_history a ON a.receipt_sha256 = r.receipt_sha256"
+            " WHERE r.kind = 'promotion' AND r.status = 'succeeded' AND a.alias = ? AND a.target_sha256 = ?"
+            " AND r.doc->>'$.parameters.training_run' = ? AND r.doc->>'$.parameters.policy_sha256' = ?"
+            " ORDER BY r.finished_at DESC LIMIT 1",
+            [alias, champion.target_sha256, run_rid, policy_sha],
+        ).fetchone()
+    if row is None or row[0] != champion.receipt_sha256:
+        return None
+    key = home.receipts.read_document(row[0]).get("cache_key")
+    return cached_receipt(home, key) if key else None
+
+
 def promote_adapter_fn(
     home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
@@ -115,11 +137,12 @@ def promote_adapter_fn(
         incumbent = Candidate(name="incumbent", backend=backend, runtime="adapter", artifact="input:incumbent", base="input:base", speaker=speaker)
         bindings["incumbent"] = incumbent_sha = champion.target_sha256
     key = cache_key("promote", {"run": training_run_rid, **bindings}, policy_sha, {})
-    hit = cached_receipt(home, key)
+    hit = cached_receipt(home, key) or _already_promoted(home, training_run_rid, policy_sha, policy.alias, champion)
     if hit is not None:
         return PromotionOutcome(hit[0], PromotionReceipt.model_validate(hit[1]), cached=True)
     gate = gate_plan_for(policy.gate_plan, incumbent, cands)
-    ev = evaluate_plan_fn(home, gate, plan_name=f"{policy_name}#gate", corpus=corpus, bindings=bindings, flow=flow, progress=progress,
+    # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
+    ev = evaluate_plan_fn(home, gate, plan_name=f"{policy_name}#gate@{plan_digest(gate)[:16]}", corpus=corpus, bindings=bindings, flow=flow, progress=progress,
                           parents=(InputRef(role="policy", sha256=policy_rid, ref="receipt"),))  # fmt: skip
     comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
     means = {(s.candidate, m): iv.mean for s in ev.receipt.result.summaries for m, iv in s.overall.items()}

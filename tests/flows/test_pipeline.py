@@ -1,0 +1,99 @@
+"""The orchestrated pipeline on real Prefect: stages chain, the second run is served from cache
+with identical lineage, a changed plan reruns only downstream stages, a failing audit stops it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.corpus_factory import build_small_corpus
+from voxledger.flows.pipeline import pipeline
+from voxledger.flows.runtime import quiet_prefect
+from voxledger.schemas.errors import AuditFailedError
+from voxledger.stores.home import Home
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128, "postnet_channels": 64, "encoder_layers": 2}
+
+
+def write_plans(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "plans" / "audit-demo.yaml", d / "audit.yaml")
+    base = {"kind": "training_plan", "name": "p-base", "mode": "full", "train_splits": ["train"], "cv_splits": ["dev"], "max_epochs": 2,
+            "steps_per_epoch": 3, "frames_per_batch": 800, "checkpoint_every_steps": 2, "threads": 1, "model": TINY, "optim": {"warmup_steps": 2}}
+    lora = {"kind": "training_plan", "name": "p-lora", "mode": "lora", "train_splits": ["target_train"], "cv_splits": ["target_dev"],
+            "new_speaker": "spk_t", "max_epochs": 2, "frames_per_batch": 800, "checkpoint_every_steps": 2, "threads": 1,
+            "lora": {"r": 8, "alpha": 16}, "optim": {"warmup_steps": 2, "weight_decay": 0.0}}
+    prompts = [{"id": "p0", "category": "short", "text": "Kick the ball straight and follow through.", "recording": "wavs/spk_t_0.wav"},
+               {"id": "p1", "category": "short", "text": "Help the woman get back to her feet.", "recording": "wavs/spk_t_1.wav"}]
+    refs = {"p0:0": "wavs/spk_t_4.wav", "p1:0": "wavs/spk_t_4.wav"}
+    promo = {"kind": "promotion_policy", "name": "p-promo", "best_k": 1, "baseline_speaker": "spk_a",
+             "gate_plan": {"name": "g", "prompts": prompts, "seeds": [0], "speaker_references": refs, "metrics": {"mos": None}},
+             "rules": [{"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.0}]}
+    ev = {"kind": "evaluation_plan", "name": "p-eval", "seeds": [0], "baseline": "base", "prompts": prompts, "speaker_references": refs,
+          "metrics": {"mos": None},
+          "candidates": [{"name": "base", "backend": "tiny", "runtime": "base", "artifact": "input:base", "speaker": "spk_a"},
+                         {"name": "adapter", "backend": "tiny", "runtime": "adapter", "artifact": "input:adapter", "base": "input:base", "speaker": "spk_t"},
+                         {"name": "recordings", "backend": "recordings", "runtime": "recordings"}]}
+    pipe = {"kind": "pipeline_plan", "name": "p", "audit_policy": "audit.yaml", "base_training": "base.yaml", "adapter_training": "lora.yaml",
+            "promotion_policy": "promo.yaml", "evaluation": "eval.yaml", "package": False}
+    for name, doc in {"base.yaml": base, "lora.yaml": lora, "promo.yaml": promo, "eval.yaml": ev, "pipeline.yaml": pipe}.items():
+        (d / name).write_text(yaml.safe_dump(doc))
+    return d
+
+
+def run(home: Path, corpus: Path, plans: Path, plan: str = "pipeline.yaml") -> dict:  # type: ignore[type-arg]
+    with quiet_prefect():
+        return pipeline(str(home), str(corpus), str(plans / plan), str(plans))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_small_corpus(tmp_path_factory.mktemp("pc") / "c")
+
+
+def test_pipeline_runs_then_is_served_from_cache(tmp_path: Path, corpus: Path) -> None:
+    plans = write_plans(tmp_path / "plans")
+    t0 = time.perf_counter()
+    first = run(tmp_path / "h", corpus, plans)
+    t_first = time.perf_counter() - t0
+    assert [s["stage"] for s in first["stages"]] == ["audit", "train_base", "train_adapter", "promote", "evaluate"]
+    assert not any(s["cached"] for s in first["stages"])
+    t0 = time.perf_counter()
+    second = run(tmp_path / "h", corpus, plans)
+    t_second = time.perf_counter() - t0
+    assert all(s["cached"] for s in second["stages"])
+    assert [s["receipt_id"] for s in second["stages"]] == [s["receipt_id"] for s in first["stages"]]  # identical lineage
+    print(f"pipeline first {t_first:.1f} s, cached {t_second:.1f} s, ratio {t_second / t_first:.3f}")
+    # change only the adapter plan: audit and base training stay cached, everything downstream reruns
+    lora = yaml.safe_load((plans / "lora.yaml").read_text())
+    lora["lora"]["r"] = 4
+    (plans / "lora-r4.yaml").write_text(yaml.safe_dump(lora))
+    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {"adapter_training": "lora-r4.yaml"}
+    (plans / "pipeline-r4.yaml").write_text(yaml.safe_dump(pipe))
+    third = run(tmp_path / "h", corpus, plans, "pipeline-r4.yaml")
+    assert [s["cached"] for s in third["stages"]] == [True, True, False, False, False]
+    home = Home(tmp_path / "h")
+    with home.catalog.connect(read_only=True) as con:
+        runs = con.execute("SELECT count(DISTINCT receipt_sha256) FROM pipeline_stages WHERE run_status = 'succeeded'").fetchone()
+    assert runs == (3,)
+
+
+def test_failing_audit_stops_the_pipeline_with_a_receipt(tmp_path: Path, corpus: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(corpus, bad)
+    rows = [json.loads(x) for x in (bad / "manifest.jsonl").read_text().splitlines()]
+    rows[0]["split"] = "test"
+    (bad / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plans = write_plans(tmp_path / "plans")
+    with pytest.raises(AuditFailedError, match="pipeline stopped at audit"):
+        run(tmp_path / "h", bad, plans)
+    home = Home(tmp_path / "h")
+    with home.catalog.connect(read_only=True) as con:
+        rows = con.execute("SELECT stage, status, detail FROM pipeline_stages WHERE run_status = 'failed'").fetchall()
+    assert rows[0][0] == "audit" and rows[0][1] == "failed" and "split_leakage" in rows[0][2]

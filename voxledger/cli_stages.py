@@ -1,0 +1,195 @@
+"""Stage commands: train, promote, eval run/report, alias history, pipeline run, serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from voxledger.cli import emit_json, main, open_home
+
+console = Console()
+PLANS = Path(__file__).resolve().parent.parent / "plans"
+
+
+def _run_flow(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a flow with the offline settings and a live progress line."""
+    from voxledger.flows.progress import set_reporter
+    from voxledger.flows.runtime import quiet_prefect
+
+    with console.status("starting") as status, quiet_prefect():
+        set_reporter(lambda msg: status.update(msg))
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            set_reporter(None)
+
+
+@main.command("train")
+@click.argument("corpus", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--audit", "audit_rid", required=True, help="Receipt id of a passing audit of CORPUS.")
+@click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--base", "base_sha", default=None, help="Base model tree digest (LoRA plans).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, base_sha: str | None, as_json: bool) -> None:
+    """Train (or resume a crashed run) under a frozen training plan.
+
+    Example: voxledger train ./demo/corpus --audit 3fa2... --plan plans/train-tiny-base.yaml
+    """
+    from voxledger.flows.stages import train_flow
+
+    out = _run_flow(train_flow, str(open_home(ctx).root), str(corpus), audit_rid, str(plan_file), base_sha)
+    emit_json(out) if as_json else console.print(out)
+
+
+@main.command("promote")
+@click.argument("training_run")
+@click.option("--policy", "policy_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=PLANS / "promote-demo.yaml", show_default=True)
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.pass_context
+def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Path) -> None:
+    """Gate a training run's best-k + last checkpoints against the champion; move aliases.
+
+    Example: voxledger promote 9c1e... --policy plans/promote-demo.yaml --corpus ./demo/corpus
+    """
+    from voxledger.flows.stages import promote_flow
+
+    out = _run_flow(promote_flow, str(open_home(ctx).root), str(corpus), training_run, str(policy_file))
+    console.print(out)
+
+
+@main.group("eval")
+def eval_group() -> None:
+    """Evaluations on frozen plans."""
+
+
+@eval_group.command("run")
+@click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.option("--bind", "binds", multiple=True, help="NAME=SHA256 for input:NAME artifacts in the plan.")
+@click.pass_context
+def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str, ...]) -> None:
+    """Run a frozen evaluation plan (registered before any generation).
+
+    Example: voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA
+    """
+    from voxledger.flows.stages import evaluate_flow
+
+    bindings = dict(b.split("=", 1) for b in binds)
+    out = _run_flow(evaluate_flow, str(open_home(ctx).root), str(corpus), str(plan_file), bindings)
+    _print_report(open_home(ctx).receipts.read_document(out["receipt_id"]))
+
+
+@eval_group.command("report")
+@click.argument("receipt_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def eval_report(ctx: click.Context, receipt_id: str, as_json: bool) -> None:
+    """Print an evaluation's per-candidate metrics and paired comparisons.
+
+    Example: voxledger eval report 5d0c...
+    """
+    from voxledger.cli_core import _resolve
+
+    doc = open_home(ctx).receipts.read_document(_resolve(ctx, receipt_id))
+    if as_json:
+        emit_json(doc["result"])
+    else:
+        _print_report(doc)
+
+
+SHOWN = ("wer:whisper_en", "cer:basic", "speaker_sim", "predicted_mos_ovrl", "content_gate_pass", "rtf")
+
+
+def _print_report(doc: dict[str, Any]) -> None:
+    result = doc["result"]
+    table = Table("candidate", "invalid", "gate fail", *SHOWN, title=f"evaluation {doc['parameters']['plan_name']} (predicted MOS is a model's prediction)")
+    for s in result["summaries"]:
+        cells = []
+        for m in SHOWN:
+            iv = s["overall"].get(m)
+            cells.append("-" if iv is None else f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]")
+        table.add_row(s["candidate"], f"{s['invalid_rate']:.0%}", f"{s['content_gate_fail_rate']:.0%}", *cells)
+    console.print(table)
+    comp = Table("candidate - baseline", "metric", "delta [CI]", "Wilcoxon p", "pairs", title="paired comparisons")
+    for c in result["comparisons"]:
+        if c["metric"] in SHOWN:
+            d = c["delta"]
+            p = "-" if c["wilcoxon_p"] is None else f"{c['wilcoxon_p']:.3g}"
+            comp.add_row(f"{c['candidate']} - {c['baseline']}", c["metric"], f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]", p, str(c["n_pairs"]))
+    console.print(comp)
+
+
+@main.group("alias")
+def alias_group() -> None:
+    """Aliases (champion, candidate, ...): they move only through promotion receipts."""
+
+
+@alias_group.command("history")
+@click.argument("alias", required=False)
+@click.option("--at", "at", default=None, help="Only the move in force at this ISO date/time.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json: bool) -> None:
+    """Show the append-only alias history ("what was champion on date D, and why").
+
+    Example: voxledger alias history champion --at 2026-11-29T12:00:00Z
+    """
+    sql = "SELECT alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
+    params: list[Any] = []
+    if alias:
+        sql += " AND alias = ?"
+        params.append(alias)
+    if at:
+        sql += " AND moved_at <= ?::TIMESTAMPTZ QUALIFY row_number() OVER (PARTITION BY alias ORDER BY moved_at DESC) = 1"
+        params.append(at)
+    sql += " ORDER BY moved_at, alias"
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        rows = con.execute(sql, params).fetchall()
+    if as_json:
+        emit_json([dict(zip(("alias", "target", "base", "moved_at", "reason", "receipt"), r)) for r in rows])
+        return
+    table = Table("alias", "target", "moved at", "reason", "receipt")
+    for a, t, _, m, why, rid in rows:
+        table.add_row(a, t[:16], str(m), why, rid[:16])
+    console.print(table)
+
+
+@main.group("pipeline")
+def pipeline_group() -> None:
+    """The orchestrated pipeline."""
+
+
+@pipeline_group.command("run")
+@click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.option("--packets", "packets_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir: Path | None, as_json: bool) -> None:
+    """Run audit -> train -> promote -> evaluate -> package -> packets from a pipeline plan.
+
+    Example: voxledger pipeline run plans/pipeline-demo.yaml --corpus ./demo/corpus --packets ./demo/packets
+    """
+    from voxledger.flows.pipeline import pipeline
+
+    out = _run_flow(pipeline, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
+                    str(packets_dir.absolute()) if packets_dir else None)  # fmt: skip
+    if as_json:
+        emit_json(out)
+    else:
+        print_stages(out["stages"])
+
+
+def print_stages(stages: list[dict[str, Any]]) -> None:
+    """The stage table of a pipeline run."""
+    table = Table("stage", "status", "cached", "wall s", "receipt", title="pipeline")
+    for s in stages:
+        table.add_row(s["stage"], s["status"], "yes" if s["cached"] else "no", f"{s['wall_s']:.1f}", (s["receipt_id"] or "-")[:16])
+    console.print(table)
+
+
