@@ -1,0 +1,1 @@
+"""TTS backends: each trains, adapts and synthesizes one model family behind a common interface."""

@@ -4,8 +4,9 @@
   ``whisper/normalizers/english.py`` with its spelling table): lowercases, spells out
   contractions ("don't" -> "do not"), turns spelled numbers into digits ("twenty five" -> "25"),
   maps British to American spelling and removes punctuation and filler words.
-- ``basic``: NFKC, lowercase, every punctuation mark or symbol becomes a space except an
-  apostrophe inside a word ("don't" stays), whitespace collapsed. No number handling.
+- ``basic``: NFKC, typographic apostrophes made straight, lowercase; every punctuation mark,
+  symbol or control character becomes a space except an apostrophe between two letters or
+  digits ("don't" stays), whitespace collapsed. No number handling.
 - ``none``: the text unchanged (only whitespace is ever used to split words).
 
 The version of each entry is recorded in ``TextMetricSpec.normaliser_version``; for
@@ -26,7 +27,6 @@ from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import NORMALISER_VERSIONS, NormaliserName, TextMetricSpec
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'", "\u2018": "'"})
-_WORD_APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
 _SPACES = re.compile(r"\s+")
 
 
@@ -52,11 +52,18 @@ def whisper_en(text: str) -> str:
 
 
 def basic(text: str) -> str:
-    """Lowercase, drop punctuation/symbols except in-word apostrophes, collapse whitespace."""
+    """Lowercase; punctuation, symbols and control characters become spaces, except an
+    apostrophe between two letters or digits; whitespace collapsed."""
     text = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).lower()
-    kept = _WORD_APOSTROPHE.sub("\0", text)  # protect in-word apostrophes from the sweep
-    swept = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in kept)
-    return _SPACES.sub(" ", swept.replace("\0", "'")).strip()
+    last = len(text) - 1
+    out = [
+        c
+        if (c == "'" and 0 < i < last and text[i - 1].isalnum() and text[i + 1].isalnum())
+        or unicodedata.category(c)[0] not in "PSCZ"
+        else " "
+        for i, c in enumerate(text)
+    ]
+    return _SPACES.sub(" ", "".join(out)).strip()
 
 
 def identity(text: str) -> str:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Literal
 
 import torch
 from torch import nn
 from voxledger.tasks.backends.tiny.data import TinyBatch
 from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTS, TinyTTSConfig
+
+Precision = Literal["fp32", "bf16"]
 
 # The recipe measured on 2 CPU cores (see the backend's report); every value a plan may set.
 BASE_RECIPE: dict[str, float | int] = {
@@ -59,13 +62,14 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.op
 def compute_losses(model: nn.Module, batch: TinyBatch) -> dict[str, torch.Tensor]:
     """Teacher-forced losses of ``model`` (a `TinyTTS` or its PEFT wrapper) on ``batch``."""
     out = model(batch.phoneme_ids, batch.speaker_ids, batch.durations)
+    before, after = out["mel_before"].float(), out["mel_after"].float()  # float32 under autocast
     frames = out["frame_mask"].unsqueeze(-1).float()
-    denom = frames.sum() * out["mel_before"].shape[-1]
-    mel_l1 = ((out["mel_before"] - batch.mels).abs() * frames).sum() / denom
-    postnet_l1 = ((out["mel_after"] - batch.mels).abs() * frames).sum() / denom
+    denom = frames.sum() * before.shape[-1]
+    mel_l1 = ((before - batch.mels).abs() * frames).sum() / denom
+    postnet_l1 = ((after - batch.mels).abs() * frames).sum() / denom
     phones = (batch.phoneme_ids != PAD_ID).float()
     target = torch.log1p(batch.durations.float())
-    duration_mse = ((out["log_durations"] - target) ** 2 * phones).sum() / phones.sum()
+    duration_mse = ((out["log_durations"].float() - target) ** 2 * phones).sum() / phones.sum()
     weight = _config(model).duration_loss_weight
     return {
         "loss": mel_l1 + postnet_l1 + weight * duration_mse,
@@ -75,18 +79,24 @@ def compute_losses(model: nn.Module, batch: TinyBatch) -> dict[str, torch.Tensor
 
 def train_step(
     model: nn.Module, batch: TinyBatch, optimizer: torch.optim.Optimizer,
-    lr: float | None = None, max_grad_norm: float = 1.0,
+    lr: float | None = None, max_grad_norm: float = 1.0, precision: Precision = "fp32",
 ) -> dict[str, float]:
     """One optimisation step; returns the losses, the gradient norm and the lr used.
 
     Args:
         lr: when given, set on every parameter group before stepping (see `lr_at`).
+        precision: ``"bf16"`` runs the forward pass under CPU bfloat16 autocast (weights,
+            gradients and optimizer state stay float32); about 1.5x faster per step on CPUs
+            with native bf16 (AVX512-BF16), slower on CPUs without it.
     """
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
     model.train()
     if lr is not None:
         for group in optimizer.param_groups:
             group["lr"] = lr
-    losses = compute_losses(model, batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        losses = compute_losses(model, batch)
     optimizer.zero_grad(set_to_none=True)
     losses["loss"].backward()
     params = [p for g in optimizer.param_groups for p in g["params"]]

@@ -1,0 +1,99 @@
+"""Configuration from the environment, plan options, and the preflight's checks and digests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from voxledger.schemas.errors import PlanError, TrainingError
+from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
+from voxledger.tasks.backends.cosyvoice3.config import (
+    CosyVoice3Config,
+    CosyVoice3Options,
+    instruct_text,
+)
+from voxledger.tasks.backends.cosyvoice3.upstream import CHECKOUT_FILES, UpstreamIdentity, preflight
+
+from .fake_model import FAKE_TREE
+
+
+def test_registry_returns_the_backend_and_env_config_needs_a_checkout(tmp_path: Path) -> None:
+    assert isinstance(get_backend("cosyvoice3"), CosyVoice3Backend)
+    with pytest.raises(TrainingError, match="VOXLEDGER_COSYVOICE_DIR"):
+        CosyVoice3Config.from_env({})
+    cfg = CosyVoice3Config.from_env({"VOXLEDGER_COSYVOICE_DIR": str(tmp_path), "VOXLEDGER_COSYVOICE_DEVICE": "cuda:1"})
+    assert cfg.model_dir == tmp_path / "pretrained_models/Fun-CosyVoice3-0.5B"
+    assert cfg.campplus_path == cfg.model_dir / "campplus.onnx" and cfg.device == "cuda:1"
+    assert cfg.speech_tokenizer_path.name == "speech_tokenizer_v3.onnx"
+    with pytest.raises(TrainingError, match="invalid cosyvoice3 configuration"):
+        CosyVoice3Config.from_env({"VOXLEDGER_COSYVOICE_DIR": str(tmp_path), "VOXLEDGER_COSYVOICE_DEVICE": "tpu"})
+
+
+def test_plan_options_are_a_closed_set_and_instructs_end_with_the_marker() -> None:
+    assert CosyVoice3Options.from_plan_model("p", {}).max_text_tokens == 200
+    with pytest.raises(PlanError, match="valid keys"):
+        CosyVoice3Options.from_plan_model("p", {"max_text_token": 10})
+    assert instruct_text(None) == "You are a helpful assistant.<|endofprompt|>"
+    assert instruct_text("Speak slowly.") == "You are a helpful assistant. Speak slowly.<|endofprompt|>"
+    assert instruct_text("Custom.<|endofprompt|>") == "Custom.<|endofprompt|>"
+
+
+def test_preflight_lists_every_missing_file_with_a_fix(tmp_path: Path) -> None:
+    checkout, model = tmp_path / "CosyVoice", tmp_path / "model"
+    (checkout / "cosyvoice").mkdir(parents=True)
+    (checkout / "cosyvoice" / "__init__.py").write_text("")
+    model.mkdir()
+    (model / "llm.pt").write_bytes(b"x")
+    with pytest.raises(TrainingError) as err:
+        preflight(CosyVoice3Config(checkout_dir=checkout, model_dir=model, work_dir=tmp_path / "w"))
+    text = str(err.value)
+    assert text.count("\n- ") == (len(CHECKOUT_FILES) - 1) + 3 + 4 + 2  # sources, yaml/flow/hift, tokenizer files, two ONNX
+    assert "Matcha-TTS" in text and "git submodule update --init --recursive" in text
+    assert "flow.pt is missing" in text and "llm.pt is missing" not in text
+    assert "VOXLEDGER_COSYVOICE_MODEL_DIR" in text
+
+
+def test_preflight_refuses_online_feature_mode(fake_config: CosyVoice3Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("onnx_path", "/somewhere")
+    with pytest.raises(TrainingError, match="unset onnx_path"):
+        preflight(fake_config)
+
+
+def _copy(fake_config: CosyVoice3Config, dest: Path) -> CosyVoice3Config:
+    shutil.copytree(FAKE_TREE, dest / "checkout", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(fake_config.model_dir, dest / "model")
+    return CosyVoice3Config(checkout_dir=dest / "checkout", model_dir=dest / "model", work_dir=dest / "work")
+
+
+def test_identity_changes_with_sources_and_weights_not_with_location(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
+    original = preflight(fake_config)
+    assert original.source_files == 19  # 16 .py files in the fake cosyvoice/, 3 in matcha/
+    assert set(original.files_sha256) >= {"llm.pt", "flow.pt", "hift.pt", "cosyvoice3.yaml", "campplus.onnx",
+                                          "speech_tokenizer_v3.onnx", "CosyVoice-BlankEN/vocab.json"}  # fmt: skip
+    assert not any(name.endswith(".safetensors") for name in original.files_sha256)  # overwritten by llm.pt: not identity
+    copy = _copy(fake_config, tmp_path)
+    moved = preflight(copy)
+    assert moved.identity_sha256 == original.identity_sha256  # paths are not identity
+    llm_py = copy.checkout_dir / "cosyvoice" / "llm" / "llm.py"
+    llm_py.write_text(llm_py.read_text() + "\n# edited\n")
+    edited = preflight(copy)
+    assert edited.sources_sha256 != original.sources_sha256 and edited.identity_sha256 != original.identity_sha256
+    with open(copy.model_dir / "hift.pt", "ab") as f:
+        f.write(b"\0")
+    assert preflight(copy).files_sha256["hift.pt"] != original.files_sha256["hift.pt"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_commit_is_recorded_but_not_part_of_the_identity(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
+    copy = _copy(fake_config, tmp_path)
+    assert preflight(copy).checkout_commit is None
+    git = ["git", "-C", str(copy.checkout_dir), "-c", "user.email=t@example.org", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "fixture"], check=True)
+    ident = preflight(copy)
+    assert ident.checkout_commit is not None and len(ident.checkout_commit) == 40
+    assert ident.identity_sha256 == UpstreamIdentity(**{**ident.model_dump(), "checkout_commit": None}).identity_sha256

@@ -1,0 +1,133 @@
+"""TinyTTS network: shapes, masking, speaker adaptation, LoRA attach/merge, safetensors I/O."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from voxledger.tasks.backends.tiny.audio import NormStats
+from voxledger.tasks.backends.tiny.model import (
+    LORA_TARGETS,
+    TinyTTS,
+    TinyTTSConfig,
+    attach_lora,
+    load_tiny,
+    merge_lora,
+    save_tiny,
+)
+
+SMALL = {"hidden_size": 64, "ffn_size": 128, "backbone_layers": 2, "postnet_channels": 32}
+
+
+def small_model(seed: int = 0, **overrides: object) -> TinyTTS:
+    torch.manual_seed(seed)
+    cfg = TinyTTSConfig(phonemes=tuple("_abcdefghij"), speakers=("s1", "s2"), **{**SMALL, **overrides})
+    return TinyTTS(cfg).eval()
+
+
+def inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    phonemes = torch.tensor([[1, 2, 3, 4, 0], [5, 6, 7, 8, 9]])
+    durations = torch.tensor([[3, 4, 0, 2, 0], [2, 2, 2, 2, 2]])
+    return phonemes, torch.tensor([0, 1]), durations
+
+
+def test_forward_shapes_and_frame_mask() -> None:
+    out = small_model()(*inputs())
+    assert out["mel_before"].shape == out["mel_after"].shape == (2, 10, 80)
+    assert out["log_durations"].shape == (2, 5)
+    assert out["frame_mask"].sum(1).tolist() == [9, 10]
+    assert float(out["mel_after"][0, 9:].detach().abs().max()) == 0.0  # padding frames stay zero
+
+
+def test_padding_does_not_leak_into_real_frames() -> None:
+    model = small_model()
+    phonemes, speakers, durations = inputs()
+    alone = model(phonemes[:1, :4], speakers[:1], durations[:1, :4])["mel_after"]
+    batched = model(phonemes, speakers, durations)["mel_after"][:1, :9]
+    torch.testing.assert_close(alone, batched, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_attention_direction(bidirectional: bool) -> None:
+    model = small_model(bidirectional=bidirectional)
+    phonemes = torch.arange(1, 11).unsqueeze(0)
+    durations = torch.full((1, 10), 2)
+    changed = phonemes.clone()
+    changed[0, 9] = 1
+    speakers = torch.tensor([0])
+    first = model(phonemes, speakers, durations)["mel_before"][0, 0].detach()
+    second = model(changed, speakers, durations)["mel_before"][0, 0].detach()
+    # convolutions reach 6 phonemes and 2 frames: only bidirectional attention links frame 0
+    # to phoneme 9
+    assert bool((first - second).abs().max() > 1e-4) is bidirectional
+
+
+def test_predicted_durations_are_used_when_none_given() -> None:
+    model = small_model()
+    phonemes, speakers, _ = inputs()
+    mel, used = model.infer(phonemes, speakers)
+    assert used.shape == phonemes.shape and int(used[0, 4]) == 0  # padding gets no frames
+    assert mel.shape[1] == max(int(used.sum(1).max()), 1)
+
+
+def test_add_speaker_appends_mean_row_and_names_it() -> None:
+    model = small_model()
+    before = model.speaker_embedding.weight.detach().clone()
+    index = model.add_speaker("target")
+    assert index == 2 and model.config.speakers == ("s1", "s2", "target")
+    torch.testing.assert_close(model.speaker_embedding.weight[2], before.mean(0))
+    with pytest.raises(ValueError, match="already exists"):
+        model.add_speaker("s1")
+    with pytest.raises(KeyError, match="unknown speaker"):
+        model.speaker_index("nobody")
+
+
+def test_lora_trains_only_adapters_and_new_row_then_merges_exactly() -> None:
+    model = small_model()
+    original = model.speaker_embedding.weight.detach().clone()
+    row = model.add_speaker("target")
+    phonemes, _, durations = inputs()
+    speakers = torch.tensor([row, row])
+    plain = model(phonemes, speakers, durations)["mel_after"].detach()
+    peft_model = attach_lora(model, r=4, alpha=8, dropout=0.0)
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n or "trainable_tokens" in n for n in trainable)
+    assert {t for t in LORA_TARGETS if any(f".{t}.lora_A" in n for n in trainable)} == set(LORA_TARGETS)
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):
+        loss = peft_model(phonemes, speakers, durations)["mel_after"].abs().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    adapted = peft_model(phonemes, speakers, durations)["mel_after"].detach()
+    assert float((adapted - plain).abs().max()) > 1e-3
+    merged = merge_lora(peft_model)
+    assert isinstance(merged, TinyTTS)
+    torch.testing.assert_close(merged(phonemes, speakers, durations)["mel_after"], adapted,
+                               atol=1e-4, rtol=0)
+    torch.testing.assert_close(merged.speaker_embedding.weight[:2], original)  # old rows frozen
+    assert set(merged.state_dict()) == set(TinyTTS(merged.config).state_dict())
+
+
+def test_safetensors_round_trip(tmp_path) -> None:
+    model = small_model(seed=3)
+    model.add_speaker("target")
+    norm = NormStats(mean=np.linspace(-5, 0, 80, dtype=np.float32), std=np.full(80, 2, np.float32))
+    path = tmp_path / "tiny.safetensors"
+    save_tiny(path, model, norm)
+    loaded, loaded_norm = load_tiny(path)
+    assert loaded.config == model.config
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    np.testing.assert_array_equal(loaded_norm.mean, norm.mean)
+    np.testing.assert_array_equal(loaded_norm.std, norm.std)
+    torch.testing.assert_close(loaded(*inputs())["mel_after"], model(*inputs())["mel_after"])
+
+
+def test_load_rejects_a_foreign_safetensors_file(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+    with pytest.raises(ValueError, match="not a tiny TTS checkpoint"):
+        load_tiny(path)
