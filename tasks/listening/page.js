@@ -1,0 +1,263 @@
+// voxledger listening-test page: no network, no dependencies; opens from disk (file://).
+// Enforces play-to-the-end before rating, logs every presentation and playback event, and
+// exports a submission bound to the packet digest and rater token, sealed by an HMAC-SHA256.
+"use strict";
+(function () {
+  const P = JSON.parse(document.getElementById("packet").textContent);
+  const BIND = JSON.parse(document.getElementById("binding").textContent);
+  const CRIT = Object.fromEntries(P.criteria.map((c) => [c.name, c]));
+  const FILE = Object.fromEntries(P.audio.map((a) => [a.id, a.file]));
+  const app = document.getElementById("app");
+  const log = [];
+  const ratings = new Map();
+  const ended = new Set();
+  let index = -1;
+  let players = [];
+  let startedAt = null;
+  let exported = null;
+  let sessionId = hex(crypto.getRandomValues(new Uint8Array(16)));
+  let clockOffset = 0; // a resumed session continues its clock, so the log stays in order
+  const STORE = "voxledger:" + BIND.packet_sha256;
+  const now = () => Math.max(0, Math.round(clockOffset + performance.now()));
+
+  function note(event, trial, stimulus, detail) {
+    log.push({ t_ms: now(), event: event, trial: trial ?? null, stimulus: stimulus ?? null, detail: detail ?? null });
+    save();
+  }
+
+  // progress survives a reload (same browser, same packet); storage may be unavailable: then it simply does not
+  function save() {
+    try {
+      localStorage.setItem(STORE, JSON.stringify({ sessionId, startedAt, index, ratings: Array.from(ratings.values()), log, ended: Array.from(ended) }));
+    } catch (e) { /* no storage for file:// pages in this browser */ }
+  }
+  function load() {
+    try { return JSON.parse(localStorage.getItem(STORE) || "null"); } catch (e) { return null; }
+  }
+  function resume(saved) {
+    sessionId = saved.sessionId;
+    startedAt = saved.startedAt;
+    saved.ratings.forEach((r) => ratings.set(r.trial + "|" + r.stimulus + "|" + r.criterion, r));
+    saved.log.forEach((e) => log.push(e));
+    saved.ended.forEach((k) => ended.add(k));
+    clockOffset = (log.length ? log[log.length - 1].t_ms + 1 : 0) - performance.now();
+    note("start", null, null, "resumed");
+    show(saved.index);
+  }
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children) node.append(c);
+    return node;
+  }
+
+  // ---- SHA-256 / HMAC / canonical JSON (RFC 8785 for strings, integers, objects, arrays) ----
+  const K = new Uint32Array([
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2]);
+  const rotr = (x, n) => (x >>> n) | (x << (32 - n));
+
+  function sha256(msg) {
+    const padded = new Uint8Array(((msg.length + 72) >> 6) << 6);
+    padded.set(msg);
+    padded[msg.length] = 0x80;
+    const dv = new DataView(padded.buffer);
+    dv.setUint32(padded.length - 8, Math.floor(msg.length / 0x20000000));
+    dv.setUint32(padded.length - 4, (msg.length * 8) >>> 0);
+    const H = new Uint32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]);
+    const W = new Uint32Array(64);
+    for (let off = 0; off < padded.length; off += 64) {
+      for (let i = 0; i < 16; i++) W[i] = dv.getUint32(off + 4 * i);
+      for (let i = 16; i < 64; i++) {
+        const s0 = rotr(W[i - 15], 7) ^ rotr(W[i - 15], 18) ^ (W[i - 15] >>> 3);
+        const s1 = rotr(W[i - 2], 17) ^ rotr(W[i - 2], 19) ^ (W[i - 2] >>> 10);
+        W[i] = (W[i - 16] + s0 + W[i - 7] + s1) >>> 0;
+      }
+      let [a, b, c, d, e, f, g, h] = H;
+      for (let i = 0; i < 64; i++) {
+        const t1 = (h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + W[i]) >>> 0;
+        const t2 = ((rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) >>> 0;
+        h = g; g = f; f = e; e = (d + t1) >>> 0; d = c; c = b; b = a; a = (t1 + t2) >>> 0;
+      }
+      [a, b, c, d, e, f, g, h].forEach((v, i) => { H[i] = (H[i] + v) >>> 0; });
+    }
+    const out = new Uint8Array(32);
+    const ov = new DataView(out.buffer);
+    H.forEach((v, i) => ov.setUint32(4 * i, v));
+    return out;
+  }
+
+  function hmac(key, msg) {
+    let k = key.length > 64 ? sha256(key) : key;
+    const block = new Uint8Array(64);
+    block.set(k);
+    const inner = new Uint8Array(64 + msg.length);
+    const outer = new Uint8Array(96);
+    for (let i = 0; i < 64; i++) { inner[i] = block[i] ^ 0x36; outer[i] = block[i] ^ 0x5c; }
+    inner.set(msg, 64);
+    outer.set(sha256(inner), 64);
+    return sha256(outer);
+  }
+
+  function hex(bytes) { return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join(""); }
+  function utf8(text) { return new TextEncoder().encode(text); }
+  function canon(v) {
+    if (v === null || typeof v !== "object") return JSON.stringify(v);
+    if (Array.isArray(v)) return "[" + v.map(canon).join(",") + "]";
+    return "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ":" + canon(v[k])).join(",") + "}";
+  }
+  window.voxledgerSelfTest = () => hex(sha256(utf8("abc"))) + " " + hex(hmac(utf8("key"), utf8("The quick brown fox jumps over the lazy dog")));
+
+  // ---- trials ----
+  function stopAll() { players.forEach((a) => { if (!a.paused) a.pause(); }); }
+
+  function player(trial, stim, label) {
+    const audio = new Audio(FILE[stim]);
+    audio.preload = "auto";
+    players.push(audio);
+    const btn = el("button", { type: "button", class: "play", "data-trial": trial.id, "data-stimulus": stim }, label);
+    audio.addEventListener("ended", () => {
+      note("ended", trial.id, stim);
+      ended.add(trial.id + "|" + stim);
+      btn.classList.remove("playing");
+      btn.classList.add("done");
+      refresh(trial);
+    });
+    audio.addEventListener("pause", () => { if (!audio.ended) { note("pause", trial.id, stim); btn.classList.remove("playing"); } });
+    audio.addEventListener("ratechange", () => {
+      if (audio.playbackRate !== 1) { note("ratechange", trial.id, stim, String(audio.playbackRate)); audio.playbackRate = 1; }
+    });
+    btn.addEventListener("click", () => {
+      stopAll();
+      audio.currentTime = 0;
+      note("play", trial.id, stim);
+      btn.classList.add("playing");
+      audio.play().catch((e) => note("pause", trial.id, stim, "play failed: " + e.name));
+    });
+    return btn;
+  }
+
+  function rated(trial) {
+    if (trial.task === "mushra") return trial.stimuli;
+    return trial.task === "ab" ? [trial.stimuli[1]] : [trial.stimuli[0]];
+  }
+  function needs(trial, stim) { return trial.task === "ab" ? trial.stimuli : [stim]; }
+
+  function setRating(trial, stim, crit, score) {
+    ratings.set(trial.id + "|" + stim + "|" + crit, { trial: trial.id, stimulus: stim, criterion: crit, score: score, t_ms: now() });
+    note("rate", trial.id, stim, crit + "=" + score);
+    refresh(trial);
+  }
+
+  function radios(trial, stim, crit) {
+    const scale = CRIT[crit].scale;
+    const labels = Object.fromEntries(scale.anchors.map((a) => [a.value, a.label]));
+    const box = el("div", { class: "scale" });
+    for (let v = scale.min; v <= scale.max; v += scale.step) {
+      const input = el("input", { type: "radio", name: trial.id + "|" + stim + "|" + crit, value: v, "data-stimulus": stim, "data-criterion": crit, disabled: true });
+      input.addEventListener("change", () => setRating(trial, stim, crit, v));
+      box.append(el("label", { class: "choice" }, input, el("span", { class: "value" }, String(v)), el("span", { class: "anchor" }, labels[v] || "")));
+    }
+    return box;
+  }
+
+  function slider(trial, stim, crit) {
+    const scale = CRIT[crit].scale;
+    const out = el("output", { class: "score" }, "–");
+    const input = el("input", { type: "range", min: scale.min, max: scale.max, step: scale.step, value: Math.round((scale.min + scale.max) / 2), "data-stimulus": stim, "data-criterion": crit, disabled: true });
+    input.addEventListener("input", () => { out.textContent = input.value; setRating(trial, stim, crit, Number(input.value)); });
+    const ticks = el("div", { class: "ticks" }, ...scale.anchors.map((a) => el("span", {}, a.label)));
+    return el("div", { class: "slider" }, input, out, ticks);
+  }
+
+  function refresh(trial) {
+    app.querySelectorAll("input[data-stimulus]").forEach((input) => {
+      input.disabled = !needs(trial, input.dataset.stimulus).every((s) => ended.has(trial.id + "|" + s));
+    });
+    const done = trial.criteria.every((c) => rated(trial).every((s) => ratings.has(trial.id + "|" + s + "|" + c)));
+    const next = document.getElementById("next");
+    if (next) next.disabled = !done;
+  }
+
+  function show(i) {
+    stopAll();
+    players = [];
+    index = i;
+    if (i >= P.trials.length) return finish();
+    const trial = P.trials[i];
+    const body = el("section", { class: "trial " + trial.task, "data-trial": trial.id });
+    body.append(el("p", { class: "progress" }, `Item ${i + 1} of ${P.trials.length}`));
+    if (trial.task === "acr") {
+      body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play sample")));
+      trial.criteria.forEach((c) => body.append(el("h2", {}, CRIT[c].question), radios(trial, trial.stimuli[0], c)));
+    } else if (trial.task === "ab") {
+      body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play A"), player(trial, trial.stimuli[1], "▶ Play B")));
+      trial.criteria.forEach((c) => body.append(el("h2", {}, CRIT[c].question), radios(trial, trial.stimuli[1], c)));
+    } else {
+      const c = trial.criteria[0];
+      body.append(el("h2", {}, CRIT[c].question));
+      if (trial.reference) body.append(el("div", { class: "players" }, player(trial, trial.reference, "▶ Reference")));
+      trial.stimuli.forEach((s, k) => body.append(el("div", { class: "row" }, player(trial, s, `▶ Sample ${k + 1}`), slider(trial, s, c))));
+    }
+    const next = el("button", { type: "button", id: "next", class: "next", disabled: true }, i + 1 < P.trials.length ? "Next ›" : "Finish");
+    next.addEventListener("click", () => { note("next", trial.id); show(i + 1); });
+    body.append(next);
+    app.replaceChildren(body);
+    note("present", trial.id);
+    refresh(trial);
+  }
+
+  function submission() {
+    note("export");
+    const doc = {
+      format: "voxledger.submission/1", packet_sha256: BIND.packet_sha256, rater_id: P.rater_id, token: BIND.token,
+      session_id: sessionId, user_agent: navigator.userAgent, started_at: startedAt, finished_at: new Date().toISOString(),
+      ratings: Array.from(ratings.values()), log: log.slice(),
+    };
+    doc.mac = hex(hmac(utf8(BIND.token), utf8(canon(doc))));
+    return JSON.stringify(doc, null, 1);
+  }
+
+  function finish() {
+    const area = el("textarea", { id: "submission", readonly: true, rows: 6 });
+    const button = el("button", { type: "button", id: "export", class: "next" }, "Export submission");
+    button.addEventListener("click", () => {
+      exported = submission();
+      area.value = exported;
+      const a = el("a", { href: URL.createObjectURL(new Blob([exported], { type: "application/json" })), download: `submission-${P.rater_id}-${sessionId.slice(0, 8)}.json` });
+      document.body.append(a);
+      a.click();
+      a.remove();
+    });
+    app.replaceChildren(el("section", { class: "finish" },
+      el("h2", {}, "Thank you: every item is rated."),
+      el("p", {}, "Export your answers and send the downloaded file to the organiser. If no file appears, copy the text below."),
+      button, area));
+  }
+
+  function start() {
+    const go = el("button", { type: "button", id: "start", class: "next" }, "Start");
+    go.addEventListener("click", () => { startedAt = new Date().toISOString(); note("start"); show(0); });
+    const saved = load();
+    const again = saved && saved.index >= 0 ? el("button", { type: "button", id: "resume", class: "next" }, `Resume at item ${Math.min(saved.index + 1, P.trials.length)}`) : "";
+    if (again) {
+      again.addEventListener("click", () => resume(saved));
+      go.textContent = "Start over";
+    }
+    app.replaceChildren(el("section", { class: "intro" },
+      el("h1", {}, P.title), el("p", {}, P.instructions),
+      el("p", { class: "meta" }, `Rater ${P.rater_id} · ${P.trials.length} items`), again, " ", go));
+  }
+
+  window.addEventListener("beforeunload", (e) => { if (index >= 0 && exported === null) { e.preventDefault(); e.returnValue = ""; } });
+  start();
+})();

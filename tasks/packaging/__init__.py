@@ -1,0 +1,1 @@
+"""Reproducible, content-addressed adapter packages: assemble, check, publish, attest, verify."""

@@ -1,0 +1,110 @@
+"""Aggregation of page-faithful submissions: statistics, screening, attrition, catalog, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+from voxledger.schemas.listening import KeyEntry, PacketTrial
+from voxledger.tasks.listening.aggregate import aggregate_ratings
+
+from tests.tasks.listening.conftest import Exported
+from tests.tasks.listening.factory import QUALITY, oracle_scorer, simulate_submission, write_json
+from voxledger.cli import main
+
+BIASES = {"r01": -0.4, "r02": 0.0, "r03": 0.4, "r04": -0.4, "r05": 0.0, "r06": 0.4}
+
+
+def submit(ex: Exported, tmp: Path, rater: str, scorer=None, **kw) -> Path:  # type: ignore[no-untyped-def]
+    doc = simulate_submission(ex.packets / rater, ex.key, scorer or oracle_scorer(BIASES[rater]), session=f"{int(rater[1:]):032x}", **kw)
+    return write_json(tmp / f"{rater}.json", doc)
+
+
+def test_six_careful_raters(exported: Exported, tmp_path: Path) -> None:
+    files = [submit(exported, tmp_path, r) for r in BIASES]
+    out = aggregate_ratings(exported.home, exported.receipt_id, files)
+    res = out.receipt.result
+    assert res.submissions_accepted == 6 and not res.rejections and res.rejected_rows == 0 and res.attrition.missing_cells == 0
+    assert all(s.included for s in res.screening)
+    nat = {s.candidate: s for s in res.scores if s.criterion == "naturalness"}
+    assert nat["recordings"].mean > nat["sys_a"].mean > nat["sys_b"].mean
+    assert all(s.ci_low is not None and s.ci_low <= s.mean <= s.ci_high and s.raters == 6 for s in nat.values())  # type: ignore[operator]
+    mushra = {s.candidate: s.mean for s in res.scores if s.criterion == "quality"}
+    assert mushra["recordings"] == 100 and mushra["low_anchor"] < mushra["sys_b"] < mushra["sys_a"]
+    delta = next(d for d in res.deltas if (d.criterion, d.a, d.b) == ("naturalness", "sys_a", "sys_b"))
+    assert delta.better == "sys_a" and delta.mean_delta < 0 and delta.p_value is not None and delta.p_value < 0.01
+    ab = next(d for d in res.deltas if d.criterion == "preference")
+    assert (ab.a, ab.b, ab.better) == ("sys_a", "sys_b", "sys_a") and ab.pairs == 18  # 6 prompts x 3 raters
+    bt = res.bradley_terry[0]
+    assert bt.converged and bt.strengths["sys_a"] > bt.strengths["sys_b"] and bt.comparisons == 18
+    alpha = {a.criterion: a for a in res.agreement}
+    assert alpha["naturalness"].alpha is not None and alpha["naturalness"].alpha > 0.5
+    assert alpha["quality"].level == "interval" and alpha["quality"].alpha is not None and alpha["quality"].alpha > 0.8
+    bias = {b.rater_id: b.bias for b in res.bias if b.criterion == "naturalness"}
+    assert bias["r03"] > bias["r02"] > bias["r01"]  # the injected +-0.4 offsets come back in order
+    # the revealed key is in the store under the commitment and is an input of the aggregate
+    commitment = exported.receipt.parameters.key_commitment_sha256
+    assert exported.home.blobs.has(commitment) and out.receipt.input("blinding_key").sha256 == commitment
+    assert len(out.submission_receipts) == 6
+    again = aggregate_ratings(exported.home, exported.receipt_id, files)
+    assert again.cached and again.receipt_id == out.receipt_id
+
+
+def test_ratings_table_walks_back_to_the_audio(exported: Exported, tmp_path: Path) -> None:
+    out = aggregate_ratings(exported.home, exported.receipt_id, [submit(exported, tmp_path, r) for r in ("r01", "r02")])
+    with exported.home.catalog.connect(read_only=True) as con:
+        n = con.execute("SELECT count(*) FROM ratings WHERE receipt_sha256 = ?", [out.receipt_id]).fetchone()[0]  # type: ignore[index]
+        # rating -> audio digest -> the packet_set receipt that read it as a stimulus
+        rows = con.execute(
+            "SELECT DISTINCT r.candidate, r.prompt_id, e.dst FROM ratings r JOIN edges e ON e.src = r.audio_sha256"
+            " WHERE r.role = 'stimulus' AND e.role = 'stimulus_audio' AND r.criterion = 'naturalness'").fetchall()  # fmt: skip
+        scores = con.execute("SELECT candidate, mean FROM listening_scores WHERE criterion = 'naturalness' ORDER BY mean DESC").fetchall()
+    assert n == out.receipt.result.rating_rows > 0
+    assert rows and {r[2] for r in rows} == {exported.receipt_id}
+    assert [c for c, _ in scores] == ["recordings", "sys_a", "sys_b"]
+
+
+def test_screening_excludes_careless_raters(exported: Exported, tmp_path: Path) -> None:
+    careful = oracle_scorer()
+
+    def low_reference(e: KeyEntry, crit: str, trial: PacketTrial, versus: KeyEntry | None) -> int:
+        return 60 if e.role == "hidden_reference" else careful(e, crit, trial, versus)
+
+    def flat(e: KeyEntry, crit: str, trial: PacketTrial, versus: KeyEntry | None) -> int:
+        return e.expected if e.role == "attention" else 3 if trial.task == "acr" else careful(e, crit, trial, versus)  # type: ignore[return-value]
+
+    def gold_blind(e: KeyEntry, crit: str, trial: PacketTrial, versus: KeyEntry | None) -> int:
+        return 3 if e.role == "gold" and e.expected == 5 else careful(e, crit, trial, versus)
+
+    files = [submit(exported, tmp_path, "r01", low_reference), submit(exported, tmp_path, "r02", flat),
+             submit(exported, tmp_path, "r03", gold_blind), submit(exported, tmp_path, "r04"), submit(exported, tmp_path, "r05")]  # fmt: skip
+    res = aggregate_ratings(exported.home, exported.receipt_id, files).receipt.result
+    why = {s.rater_id: s.reasons for s in res.screening}
+    assert why["r01"][0].startswith("mushra_reference: hidden reference below 90 on 100% of screens")
+    assert any(r.startswith("variance: ACR rating variance 0.000 below 0.1") for r in why["r02"])
+    assert why["r03"] == ("gold: 1 of 2 gold answers outside +-1 (allowed 0)",)
+    assert why["r04"] == why["r05"] == ()
+    assert all(s.raters == 2 for s in res.scores)  # statistics use the included raters only
+    assert res.attrition.missing_raters == ("r06",) and res.attrition.missing_cells > 0
+
+
+def test_incomplete_submission_is_attrition(exported: Exported, tmp_path: Path) -> None:
+    res = aggregate_ratings(exported.home, exported.receipt_id, [submit(exported, tmp_path, "r01", skip_trials=2)]).receipt.result
+    assert res.submissions_accepted == 1
+    assert {c.reason for c in res.attrition.cells} == {"not rated"} and {c.rater_id for c in res.attrition.cells} == {"r01"}
+    assert len({c.trial for c in res.attrition.cells}) == 2 and len(res.attrition.missing_raters) == 5
+
+
+def test_cli_aggregate(exported: Exported, tmp_path: Path) -> None:
+    files = [str(submit(exported, tmp_path, r)) for r in ("r01", "r02", "r03")]
+    runner = CliRunner()
+    base = ["--home", str(exported.home.root), "ratings", "aggregate", exported.receipt_id[:12]]
+    res = runner.invoke(main, [*base, *files, "--csv", str(tmp_path / "ratings.csv")])
+    assert res.exit_code == 0, res.output
+    assert "naturalness" in res.output and "missing raters ['r04', 'r05', 'r06']" in res.output
+    header = (tmp_path / "ratings.csv").read_text().splitlines()[0]
+    assert header.startswith("rater_id,stimulus,trial,role,task,criterion,candidate,prompt_id")
+    res = runner.invoke(main, [*base, *files, "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["cached"] is True
+    assert max(QUALITY.values()) < 5  # the scorer's truth stays on the scale

@@ -1,0 +1,127 @@
+"""A rater's packet in real headless Chromium: play, rate, export; aggregation accepts it, a tampered copy is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from voxledger.schemas.errors import PacketError
+from voxledger.schemas.listening import (
+    AbCriterion,
+    AcrCriterion,
+    Design,
+    ListeningProtocol,
+    MushraCriterion,
+    PacketManifest,
+)
+from voxledger.stores.home import Home
+from voxledger.tasks.listening.aggregate import aggregate_ratings
+from voxledger.tasks.listening.export import export_packets
+from voxledger.tasks.listening.keys import open_sealed_key
+
+from tests.tasks.listening.cdp import CHROMIUM, Chromium
+from tests.tasks.listening.factory import SHORT, make_stimuli, oracle_scorer
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)"),
+]
+DOCS_IMAGE = Path(__file__).resolve().parents[3] / "docs" / "img" / "packet.png"
+PROTOCOL = ListeningProtocol(
+    name="browser-test",
+    criteria=(
+        AcrCriterion(task="acr", name="naturalness", question="How natural does this voice sound?"),
+        MushraCriterion(task="mushra", name="quality", question="Rate the overall quality of each sample against the reference."),
+        AbCriterion(task="ab", name="preference", question="Which sample sounds more natural?", include_reference=True),
+    ),
+    design=Design(raters=2, raters_per_prompt=1, gold_items=1, attention_checks=1, seed=3),
+)
+TRIAL_STATE = """(() => {
+  const sec = document.querySelector('section.trial');
+  if (!sec) return document.getElementById('export') ? 'finish' : null;
+  return {trial: sec.dataset.trial, enabled: sec.querySelectorAll('input:not([disabled])').length,
+          next: !document.getElementById('next').disabled};
+})()"""
+
+
+def _rate(browser: Chromium, trial_id: str, manifest: PacketManifest, key: dict, scorer) -> None:  # type: ignore[no-untyped-def, type-arg]
+    trial = next(t for t in manifest.trials if t.id == trial_id)
+    for stim in trial.stimuli:
+        browser.evaluate(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').click()")
+        browser.wait_for(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').classList.contains('done')", timeout_s=20)
+    versus = key[trial.stimuli[0]] if trial.task == "ab" else None
+    for crit in trial.criteria:
+        for stim in ([trial.stimuli[1]] if trial.task == "ab" else trial.stimuli[:1] if trial.task == "acr" else trial.stimuli):
+            v = scorer(key[stim], crit, trial, versus)
+            if trial.task == "mushra":
+                browser.evaluate(f"(() => {{ const e = document.querySelector('input[type=range][data-stimulus=\"{stim}\"]');"
+                                 f" e.value = {v}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")  # fmt: skip
+            else:
+                browser.evaluate(f"document.querySelector('input[type=radio][name=\"{trial.id}|{stim}|{crit}\"][value=\"{v}\"]').click()")
+
+
+def test_rater_completes_packet_in_chromium(tmp_path: Path, home: Home) -> None:
+    t0 = time.monotonic()
+    stimuli = make_stimuli(home, prompts=dict(list(SHORT.items())[:2]), voices={"recordings": ("en-us", 50), "sys_a": ("en+f3", 65)})
+    outcome = export_packets(home, PROTOCOL, stimuli, tmp_path / "packets", protocol_name="browser-test")
+    blinding, _ = open_sealed_key(home, outcome.receipt.parameters.key_commitment_sha256)
+    key = {e.pseudonym: e for e in blinding.entries}
+    packet = outcome.packet_dirs["r01"]
+    manifest = PacketManifest.model_validate_json((packet / "packet.json").read_bytes())
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    screenshots = 0
+    with Chromium(tmp_path / "profile", downloads) as browser:
+        browser.navigate((packet / "index.html").as_uri())
+        assert browser.evaluate("voxledgerSelfTest()") == (
+            # FIPS 180-2 "abc" vector, and HMAC-SHA256("key", pangram) as Python's hmac computes it
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad "
+            "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
+        )
+        browser.evaluate("document.getElementById('start').click()")
+        seen = []
+        while (state := browser.wait_for(TRIAL_STATE)) != "finish":
+            assert state["enabled"] == 0 and not state["next"], f"{state['trial']}: rating possible before playing"
+            seen.append(state["trial"])
+            _rate(browser, state["trial"], manifest, key, oracle_scorer())
+            assert browser.wait_for(TRIAL_STATE)["next"], f"{state['trial']}: Next not enabled after rating"
+            if next(t.task for t in manifest.trials if t.id == state["trial"]) == "mushra" and not screenshots:
+                browser.screenshot(tmp_path / "packet.png", selector="main")
+                screenshots += 1
+            browser.evaluate("document.getElementById('next').click()")
+            if len(seen) == 2:  # a reload mid-test keeps the session: resume where the rater was
+                browser.navigate((packet / "index.html").as_uri())
+                assert browser.wait_for("document.getElementById('resume')?.textContent") == "Resume at item 3"
+                browser.evaluate("document.getElementById('resume').click()")
+        assert seen == [t.id for t in manifest.trials]
+        browser.evaluate("document.getElementById('export').click()")
+        shown = browser.wait_for("document.getElementById('submission').value")
+        deadline = time.monotonic() + 15
+        while not (files := [p for p in downloads.glob("submission-*.json")]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not browser.errors, browser.errors
+    assert files, "the page did not download a submission file"
+    submission = files[0]
+    assert json.loads(submission.read_text()) == json.loads(shown)
+    assert screenshots == 1 and (tmp_path / "packet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tmp_path / "packet.png", DOCS_IMAGE)
+
+    agg = aggregate_ratings(home, outcome.receipt_id, [submission])
+    result = agg.receipt.result
+    assert result.submissions_accepted == 1 and not result.rejections and result.rejected_rows == 0
+    assert result.attrition.missing_raters == ("r02",)
+    assert [s.included for s in result.screening] == [True]  # gold, attention and MUSHRA reference answered right
+    doc = json.loads(submission.read_text())
+    assert {e["event"] for e in doc["log"]} >= {"start", "present", "play", "ended", "rate", "next", "export"}
+    assert [e["detail"] for e in doc["log"] if e["event"] == "start"] == [None, "resumed"]
+
+    tampered = tmp_path / "tampered.json"
+    doc["ratings"][0]["score"] = 1 if doc["ratings"][0]["score"] != 1 else 2
+    tampered.write_text(json.dumps(doc))
+    with pytest.raises(PacketError, match="edited after export"):
+        aggregate_ratings(home, outcome.receipt_id, [tampered])
+    assert time.monotonic() - t0 < 60

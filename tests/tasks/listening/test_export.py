@@ -1,0 +1,127 @@
+"""Packet export: what a rater receives reveals nothing, binds to the home, and is recorded."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from click.testing import CliRunner
+from voxledger.schemas.canonical import sha256_hex
+from voxledger.schemas.errors import BlobMissingError, PacketError
+from voxledger.schemas.listening import ListeningProtocol, PacketManifest, StimulusSet
+from voxledger.stores.home import Home
+from voxledger.stores.trees import build_manifest
+from voxledger.tasks.listening.audio import integrated_loudness
+from voxledger.tasks.listening.export import export_packets
+from voxledger.tasks.listening.keys import home_secret, rater_token, sealed_dir
+from voxledger.tasks.listening.verify import verify_packet_dir
+
+from tests.tasks.listening.conftest import Exported
+from tests.tasks.listening.factory import PROMPTS, read_binding
+from voxledger.cli import main
+
+
+def test_packets_reveal_no_candidate(exported: Exported, stimuli: StimulusSet) -> None:
+    p = exported.receipt.parameters
+    assert sorted(d.name for d in exported.packets.iterdir()) == [*(f"r0{i}" for i in range(1, 7)), "trials.csv"]
+    secrets_in_home = [home_secret(exported.home).hex(), *(f.read_text() for f in sealed_dir(exported.home).glob("*.json"))]
+    leaks = ["recordings", "sys_a", "sys_b", "low_anchor", "gold", "attention", "prompt_id", *PROMPTS, "birch canoe"]
+    leaks += [s.audio_sha256 for s in stimuli.stimuli] + [p.key_commitment_sha256]
+    for folder in (exported.packets / f"r0{i}" for i in range(1, 7)):
+        files = sorted(f.relative_to(folder).as_posix() for f in folder.rglob("*") if f.is_file())
+        assert files[-2:] == ["index.html", "packet.json"]
+        assert all(re.fullmatch(r"audio/s[0-9a-f]{16}\.wav", f) for f in files[:-2])
+        for f in folder.rglob("*"):
+            if f.is_file():
+                data = f.read_bytes()
+                found = [w for w in leaks + secrets_in_home if w.encode() in data]
+                assert not found, f"{f} reveals {found}"
+        audio = [f.read_bytes() for f in (folder / "audio").iterdir()]
+        assert len(set(audio)) == len(audio), "two files in one packet are byte-identical"
+    text = (exported.packets / "trials.csv").read_text()
+    assert not [w for w in leaks if w in text]
+
+
+def test_audio_is_levelled_and_padded_per_prompt(exported: Exported) -> None:
+    folder = exported.packets / "r01"
+    manifest = PacketManifest.model_validate_json((folder / "packet.json").read_bytes())
+    loudness = []
+    for a in manifest.audio:
+        audio, rate = sf.read(folder / a.file)
+        assert rate == 16000 and audio.ndim == 1
+        loudness.append(integrated_loudness(audio, rate))
+    applied = exported.receipt.parameters.loudness.applied_lufs
+    assert max(abs(x - applied) for x in loudness) < 0.05, loudness  # 16-bit rounding and dither only
+    for t in manifest.trials:
+        if t.task in ("mushra", "ab"):  # every sample on one screen has the same length
+            assert len({(folder / "audio" / f"{s}.wav").stat().st_size for s in (*t.stimuli, *([t.reference] if t.reference else []))}) == 1
+
+
+def test_receipt_binds_packets_key_and_inputs(exported: Exported, stimuli: StimulusSet) -> None:
+    r, p = exported.receipt, exported.receipt.parameters
+    assert [s.role for s in r.subjects][:7] == [f"packet:r0{i}" for i in range(1, 7)] + ["trials_csv"]
+    assert {i.sha256 for i in r.inputs if i.role == "stimulus_audio"} == {s.audio_sha256 for s in stimuli.stimuli}
+    sealed = sealed_dir(exported.home) / f"{p.key_commitment_sha256}.json"
+    assert sha256_hex(sealed.read_bytes()) == p.key_commitment_sha256
+    assert not exported.home.blobs.has(p.key_commitment_sha256), "the key must stay sealed until aggregation"
+    secret = home_secret(exported.home)
+    for ref in p.packets:
+        folder = exported.packets / ref.rater_id
+        assert sha256_hex((folder / "packet.json").read_bytes()) == ref.packet_sha256
+        assert read_binding(folder / "index.html") == {"packet_sha256": ref.packet_sha256, "token": rater_token(secret, ref.packet_sha256)}
+        assert exported.home.blobs.get_bytes(ref.tree_sha256) == json.dumps(build_manifest(folder).model_dump(mode="json"), separators=(",", ":"), sort_keys=True).encode()
+        assert verify_packet_dir(folder).rater_id == ref.rater_id
+    b = p.balance
+    # demo plan: 6 prompts, 6 raters, k = 3 -> 3 prompts and 16-17 trials per rater (measured)
+    assert (b.raters_per_prompt_min, b.raters_per_prompt_max, b.prompts_per_rater_min, b.prompts_per_rater_max) == (3, 3, 3, 3)
+    assert b.position_spread_max <= 1 and not p.skipped
+    rows = list(csv.DictReader(io.StringIO((exported.packets / "trials.csv").read_text())))
+    assert len(rows) == sum(len(t.stimuli) for ref in p.packets for t in PacketManifest.model_validate_json(
+        (exported.packets / ref.rater_id / "packet.json").read_bytes()).trials)  # fmt: skip
+
+
+def test_second_export_is_served_from_cache(exported: Exported, protocol: ListeningProtocol, stimuli: StimulusSet, tmp_path: Path) -> None:
+    again = export_packets(exported.home, protocol, make_same(exported, stimuli), tmp_path / "again", protocol_name="listening-demo.yaml")
+    assert again.cached and again.receipt_id == exported.receipt_id
+    for ref in exported.receipt.parameters.packets:
+        assert build_manifest(tmp_path / "again" / ref.rater_id) == build_manifest(exported.packets / ref.rater_id)
+
+
+def make_same(exported: Exported, stimuli: StimulusSet) -> StimulusSet:
+    """The stimuli of the module export (audio is put into every home identically)."""
+    return stimuli
+
+
+def test_export_refuses_bad_input(home: Home, protocol: ListeningProtocol, stimuli: StimulusSet, tmp_path: Path) -> None:
+    ghost = stimuli.model_copy(update={"stimuli": (*stimuli.stimuli[:-1], stimuli.stimuli[-1].model_copy(update={"audio_sha256": "0" * 64}))})
+    with pytest.raises(BlobMissingError, match=r"p06/sys_b \(0000"):
+        export_packets(home, protocol, ghost, tmp_path / "a", protocol_name="x.yaml")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(PacketError, match="exists and is not empty"):
+        export_packets(home, protocol, stimuli, tmp_path / "full", protocol_name="x.yaml")
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(2205), 22050, format="WAV", subtype="PCM_16")
+    wrong = stimuli.model_copy(update={"stimuli": (*stimuli.stimuli[:-1], stimuli.stimuli[-1].model_copy(update={"audio_sha256": home.blobs.put_bytes(buf.getvalue())}))})
+    with pytest.raises(PacketError, match="stimulus p06/sys_b: audio is 1 channel\\(s\\) at 22050 Hz"):
+        export_packets(home, protocol, wrong, tmp_path / "b", protocol_name="x.yaml")
+
+
+def test_cli_export_and_verify(tmp_path: Path, stimuli: StimulusSet, home: Home) -> None:
+    (tmp_path / "stimuli.json").write_text(stimuli.model_dump_json())
+    runner = CliRunner()
+    res = runner.invoke(main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "stimuli.json"), str(tmp_path / "out"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert len(out["packets"]) == 6 and out["balance"]["raters_per_prompt_min"] == 3 and out["loudness"]["output_lufs_spread"] < 0.01
+    res = runner.invoke(main, ["packets", "verify", str(tmp_path / "out" / "r02")])
+    assert res.exit_code == 0 and "ok: packet of rater r02" in res.output
+    (tmp_path / "bad.json").write_text('{"evaluation_plan_sha256": "nope", "stimuli": []}')
+    res = runner.invoke(main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "bad.json"), str(tmp_path / "o2")])
+    assert res.exit_code != 0 and "2 problem(s)" in res.output and "evaluation_plan_sha256" in res.output
