@@ -28,7 +28,7 @@ from voxledger.tasks.receipting import build_receipt
 @task(name="package_adapter", **RETRIES)
 def package_task(home: str, run_rid: str, tree_sha: str, promotion_rid: str, eval_rids: list[str]) -> dict[str, Any]:
     """Build the reproducible package of the promoted checkpoint."""
-    from voxledger.tasks.packaging.build import package_adapter_fn
+    from voxledger.tasks.packaging.run import package_adapter_fn
 
     out = package_adapter_fn(Home(home), run_rid, tree_sha, promotion_rid=promotion_rid, evaluation_rids=tuple(eval_rids))
     return {"receipt_id": out.receipt_id, "cached": out.cached}
@@ -37,7 +37,7 @@ def package_task(home: str, run_rid: str, tree_sha: str, promotion_rid: str, eva
 @task(name="export_packets", **RETRIES)
 def packets_task(home: str, evaluation_rid: str, protocol_file: str, out_dir: str) -> dict[str, Any]:
     """Export blind per-rater listening packets from an evaluation's audio."""
-    from voxledger.tasks.listening.pipeline import export_packets_for_evaluation
+    from voxledger.tasks.listening.from_evaluation import export_packets_for_evaluation
 
     return export_packets_for_evaluation(Home(home), evaluation_rid, Path(protocol_file), Path(out_dir))
 

@@ -22,3 +22,16 @@ def home(tmp_path: Path):
     from voxledger.stores.home import Home
 
     return Home(tmp_path / "home")
+
+
+@pytest.fixture(autouse=True)
+def _no_lazy_speechbrain_placeholders():  # type: ignore[no-untyped-def]
+    """Tests that load ECAPA directly leave SpeechBrain's lazy placeholders in sys.modules;
+    hypothesis walks sys.modules and would trip over them (see drop_unloaded_lazy_modules)."""
+    import sys
+
+    yield
+    if "speechbrain" in sys.modules:
+        from voxledger.tasks.metrics.speaker import drop_unloaded_lazy_modules
+
+        drop_unloaded_lazy_modules()

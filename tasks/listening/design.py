@@ -2,7 +2,8 @@
 
 Raters are blocks and prompts are treatments: every prompt goes to exactly ``k`` raters, chosen
 greedily by (fewest prompts so far, fewest prompts shared with the raters already chosen, seeded
-tie-break), so block sizes differ by at most one and rater pairs share prompts evenly. A rater
+tie-break), so block sizes differ by at most one; of several seeded passes the one whose rater
+pairs share prompts most evenly is kept (a true BIBD exists only for some sizes). A rater
 hears every candidate of each of their prompts. Positions are counterbalanced by rotation: each
 time a candidate set is laid out (ACR rounds, a MUSHRA screen, an A/B pair) its sorted order is
 rotated one step further, so every candidate takes every ACR round / MUSHRA slot / A-B side in
@@ -63,17 +64,37 @@ def rater_ids(n: int) -> list[str]:
     return [f"r{i:0{width}d}" for i in range(1, n + 1)]
 
 
-def assign_prompts(n_prompts: int, n_raters: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Incidence matrix (raters x prompts): every prompt has exactly ``k`` raters."""
+def _spread(values: np.ndarray) -> int:
+    return int(values.max() - values.min()) if values.size else 0
+
+
+def assign_prompts(n_prompts: int, n_raters: int, k: int, rng: np.random.Generator, tries: int = 24) -> np.ndarray:
+    """Incidence matrix (raters x prompts): every prompt has exactly ``k`` raters.
+
+    The greedy pass is repeated ``tries`` times from the seeded generator; the design with the
+    most even rater-pair overlap, then prompt-pair concurrence, is kept.
+    """
+    upper_r, upper_p = np.triu_indices(n_raters, 1), np.triu_indices(n_prompts, 1)
+
+    def unevenness(x: np.ndarray) -> tuple[int, int]:
+        return _spread((x @ x.T)[upper_r]), _spread((x.T @ x)[upper_p])
+
+    return min((_greedy(n_prompts, n_raters, k, rng) for _ in range(max(1, tries))), key=unevenness)
+
+
+def _greedy(n_prompts: int, n_raters: int, k: int, rng: np.random.Generator) -> np.ndarray:
     incidence = np.zeros((n_raters, n_prompts), dtype=np.int64)
+    load = np.zeros(n_raters, dtype=np.int64)
     for p in rng.permutation(n_prompts):
-        chosen: list[int] = []
+        shared = np.zeros(n_raters, dtype=np.int64)
+        taken = np.zeros(n_raters, dtype=bool)
         for _ in range(k):
-            shared = incidence @ incidence[chosen].sum(axis=0) if chosen else np.zeros(n_raters, dtype=np.int64)
             noise = rng.random(n_raters)
-            order = sorted((r for r in range(n_raters) if r not in chosen), key=lambda r: (incidence[r].sum(), shared[r], noise[r]))
-            chosen.append(order[0])
-        incidence[chosen, p] = 1
+            pick = int(np.lexsort((noise, shared, load + taken * (n_prompts + 1)))[0])  # fewest prompts, least overlap, seeded
+            taken[pick] = True
+            shared += incidence @ incidence[pick]
+        incidence[taken, p] = 1
+        load += taken
     return incidence
 
 

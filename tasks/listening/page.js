@@ -132,6 +132,12 @@
       btn.classList.add("done");
       refresh(trial);
     });
+    audio.addEventListener("error", () => {
+      note("pause", trial.id, stim, "load error");
+      btn.classList.remove("playing");
+      btn.textContent = "⚠ " + label.replace("▶ ", "") + ": audio missing, tell the organiser";
+      btn.disabled = true;
+    });
     audio.addEventListener("pause", () => { if (!audio.ended) { note("pause", trial.id, stim); btn.classList.remove("playing"); } });
     audio.addEventListener("ratechange", () => {
       if (audio.playbackRate !== 1) { note("ratechange", trial.id, stim, String(audio.playbackRate)); audio.playbackRate = 1; }

@@ -85,6 +85,7 @@ class SpeakerEncoder:
                 run_opts={"device": "cpu"},
             )
         classifier.eval()
+        drop_unloaded_lazy_modules()
         self._classifier = classifier
         self._torch = torch
 
@@ -136,3 +137,20 @@ def load_speaker_encoder(spec: SpeakerSpec | None = None, cpu_threads: int = 1) 
 @cache
 def _cached_encoder(spec: SpeakerSpec, cpu_threads: int) -> SpeakerEncoder:
     return SpeakerEncoder(spec, cpu_threads=cpu_threads)
+
+
+def drop_unloaded_lazy_modules() -> None:
+    """Remove SpeechBrain's not-yet-imported lazy placeholders from ``sys.modules``.
+
+    SpeechBrain registers optional integrations (k2, ...) as lazy module objects whose attribute
+    access imports them; tools that walk ``sys.modules`` (inspect, hypothesis, pickling) then
+    fail on integrations that are not installed. Unloaded placeholders are safe to drop: a real
+    import later recreates them.
+    """
+    import sys
+
+    from speechbrain.utils.importutils import LazyModule
+
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, LazyModule) and module.__dict__.get("lazy_module", True) is None:
+            del sys.modules[name]

@@ -41,7 +41,12 @@ def write_plans(d: Path) -> Path:
                          {"name": "adapter", "backend": "tiny", "runtime": "adapter", "artifact": "input:adapter", "base": "input:base", "speaker": "spk_t"},
                          {"name": "recordings", "backend": "recordings", "runtime": "recordings"}]}
     pipe = {"kind": "pipeline_plan", "name": "p", "audit_policy": "audit.yaml", "base_training": "base.yaml", "adapter_training": "lora.yaml",
-            "promotion_policy": "promo.yaml", "evaluation": "eval.yaml", "package": False}
+            "promotion_policy": "promo.yaml", "evaluation": "eval.yaml", "package": True, "listening_protocol": "listening.yaml"}
+    listening = yaml.safe_load((ROOT / "plans" / "listening-demo.yaml").read_text())
+    listening["design"] |= {"raters": 2, "raters_per_prompt": 2}
+    for c in listening["criteria"]:
+        c.pop("categories", None)
+    (d / "listening.yaml").write_text(yaml.safe_dump(listening))
     for name, doc in {"base.yaml": base, "lora.yaml": lora, "promo.yaml": promo, "eval.yaml": ev, "pipeline.yaml": pipe}.items():
         (d / name).write_text(yaml.safe_dump(doc))
     return d
@@ -49,7 +54,7 @@ def write_plans(d: Path) -> Path:
 
 def run(home: Path, corpus: Path, plans: Path, plan: str = "pipeline.yaml") -> dict:  # type: ignore[type-arg]
     with quiet_prefect():
-        return pipeline(str(home), str(corpus), str(plans / plan), str(plans))
+        return pipeline(str(home), str(corpus), str(plans / plan), str(plans), str(home.parent / f"packets-{plan}"))
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +67,7 @@ def test_pipeline_runs_then_is_served_from_cache(tmp_path: Path, corpus: Path) -
     t0 = time.perf_counter()
     first = run(tmp_path / "h", corpus, plans)
     t_first = time.perf_counter() - t0
-    assert [s["stage"] for s in first["stages"]] == ["audit", "train_base", "train_adapter", "promote", "evaluate"]
+    assert [s["stage"] for s in first["stages"]] == ["audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets"]
     assert not any(s["cached"] for s in first["stages"])
     t0 = time.perf_counter()
     second = run(tmp_path / "h", corpus, plans)
@@ -77,7 +82,7 @@ def test_pipeline_runs_then_is_served_from_cache(tmp_path: Path, corpus: Path) -
     pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {"adapter_training": "lora-r4.yaml"}
     (plans / "pipeline-r4.yaml").write_text(yaml.safe_dump(pipe))
     third = run(tmp_path / "h", corpus, plans, "pipeline-r4.yaml")
-    assert [s["cached"] for s in third["stages"]] == [True, True, False, False, False]
+    assert [s["cached"] for s in third["stages"]] == [True, True, False, False, False, False, False]
     home = Home(tmp_path / "h")
     with home.catalog.connect(read_only=True) as con:
         runs = con.execute("SELECT count(DISTINCT receipt_sha256) FROM pipeline_stages WHERE run_status = 'succeeded'").fetchone()

@@ -95,7 +95,7 @@ class CosyVoice3Backend:
         upstream.load_llm_strict(llm, upstream.read_llm_state(weights), weights)
         synth.seed_everything(plan.seed)  # loading the yaml reseeded every RNG
         adapted = lora.inject_lora(llm, plan.lora)
-        self._device = torch.device(self.config.device)
+        self._device = self.config.torch_device()
         llm.to(self._device)
         tokenizer, allowed = configs["get_tokenizer"](), configs["allowed_special"]
         train_files = tuple(f for s in plan.train_splits for f in prep.parquet[s])
@@ -223,8 +223,9 @@ class CosyVoice3Backend:
 
     def export_merged(self, loaded: synth.CosyVoice3Loaded, out_dir: Path) -> None:
         """Write ``llm.safetensors`` (adapters folded in; exactly ``llm.pt``'s keys), the prompt and its config."""
-        if loaded.meta is None or loaded.prompt_wav is None:
-            raise TrainingError("export_merged needs a model loaded from a cosyvoice3 export (runtime adapter, merged or merged_export)")
+        if loaded.meta is None or loaded.prompt_wav is None or loaded.runtime == "base":
+            raise TrainingError(f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
+                                f"merged_export (got runtime {loaded.runtime!r})")  # fmt: skip
         out_dir.mkdir(parents=True, exist_ok=True)
         save_deterministic(lora.merged_state_dict(loaded.cosy.model.llm), out_dir / MERGED_FILE, metadata={"format": MERGED_FORMAT})
         self._write_prompt(out_dir, {**loaded.meta, "format": MERGED_FORMAT}, (loaded.prompt_wav.read_bytes(), loaded.prompt_wav.name))

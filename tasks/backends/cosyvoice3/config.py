@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import Field, ValidationError
 from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.errors import PlanError, TrainingError
@@ -41,7 +42,7 @@ class CosyVoice3Config(Frozen):
         campplus_onnx / speech_tokenizer_onnx: the feature extractors; default to the files of
             the same name in ``model_dir``.
         device: ``cpu``, ``cuda`` or ``cuda:N`` for training (synthesis uses upstream's own
-            choice: CUDA when available).
+            choice: CUDA when available); see `torch_device`.
         work_dir: cache for prepared data (Kaldi files, parquet) and file digests.
     """
 
@@ -59,6 +60,12 @@ class CosyVoice3Config(Frozen):
     @property
     def speech_tokenizer_path(self) -> Path:
         return self.speech_tokenizer_onnx or self.model_dir / "speech_tokenizer_v3.onnx"
+
+    def torch_device(self) -> torch.device:
+        """The training device; plain ``cuda`` under torchrun means ``cuda:$LOCAL_RANK``."""
+        if self.device == "cuda" and os.environ.get("LOCAL_RANK"):
+            return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        return torch.device(self.device)
 
     @property
     def cache_dir(self) -> Path:

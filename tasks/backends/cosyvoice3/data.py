@@ -11,9 +11,11 @@ longest first. ``speech_feat``/``whisper_feat`` are not built: the LLM does not 
 ``speech_token`` is present.
 
 `batch_indices` is a pure function of (examples, frames_per_batch, epoch, seed): a seeded
-permutation, sorted in windows of 500 by length, packed so that (longest x count) frames stay
-within the budget (upstream's shuffle -> sort -> dynamic batch). Frames are mel frames at
-50 fps, two per speech token, as upstream counts ``speech_feat``.
+permutation, stably sorted in windows of 500 by length, packed so that (longest x count)
+frames stay within the budget (upstream's shuffle -> sort -> dynamic batch), then the batches
+themselves shuffled. That last step is not upstream's: with fewer than 500 utterances (typical
+for a new voice) the sort would otherwise give the same batches in the same order every epoch.
+Frames are mel frames at 50 fps, two per speech token, as upstream counts ``speech_feat``.
 """
 
 from __future__ import annotations
@@ -111,10 +113,11 @@ def load_examples(files: tuple[Path, ...], tokenizer: Any, allowed_special: Any,
 
 def batch_indices(examples: list[Example], frames_per_batch: int, epoch: int, seed: int, *, shuffle: bool = True) -> list[tuple[int, ...]]:
     """Index groups of one epoch; a pure function of its arguments."""
-    order = np.random.default_rng([seed, epoch]).permutation(len(examples)) if shuffle else np.arange(len(examples))
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(examples)) if shuffle else np.arange(len(examples))
     stream: list[int] = []
-    for start in range(0, len(order), SORT_WINDOW):
-        stream += sorted((int(i) for i in order[start : start + SORT_WINDOW]), key=lambda i: (examples[i].frames, examples[i].utt))
+    for start in range(0, len(order), SORT_WINDOW):  # stable sort: equal lengths keep the shuffled order
+        stream += sorted((int(i) for i in order[start : start + SORT_WINDOW]), key=lambda i: examples[i].frames)
     batches: list[tuple[int, ...]] = []
     buf: list[int] = []
     longest = 0
@@ -126,7 +129,7 @@ def batch_indices(examples: list[Example], frames_per_batch: int, epoch: int, se
         buf.append(i)
     if buf:
         batches.append(tuple(buf))
-    return batches
+    return [batches[i] for i in rng.permutation(len(batches))] if shuffle else batches
 
 
 def _padded(seqs: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:

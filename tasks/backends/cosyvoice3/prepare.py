@@ -112,7 +112,11 @@ def prepare_corpus(corpus_root: Path, splits: tuple[str, ...], speakers: tuple[s
         for split in splits:
             _write_split(tmp / split, root, [u for u in utts if u.split == split], fx, system_prompt)
         _write_done(tmp, key, splits)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process finished the same preparation first
+            if _reuse(out, key) is None:
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -134,16 +138,16 @@ def _write_split(d: Path, root: Path, utts: list[Utterance], fx: features.Featur
              "instruct": [f"{u.id} {instructs[u.id]}" for u in utts]}  # fmt: skip
     for name, lines in kaldi.items():
         (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    audio, utt_emb, tokens = {}, {}, {}
+    utt_emb, tokens = {}, {}
     for u in utts:
-        audio[u.id] = (root / u.audio).read_bytes()
-        speech, sr = features.read_mono(audio[u.id])
+        speech, sr = features.read_mono(root / u.audio)
         speech_16k = features.to_16k(speech, sr)
         utt_emb[u.id] = fx.embedding(speech_16k)
         tokens[u.id] = fx.speech_tokens(speech_16k)
     spk_emb = {s: np.mean([utt_emb[i] for i in ids], axis=0, dtype=np.float64).astype(np.float32) for s, ids in spk2utt.items()}
     for n, start in enumerate(range(0, len(utts), UTTS_PER_PARQUET)):
         chunk = utts[start : start + UTTS_PER_PARQUET]
+        audio = {u.id: (root / u.audio).read_bytes() for u in chunk}  # one chunk's audio in memory at a time
         table = pa.table({
             "utt": [u.id for u in chunk], "audio_data": pa.array([audio[u.id] for u in chunk], pa.binary()),
             "wav": [u.audio for u in chunk], "text": [texts[u.id] for u in chunk], "spk": [u.speaker for u in chunk],

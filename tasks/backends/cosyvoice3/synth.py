@@ -72,11 +72,16 @@ def seed_everything(seed: int) -> None:
 
 @contextmanager
 def capture_thread_errors() -> Iterator[list[BaseException]]:
-    """Collect exceptions raised in any thread while the block runs (one block at a time)."""
+    """Collect exceptions raised in any thread while the block runs (one block at a time).
+
+    Every thread's exception counts, not only upstream's ``llm_job`` thread: a failure elsewhere
+    in the process during a synthesis call also fails the call, which errs on the safe side.
+    """
     errors: list[BaseException] = []
 
     def hook(args: threading.ExceptHookArgs) -> None:
         if args.exc_value is not None:
+            args.exc_value.add_note(f"raised in thread {args.thread.name if args.thread else '?'}")
             errors.append(args.exc_value)
 
     with _HOOK_LOCK:
@@ -112,8 +117,9 @@ def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[st
     """(float32 mono wav at 24 kHz, 24000) for ``text``.
 
     Raises:
-        SynthesisError: bad settings, no prompt, a failure in upstream's LLM thread, no segment,
-            a non-(1, L) segment, a sample rate other than 24 kHz, or a wav under `MIN_WAV_S`.
+        SynthesisError: bad settings, no prompt, an upstream failure (in the caller's thread or
+            upstream's LLM thread), a non-(1, L) segment, a sample rate other than 24 kHz, or a
+            wav under `MIN_WAV_S`.
     """
     try:
         s = SynthesisSettings(**settings)
@@ -125,15 +131,19 @@ def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[st
     segments: list[torch.Tensor] = []
     with capture_thread_errors() as errors:
         seed_everything(seed)
-        for out in _generator(loaded, text, s):
-            speech = out["tts_speech"]
-            if speech.dim() != 2 or speech.shape[0] != 1:
-                raise SynthesisError(f"upstream yielded tts_speech of shape {tuple(speech.shape)}; expected (1, L)")
-            segments.append(speech.detach().float().cpu())
+        try:
+            for out in _generator(loaded, text, s):
+                speech = out["tts_speech"]
+                if speech.dim() != 2 or speech.shape[0] != 1:
+                    raise SynthesisError(f"upstream yielded tts_speech of shape {tuple(speech.shape)}; expected (1, L)")
+                segments.append(speech.detach().float().cpu())
+        except (AssertionError, KeyError, OSError, RuntimeError, ValueError) as exc:
+            raise SynthesisError(f"CosyVoice3 failed for {text!r}: {exc!r}") from exc
     wav = torch.cat(segments, dim=1)[0].numpy() if segments else np.zeros(0, dtype=np.float32)
     if errors:
-        raise SynthesisError(f"CosyVoice3's LLM thread failed for {text!r}: {errors[0]!r} (the {wav.size / rate:.3f} s wav it "
-                             "still returned was discarded)") from errors[0]  # fmt: skip
+        where = getattr(errors[0], "__notes__", ["in a background thread"])[-1]
+        raise SynthesisError(f"CosyVoice3's LLM thread failed for {text!r}: {errors[0]!r} {where} (the {wav.size / rate:.3f} s "
+                             "wav it still returned was discarded)") from errors[0]  # fmt: skip
     if wav.size < MIN_WAV_S * rate:
         raise SynthesisError(f"CosyVoice3 produced {wav.size / rate:.3f} s of audio for {text!r} (< {MIN_WAV_S} s): "
                              "the LLM emitted (almost) no speech tokens")  # fmt: skip

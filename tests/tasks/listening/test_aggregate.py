@@ -63,6 +63,9 @@ def test_ratings_table_walks_back_to_the_audio(exported: Exported, tmp_path: Pat
     assert n == out.receipt.result.rating_rows > 0
     assert rows and {r[2] for r in rows} == {exported.receipt_id}
     assert [c for c, _ in scores] == ["recordings", "sys_a", "sys_b"]
+    exported.home.rebuild_catalog()  # the rows are a pure function of the stored receipt and its ratings blob
+    with exported.home.catalog.connect(read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM ratings").fetchone()[0] == n  # type: ignore[index]
 
 
 def test_screening_excludes_careless_raters(exported: Exported, tmp_path: Path) -> None:

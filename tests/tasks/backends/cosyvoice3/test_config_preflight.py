@@ -97,3 +97,15 @@ def test_git_commit_is_recorded_but_not_part_of_the_identity(fake_config: CosyVo
     ident = preflight(copy)
     assert ident.checkout_commit is not None and len(ident.checkout_commit) == 40
     assert ident.identity_sha256 == UpstreamIdentity(**{**ident.model_dump(), "checkout_commit": None}).identity_sha256
+
+
+# sha256sum of the committed fixture graphs, as written by fixture_assets/build_onnx.py (onnx 1.23.2)
+FIXTURE_ONNX_SHA256 = {
+    "campplus.onnx": "3485e42a6ed0417e5d65a9597ce700caed2fef80bb740ebdb534e382804ea48d",
+    "speech_tokenizer_v3.onnx": "6851aca13dcaaafcedddeffd4c3d1ad8c575153737507ce9facac4cb1d87b151",
+}
+
+
+def test_fixture_onnx_graphs_are_the_committed_ones(fake_config: CosyVoice3Config) -> None:
+    files = preflight(fake_config).files_sha256
+    assert {name: files[name] for name in FIXTURE_ONNX_SHA256} == FIXTURE_ONNX_SHA256

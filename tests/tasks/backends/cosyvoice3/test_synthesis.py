@@ -45,7 +45,7 @@ def adapter(fake_config: CosyVoice3Config, export_dir: Path) -> synth.CosyVoice3
 
 
 def test_zero_shot_concatenates_segments_at_24_khz(adapter: synth.CosyVoice3Loaded) -> None:
-    wav, rate = CosyVoice3Backend(adapter and None).synthesize(adapter, TEXT, "spk_t", 7, {})
+    wav, rate = CosyVoice3Backend().synthesize(adapter, TEXT, "spk_t", 7, {})
     assert rate == 24000 and wav.dtype == np.float32 and wav.ndim == 1
     synth.seed_everything(7)
     prompt = f"You are a helpful assistant.<|endofprompt|>{adapter.prompt_text}"
@@ -86,7 +86,7 @@ def test_llm_thread_failure_is_raised_not_returned_as_a_short_wav(adapter: synth
     monkeypatch.setattr(synth, "_prompt_text", lambda transcript, system: transcript)  # drop the <|endofprompt|> marker
     with pytest.raises(SynthesisError, match=r"LLM thread failed.*AssertionError.*0\.040 s") as err:
         CosyVoice3Backend().synthesize(adapter, "Hello there.", "spk_t", 1, {"prompt_text": "no marker here"})
-    assert isinstance(err.value.__cause__, AssertionError)
+    assert isinstance(err.value.__cause__, AssertionError) and "(llm_job)" in str(err.value)  # upstream's thread target
 
 
 def test_runtimes_agree_and_merged_export_has_llm_pt_keys(fake_config: CosyVoice3Config, export_dir: Path,

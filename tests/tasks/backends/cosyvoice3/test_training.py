@@ -34,9 +34,11 @@ PROJECTION = re.compile(r"llm\.model\.model\.layers\.\d+\.self_attn\.(q|k|v|o)_p
 
 
 def make_plan(**over: object) -> TrainingPlan:
-    fields = dict(name="cv3-lora", backend="cosyvoice3", mode="lora", train_splits=("target_train",), cv_splits=("target_dev",),
-                  speakers=("spk_t",), new_speaker="spk_t", lora=LoraSettings(r=8, alpha=16), frames_per_batch=400, max_epochs=2,
-                  checkpoint_every_steps=1, threads=1, optim=OptimSettings(peak_lr=3e-2, warmup_steps=0, weight_decay=0.0))  # fmt: skip
+    fields: dict[str, object] = {
+        "name": "cv3-lora", "backend": "cosyvoice3", "mode": "lora", "train_splits": ("target_train",), "cv_splits": ("target_dev",),
+        "speakers": ("spk_t",), "new_speaker": "spk_t", "lora": LoraSettings(r=8, alpha=16), "frames_per_batch": 400, "max_epochs": 2,
+        "checkpoint_every_steps": 1, "threads": 1, "optim": OptimSettings(peak_lr=3e-2, warmup_steps=0, weight_decay=0.0),
+    }  # fmt: skip
     fields.update(over)
     return TrainingPlan(**fields)  # type: ignore[arg-type]
 
@@ -75,7 +77,7 @@ def test_only_adapters_train_and_the_loss_falls(trained: Trained) -> None:
     model = trained.setup.model
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert len(trainable) == 2 * 4 * 2 and all(".lora_A." in n or ".lora_B." in n for n in trainable)
-    # 12 steps on one batch, lr 3e-2 (measured: 9.06 -> ~8.5 with this fake model and seed)
+    # 12 steps on one batch, lr 3e-2: measured 8.98 -> 8.49 with this fake model and seed (print trained.losses)
     assert trained.losses[-1] < trained.losses[0] - 0.2, trained.losses
 
 

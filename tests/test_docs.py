@@ -1,0 +1,23 @@
+"""Generated documents stay in step with the code that generates them."""
+
+from __future__ import annotations
+
+from voxledger import docgen
+from voxledger.tasks.corpus import demo_plans
+
+
+def test_cli_reference_is_current() -> None:
+    assert docgen.OUT.read_text() == docgen.render(), "docs/cli.md is stale: run python -m voxledger.docgen --write"
+
+
+def test_every_command_has_an_example() -> None:
+    missing = [" ".join(p) for p, c in docgen._walk(docgen.cli_main, ["voxledger"]) if not (c.help and "Example:" in c.help)
+               and not hasattr(c, "commands")]  # fmt: skip
+    assert not missing, f"commands without an example in their docstring: {missing}"
+
+
+def test_demo_plans_match_their_generator() -> None:
+    texts = demo_plans.render()
+    assert len(texts) == 2
+    for name, text in texts.items():
+        assert (docgen.OUT.parent.parent / "plans" / name).read_text() == text, f"plans/{name} is stale: python -m voxledger.tasks.corpus.demo_plans --write"
