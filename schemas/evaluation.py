@@ -206,6 +206,7 @@ class EvaluationParameters(Frozen):
     plan_name: str
     candidates: tuple[ResolvedCandidate, ...]
     extractors: dict[str, Sha256]
+    extractor_specs: dict[str, dict[str, JsonValue]]
     n_generations: int
     n_observations: int
 

@@ -287,4 +287,23 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0011_provenance",
+        """
+        CREATE TABLE audit_speakers (
+            receipt_sha256 VARCHAR NOT NULL,
+            speaker VARCHAR NOT NULL,
+            utterances INTEGER NOT NULL,
+            hours DOUBLE NOT NULL,
+            PRIMARY KEY (receipt_sha256, speaker)
+        );
+        CREATE TABLE evaluation_extractors (
+            receipt_sha256 VARCHAR NOT NULL,
+            extractor VARCHAR NOT NULL,
+            extractor_sha256 VARCHAR NOT NULL,
+            spec JSON NOT NULL,
+            PRIMARY KEY (receipt_sha256, extractor)
+        );
+        """,
+    ),
 ]

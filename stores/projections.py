@@ -49,7 +49,10 @@ def _audit(rid: str, doc: dict[str, Any]) -> Rows:
     ]
     summary = [{"receipt_sha256": rid, "corpus_name": doc["parameters"]["corpus_name"],
                 "verdict": doc["result"]["verdict"], "manifest_sha256": doc["parameters"]["manifest_sha256"]}]  # fmt: skip
-    return {"audit_findings": findings, "audits": summary}
+    stats = doc["result"]["stats"]
+    speakers = [{"receipt_sha256": rid, "speaker": spk, "utterances": n, "hours": stats["speaker_hours"].get(spk, 0.0)}
+                for spk, n in stats["speaker_utterances"].items()]  # fmt: skip
+    return {"audit_findings": findings, "audits": summary, "audit_speakers": speakers}
 
 
 @projector("equivalence")
@@ -107,7 +110,13 @@ def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
     comps = [{"receipt_sha256": rid, "candidate": c["candidate"], "baseline": c["baseline"], "metric": c["metric"],
               "delta": c["delta"]["mean"], "low": c["delta"]["low"], "high": c["delta"]["high"], "wilcoxon_p": c["wilcoxon_p"],
               "n_pairs": c["n_pairs"], "lower_is_better": c["lower_is_better"]} for c in doc["result"]["comparisons"]]  # fmt: skip
-    return {"generations": gens, "observations": obs, "evaluation_summaries": summaries, "evaluation_comparisons": comps}
+    import json
+
+    p = doc["parameters"]
+    extractors = [{"receipt_sha256": rid, "extractor": k, "extractor_sha256": p["extractors"][k], "spec": json.dumps(v, sort_keys=True)}
+                  for k, v in p["extractor_specs"].items()]  # fmt: skip
+    return {"generations": gens, "observations": obs, "evaluation_summaries": summaries, "evaluation_comparisons": comps,
+            "evaluation_extractors": extractors}  # fmt: skip
 
 
 _evaluation.needs_blobs = True  # type: ignore[attr-defined]

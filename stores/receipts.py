@@ -73,7 +73,9 @@ class ReceiptStore:
         """Validate and store a receipt; return (id, document). Idempotent."""
         doc = receipt_document(receipt)
         validate_document(doc, source=f"new {doc.get('kind')} receipt")
-        rid = self.blobs.put_bytes(canonical_bytes(doc))
+        raw = canonical_bytes(doc)
+        rid = self.blobs.put_bytes(raw)
+        doc = json.loads(raw)  # index exactly what a rebuild will read back (1.0 and 1 are one JSON number)
         marker = self.markers / rid[:2] / rid
         marker.parent.mkdir(exist_ok=True)
         try:

@@ -25,6 +25,18 @@ from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.metrics.normalise import basic
 
 
+def extractor_specs(plan: EvaluationPlan) -> dict[str, dict[str, Any]]:
+    """Each extractor's spec as JSON (so the catalog can answer "which evaluations used X")."""
+    m = plan.metrics
+    specs: dict[str, Any] = {"asr": m.asr, "validity": m.validity, "content_gate": m.content_gate}
+    specs |= {f"text:{t.normaliser}": t for t in m.text}
+    if m.speaker is not None:
+        specs["speaker"] = m.speaker
+    if m.mos is not None:
+        specs["mos"] = m.mos
+    return {k: v.model_dump(mode="json") for k, v in specs.items()}
+
+
 def extractor_ids(plan: EvaluationPlan) -> dict[str, str]:
     """Identity of each extractor: sha256 of its spec plus the code digest."""
     m = plan.metrics

@@ -15,7 +15,7 @@ from voxledger.schemas.evaluation import (
     EvaluationResult, Generation, Observation, ResolvedCandidate,
 )  # fmt: skip
 from voxledger.stores.home import Home
-from voxledger.tasks.evaluation.extract import extract_all, extractor_ids
+from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
 from voxledger.tasks.evaluation.generate import generate_all
 from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
@@ -94,12 +94,18 @@ def evaluate_plan_fn(
     receipt = build_receipt(
         EvaluationReceipt, flow=flow, task="evaluate_plan", started_at=started, key=key, inputs=inputs,
         subjects=[artifact(home.blobs, "generations", gen_sha, "application/json"),
-                  artifact(home.blobs, "observations", obs_sha, "application/json")],
+                  artifact(home.blobs, "observations", obs_sha, "application/json"), *_audio_subjects(home, gens)],
         parameters=EvaluationParameters(plan_sha256=plan_sha, plan_name=plan.name, candidates=tuple(resolved.values()),
-                                        extractors=extractor_ids(plan), n_generations=len(gens), n_observations=len(obs)),
+                                        extractors=extractor_ids(plan), extractor_specs=extractor_specs(plan), n_generations=len(gens), n_observations=len(obs)),
         result=result,
     )  # fmt: skip
     return EvaluationOutcome(home.record(receipt), receipt, cached=False)
+
+
+def _audio_subjects(home: Home, gens: list[Generation]) -> list:  # type: ignore[type-arg]
+    """Every generated clip as an output, so ratings and packets bound to audio digests walk back here."""
+    seen = sorted({(f"audio:{g.candidate}", g.audio_sha256) for g in gens if g.valid and g.audio_sha256})
+    return [artifact(home.blobs, role, sha, "audio/wav") for role, sha in seen]
 
 
 def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observation]) -> EvaluationResult:

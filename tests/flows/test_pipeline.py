@@ -62,15 +62,22 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_small_corpus(tmp_path_factory.mktemp("pc") / "c")
 
 
-def test_pipeline_runs_then_is_served_from_cache(tmp_path: Path, corpus: Path) -> None:
-    plans = write_plans(tmp_path / "plans")
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> tuple[Path, Path, dict, float]:  # type: ignore[type-arg]
+    """One full pipeline run shared by the tests of this module: (home, plans, summary, seconds)."""
+    root = tmp_path_factory.mktemp("pipe")
+    plans = write_plans(root / "plans")
     t0 = time.perf_counter()
-    first = run(tmp_path / "h", corpus, plans)
-    t_first = time.perf_counter() - t0
+    summary = run(root / "h", corpus, plans)
+    return root / "h", plans, summary, time.perf_counter() - t0
+
+
+def test_pipeline_runs_then_is_served_from_cache(first_run, corpus: Path) -> None:  # type: ignore[no-untyped-def]
+    home_dir, plans, first, t_first = first_run
     assert [s["stage"] for s in first["stages"]] == ["audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets"]
     assert not any(s["cached"] for s in first["stages"])
     t0 = time.perf_counter()
-    second = run(tmp_path / "h", corpus, plans)
+    second = run(home_dir, corpus, plans)
     t_second = time.perf_counter() - t0
     assert all(s["cached"] for s in second["stages"])
     assert [s["receipt_id"] for s in second["stages"]] == [s["receipt_id"] for s in first["stages"]]  # identical lineage
@@ -81,12 +88,57 @@ def test_pipeline_runs_then_is_served_from_cache(tmp_path: Path, corpus: Path) -
     (plans / "lora-r4.yaml").write_text(yaml.safe_dump(lora))
     pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {"adapter_training": "lora-r4.yaml"}
     (plans / "pipeline-r4.yaml").write_text(yaml.safe_dump(pipe))
-    third = run(tmp_path / "h", corpus, plans, "pipeline-r4.yaml")
+    third = run(home_dir, corpus, plans, "pipeline-r4.yaml")
     assert [s["cached"] for s in third["stages"]] == [True, True, False, False, False, False, False]
-    home = Home(tmp_path / "h")
-    with home.catalog.connect(read_only=True) as con:
+    with Home(home_dir).catalog.connect(read_only=True) as con:
         runs = con.execute("SELECT count(DISTINCT receipt_sha256) FROM pipeline_stages WHERE run_status = 'succeeded'").fetchone()
     assert runs == (3,)
+
+
+def cli(home: Path, *args: str) -> object:
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    result = CliRunner().invoke(main, ["--home", str(home), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_provenance_recipes(first_run) -> None:  # type: ignore[no-untyped-def]
+    home_dir, _, summary, _ = first_run
+    audit = summary["audit"]["receipt_id"]
+    kinds = {r["kind"] for r in cli(home_dir, "provenance", "downstream", audit)}  # type: ignore[union-attr]
+    assert {"training_run", "promotion", "evaluation", "package", "packet_set"} <= kinds
+    # base voices are in the base model's data, so the adapter package was trained on them too
+    with_a = cli(home_dir, "provenance", "speaker", "spk_a")
+    packaged = cli(home_dir, "query", "SELECT package_sha256 FROM packages")
+    assert {p["package_sha256"] for p in with_a} == {p["package_sha256"] for p in packaged}  # type: ignore[union-attr,index]
+    assert cli(home_dir, "provenance", "speaker", "nobody") == []
+    champ = cli(home_dir, "provenance", "champion-at", "2100-01-01T00:00:00Z")
+    history = cli(home_dir, "alias", "history", "champion")
+    assert champ[0]["receipt"] == history[-1]["receipt"]  # type: ignore[index]
+    assert summary["promotion"]["receipt_id"] in {h["receipt"] for h in history}  # type: ignore[union-attr,index]
+    assert cli(home_dir, "provenance", "champion-at", "2000-01-01T00:00:00Z") == []
+    used = cli(home_dir, "provenance", "normaliser", "voxledger-basic:1")
+    assert {r["evaluation"] for r in used} >= {summary["evaluation"]["receipt_id"]}  # type: ignore[union-attr]
+    assert cli(home_dir, "provenance", "normaliser", "no-such-normaliser:9") == []
+    runs = [r["receipt_sha256"] for r in cli(home_dir, "query", "SELECT receipt_sha256 FROM receipts WHERE kind = 'training_run' ORDER BY finished_at")]  # type: ignore[union-attr]
+    diff = cli(home_dir, "provenance", "diff", runs[0], runs[1])
+    assert any(d["path"].startswith("parameters.mode") for d in diff)  # type: ignore[union-attr]
+    assert not any(d["volatile"] for d in diff)  # type: ignore[union-attr]
+
+
+def test_catalog_rebuild_reproduces_every_table(first_run) -> None:  # type: ignore[no-untyped-def]
+    home = Home(first_run[0])
+    with home.catalog.connect(read_only=True) as con:
+        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'").fetchall()]
+        before = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
+    assert len(tables) >= 20
+    home.rebuild_catalog()
+    with home.catalog.connect(read_only=True) as con:
+        after = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
+    assert after == before
 
 
 def test_failing_audit_stops_the_pipeline_with_a_receipt(tmp_path: Path, corpus: Path) -> None:
