@@ -20,17 +20,18 @@ from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetRece
 from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionReceipt
+from voxledger.schemas.prune import PruneReceipt
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
 RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-    EvaluationReceipt, PromotionReceipt, PipelineRunReceipt,
+    EvaluationReceipt, PromotionReceipt, PipelineRunReceipt, PruneReceipt,
     PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
 )
 
 AnyReceipt = Annotated[Union[
         IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-        EvaluationReceipt, PromotionReceipt, PipelineRunReceipt,
+        EvaluationReceipt, PromotionReceipt, PipelineRunReceipt, PruneReceipt,
         PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
     ], Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)

@@ -193,3 +193,34 @@ def print_stages(stages: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
+
+
+@main.group("checkpoints")
+def checkpoints_group() -> None:
+    """Training checkpoints in the store."""
+
+
+@checkpoints_group.command("prune")
+@click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a reviewable prune plan here.")
+@click.option("--execute", "execute", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Execute a reviewed plan file.")
+@click.option("--keep-best", type=int, default=1, show_default=True)
+@click.pass_context
+def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path | None, keep_best: int) -> None:
+    """Plan (--plan-out) or execute (--execute) checkpoint pruning; referenced checkpoints are never removed.
+
+    Example: voxledger checkpoints prune --plan-out prune.json && voxledger checkpoints prune --execute prune.json
+    """
+    from voxledger.tasks.training.prune import execute_plan, make_plan
+
+    home = open_home(ctx)
+    if (plan_out is None) == (execute is None):
+        raise click.UsageError("give exactly one of --plan-out FILE or --execute FILE")
+    if plan_out is not None:
+        plan = make_plan(home, keep_best)
+        with open(plan_out, "x", encoding="utf-8") as f:
+            f.write(plan.model_dump_json(indent=2))
+        n = sum(len(e.blobs) for e in plan.remove)
+        console.print(f"wrote {plan_out}: keep {len(plan.keep)} checkpoints, remove {len(plan.remove)} ({n} blobs); review it, then --execute")
+        return
+    rid, receipt = execute_plan(home, execute)  # type: ignore[arg-type]
+    console.print(f"removed {len(receipt.parameters.removed_blobs)} blobs ({receipt.parameters.freed_bytes:,} bytes); receipt {rid}")

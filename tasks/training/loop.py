@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from voxledger.schemas.training import EpochRecord, TrainingInputs, TrainingPlan
 from voxledger.tasks.backends.base import Backend
+from voxledger.tasks.training.distributed import agree_stop
 from voxledger.tasks.training.checkpoints import latest_checkpoint, restore_rng, write_checkpoint
 
 
@@ -125,10 +126,10 @@ def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], pl
         else:
             state.bad_epochs += 1
         state.history.append(record.model_copy(update={"checkpoint_overhead_s": s["ckpt"] + export_s}).model_dump(mode="json"))
-        if state.bad_epochs >= plan.patience:
-            state.stop_reason = "early_stopping"
-        elif state.epoch + 1 >= plan.max_epochs:
-            state.stop_reason = "max_epochs"
+        last = state.epoch + 1 >= plan.max_epochs
+        # under torchrun every rank must leave the loop at the same epoch: the decision is collective
+        if agree_stop(state.bad_epochs >= plan.patience or last):
+            state.stop_reason = "max_epochs" if last and state.bad_epochs < plan.patience else "early_stopping"
         state.epoch += 1
         state.batch = 0
         state.sums = LoopState().sums

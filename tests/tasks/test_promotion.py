@@ -85,3 +85,37 @@ def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) ->
     lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=other.receipt.subject("best").sha256)
     with pytest.raises(GateFailedError, match="serves on base .* trained on base"):
         promote_adapter_fn(home, lora.receipt_id, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+
+
+def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
+    from voxledger.schemas.errors import TrainingError
+    from voxledger.tasks.training.prune import execute_plan, make_plan
+
+    home, corpus, audit, _ = setup
+    run = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=4, name="prunable"), plan_name="prunable.yaml")
+    plan = make_plan(home, keep_best=1)
+    removed = {e.checkpoint_receipt for e in plan.remove}
+    kept = {e.checkpoint_receipt: e.reason for e in plan.keep}
+    run_ckpts = [r.sha256 for r in run.receipt.inputs if r.role.startswith("checkpoint:")]
+    assert kept[run_ckpts[-1]] in ("last epoch", "best by CV loss")
+    assert removed, "a 4-epoch run must leave something to prune"
+    # the run's best/last trees are its subjects: the checkpoints holding them are protected
+    for sub in ("best", "last"):
+        tree = run.receipt.subject(sub).sha256
+        assert all(e.tree_sha256 != tree for e in plan.remove)
+    champion = alias_state(home, "champion")
+    assert champion is None or all(e.tree_sha256 != champion.target_sha256 for e in plan.remove)
+    path = tmp_path / "prune.json"
+    path.write_text(plan.model_dump_json())
+    rid, receipt = execute_plan(home, path)
+    assert receipt.parameters.removed_blobs and all(not home.blobs.has(b) for b in receipt.parameters.removed_blobs)
+    home.receipts.read(rid)
+    # receipts of removed checkpoints stay (evidence), only their bytes are gone
+    assert all(home.receipts.read(r) for r in removed)
+    # a plan that would now remove something referenced is refused: point a promotion-like
+    # reference at a removed tree by planning against a protected tree by hand
+    stale = plan.model_copy(update={"remove": (plan.remove[0].model_copy(update={"blobs": (run.receipt.subject("best").sha256,)}),)})
+    path2 = tmp_path / "stale.json"
+    path2.write_text(stale.model_dump_json())
+    with pytest.raises(TrainingError, match="is stale"):
+        execute_plan(home, path2)
