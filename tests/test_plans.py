@@ -1,0 +1,46 @@
+"""Every shipped plan validates, starts with the command that runs it, and has a stable identity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from voxledger.schemas.audit import AuditPolicy
+from voxledger.schemas.equivalence import EquivalencePlan
+from voxledger.schemas.evaluation import EvaluationPlan
+from voxledger.schemas.listening import ListeningProtocol
+from voxledger.schemas.pipeline import PipelinePlan
+from voxledger.schemas.promotion import PromotionPolicy
+from voxledger.schemas.training import TrainingPlan
+from voxledger.tasks.plans import load_plan, plan_digest
+
+PLANS = Path(__file__).resolve().parents[1] / "plans"
+MODELS = {"audit_policy": AuditPolicy, "training_plan": TrainingPlan, "promotion_policy": PromotionPolicy, "evaluation_plan": EvaluationPlan,
+          "listening_protocol": ListeningProtocol, "pipeline_plan": PipelinePlan}  # fmt: skip
+
+
+def test_every_plan_validates_and_names_its_command() -> None:
+    files = sorted(PLANS.glob("*.yaml"))
+    assert len(files) == 9, f"found {[f.name for f in files]}: update this count deliberately"
+    for f in files:
+        assert f.read_text().startswith("# voxledger "), f"{f.name} must start with a comment giving the command that runs it"
+        kind = yaml.safe_load(f.read_text()).get("kind")
+        model = MODELS.get(kind, EquivalencePlan)
+        load_plan(f, model)  # type: ignore[type-var]
+
+
+def test_plan_identity_ignores_comments_and_key_order(tmp_path: Path) -> None:
+    src = PLANS / "train-tiny-lora.yaml"
+    doc = yaml.safe_load(src.read_text())
+    shuffled = tmp_path / "x.yaml"
+    shuffled.write_text("# another comment\n" + yaml.safe_dump(dict(reversed(list(doc.items())))))
+    assert plan_digest(load_plan(src, TrainingPlan)) == plan_digest(load_plan(shuffled, TrainingPlan))
+    doc["seed"] = 1
+    shuffled.write_text(yaml.safe_dump(doc))
+    assert plan_digest(load_plan(src, TrainingPlan)) != plan_digest(load_plan(shuffled, TrainingPlan))
+
+
+def test_hard_cases_cover_the_categories() -> None:
+    plan = load_plan(PLANS / "eval-hard-cases.yaml", EvaluationPlan)
+    assert {p.category for p in plan.prompts} == {"numbers", "dates", "currency", "names", "long_form", "questions"}
