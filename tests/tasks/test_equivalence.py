@@ -345,7 +345,7 @@ def test_length_tolerant_plan_and_npz_dumps(tmp_path: Path) -> None:
 
 def test_default_plan_file_matches_the_schema_defaults() -> None:
     assert PLAN_FILE.read_text().startswith(
-        "# Run: voxledger equivalence compare REF CAND --plan plans/equivalence-default.yaml"
+        "# voxledger equivalence compare REF CAND --plan plans/equivalence-default.yaml"
     )
     assert load_equivalence_plan(PLAN_FILE) == EquivalencePlan()
 
