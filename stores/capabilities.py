@@ -49,7 +49,6 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 import duckdb
-
 from voxledger.schemas.evaluation import Runtime
 from voxledger.schemas.training import BackendName
 

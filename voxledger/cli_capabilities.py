@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from datetime import UTC
 from pathlib import Path
 
 import click
@@ -20,7 +21,7 @@ CSS = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td
 
 
 def _when(cell: Cell) -> str:
-    return cell.finished_at.strftime("%Y-%m-%d %H:%M:%S %Z") if cell.finished_at else "-"
+    return cell.finished_at.astimezone(UTC).isoformat() if cell.finished_at else "-"
 
 
 def _counts(cell: Cell) -> str:
@@ -66,10 +67,14 @@ def capabilities(ctx: click.Context, as_json: bool, html_path: Path | None) -> N
     if as_json:
         emit_json(matrix.to_json())
         return
-    table = Table("backend", "stage", "runtime", "state", "evidence", "finished", "runs v/s/f", "why", title="capabilities")
+    table = Table(title="capabilities (runs counted validated/smoke-tested/failed)")
+    for name in ("backend", "stage", "runtime", "state", "evidence", "finished (UTC)", "runs"):
+        table.add_column(name, no_wrap=name in ("backend", "stage", "runtime", "state"))
+    table.add_column("why", overflow="fold", ratio=1, min_width=24)
     for c in matrix.cells:
         colour = COLOURS[c.state]
-        table.add_row(c.backend, c.stage, c.runtime, f"[{colour}]{c.state}[/{colour}]", (c.receipt_sha256 or "-")[:16], _when(c), _counts(c), c.why[:60])
+        when = c.finished_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if c.finished_at else "-"
+        table.add_row(c.backend, c.stage, c.runtime, f"[{colour}]{c.state}[/{colour}]", (c.receipt_sha256 or "-")[:12], when, _counts(c), c.why)
     console.print(table)
     if matrix.unattributed:
         console.print(f"{len(matrix.unattributed)} receipt(s) not placed on the matrix; see --json 'unattributed'")
