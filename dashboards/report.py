@@ -7,13 +7,12 @@ are inline, and nothing is fetched. The file is written atomically (temp file, t
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Any
 
 import duckdb
-
 from voxledger.dashboards import charts
 from voxledger.dashboards.lineage_svg import draw, receipt_graph
 from voxledger.stores.catalog import Catalog
@@ -71,7 +70,7 @@ def build_dashboard(catalog: Catalog, out: Path) -> Path:
             ("Lineage of the latest package, from corpus to ratings", _lineage(con)),
         ]  # fmt: skip
         counts = _rows(con, "SELECT kind, count(*) AS n FROM receipts GROUP BY kind ORDER BY kind")
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = "".join(f"<h2>{escape(t)}</h2>{html}" for t, html in sections)
     summary = ", ".join(f"{r['kind']}: {r['n']}" for r in counts)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>voxledger dashboard</title><style>{CSS}</style></head><body>"

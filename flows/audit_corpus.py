@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
-
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.errors import AuditFailedError
 from voxledger.stores.home import Home

@@ -7,7 +7,6 @@ from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
-
 from voxledger.stores.home import Home
 
 

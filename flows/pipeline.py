@@ -14,12 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
-
 from voxledger.flows.progress import report
-from voxledger.flows.stages import RETRIES, audit_task, evaluate_task, plan_path, promote_task, train_task
+from voxledger.flows.stages import (
+    RETRIES,
+    audit_task,
+    evaluate_task,
+    plan_path,
+    promote_task,
+    train_task,
+)
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import AuditFailedError, GateFailedError, VoxledgerError
-from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, StageRecord
+from voxledger.schemas.pipeline import (
+    PipelineParameters,
+    PipelinePlan,
+    PipelineRunReceipt,
+    StageRecord,
+)
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import load_plan, register_plan
 from voxledger.tasks.receipting import build_receipt
@@ -135,7 +146,6 @@ def _next_stage(run: _Run) -> str:
 def _file_digest(path: Path) -> str:
     """The canonical digest of a plan file's validated content (not its raw bytes)."""
     import yaml
-
     from voxledger.schemas.canonical import canonical_digest
 
     return canonical_digest(yaml.safe_load(path.read_text(encoding="utf-8")))

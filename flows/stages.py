@@ -12,7 +12,6 @@ from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
-
 from voxledger.flows.progress import report
 from voxledger.schemas.errors import AuditFailedError, GateFailedError
 from voxledger.schemas.evaluation import EvaluationPlan

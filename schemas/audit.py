@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.metrics import ValiditySpec
 

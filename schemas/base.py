@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
@@ -97,6 +97,5 @@ class ReceiptBase(Frozen):
 
 def utc_now() -> datetime:
     """Current time, timezone-aware UTC (receipts refuse naive datetimes)."""
-    from datetime import timezone
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

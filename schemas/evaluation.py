@@ -5,9 +5,15 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
-
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
-from voxledger.schemas.metrics import AsrSpec, ContentGateSpec, MosSpec, SpeakerSpec, TextMetricSpec, ValiditySpec
+from voxledger.schemas.metrics import (
+    AsrSpec,
+    ContentGateSpec,
+    MosSpec,
+    SpeakerSpec,
+    TextMetricSpec,
+    ValiditySpec,
+)
 from voxledger.schemas.training import BackendName
 
 Runtime = Literal["base", "adapter", "merged", "merged_export", "recordings"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, JsonValue
-
 from voxledger.schemas.base import Frozen
 
 CORE_FIELDS = (

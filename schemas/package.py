@@ -69,7 +69,7 @@ class InferenceSettings(Frozen):
 class PackageManifest(Frozen):
     """``manifest.json`` of a package; members are sorted by path."""
 
-    format: Literal["voxledger.package/v1"] = PACKAGE_FORMAT
+    format: Literal["voxledger.package/v1"] = "voxledger.package/v1"
     name: str = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     backend: BackendName
     components: ComponentDigests

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 
 StageName = Literal["audit", "train_base", "train_adapter", "promote", "package", "evaluate", "export_packets"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.evaluation import MetricSuite, Prompt, StatisticsSettings
 

@@ -7,16 +7,19 @@ Adding a kind: define a ``ReceiptBase`` subclass with a literal ``kind``, add it
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
-
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.evaluation import EvaluationReceipt
-from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetReceipt, SubmissionReceipt
+from voxledger.schemas.listening_receipts import (
+    AggregateReceipt,
+    PacketSetReceipt,
+    SubmissionReceipt,
+)
 from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionReceipt
@@ -29,11 +32,7 @@ RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
 )
 
-AnyReceipt = Annotated[Union[
-        IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
-        EvaluationReceipt, PromotionReceipt, PipelineRunReceipt, PruneReceipt,
-        PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
-    ], Field(discriminator="kind")]
+AnyReceipt = Annotated[IngestReceipt | PlanReceipt | AuditReceipt | EquivalenceReceipt | CheckpointReceipt | TrainingRunReceipt | EvaluationReceipt | PromotionReceipt | PipelineRunReceipt | PruneReceipt | PacketSetReceipt | SubmissionReceipt | AggregateReceipt | PackageReceipt, Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 
 

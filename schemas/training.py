@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
-
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 
 BackendName = Literal["tiny", "cosyvoice3"]

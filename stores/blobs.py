@@ -61,7 +61,7 @@ class VerifyingReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: "bytearray | memoryview") -> int:  # type: ignore[override]
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         n = self._f.readinto(buffer)
         if n:
             self._h.update(memoryview(buffer)[:n])
@@ -158,7 +158,7 @@ class LocalBlobStore:
         path = self.path_of(sha256)
         if not path.is_file():
             raise BlobMissingError(f"object {sha256} is not in the store at {self.root}")
-        return io.BufferedReader(VerifyingReader(path, sha256), CHUNK_BYTES)  # type: ignore[return-value]
+        return io.BufferedReader(VerifyingReader(path, sha256), CHUNK_BYTES)
 
     def get_bytes(self, sha256: str) -> bytes:
         """Read a whole (small) object, verified."""

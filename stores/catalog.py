@@ -18,12 +18,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from filelock import FileLock, Timeout
-
 from voxledger.schemas.errors import CatalogError
 from voxledger.stores.migrations import MIGRATIONS
 from voxledger.stores.projections import BlobLoader, project
 
-DUCKDB_CONFIG = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+}
 
 
 class Catalog:

@@ -17,14 +17,14 @@ from pathlib import Path
 CHUNK_BYTES = 1 << 20
 
 
-def sha256_stream(fileobj: "os.PathLike[str] | str | int", chunk_bytes: int = CHUNK_BYTES) -> tuple[str, int]:
+def sha256_stream(fileobj: os.PathLike[str] | str | int, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, int]:
     """Hash a file by path (or an open file descriptor) in fixed chunks; return (hex, size)."""
     digest = hashlib.sha256()
     buf = bytearray(chunk_bytes)
     view = memoryview(buf)
     size = 0
     own = not isinstance(fileobj, int)
-    fd = os.open(fileobj, os.O_RDONLY) if own else fileobj  # type: ignore[arg-type]
+    fd: int = fileobj if isinstance(fileobj, int) else os.open(fileobj, os.O_RDONLY)
     try:
         while True:
             n = os.readv(fd, [buf])
@@ -92,7 +92,7 @@ class StatCache:
             where = " OR ".join(["(dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?)"] * len(chunk))
             params = [v for key in chunk for v in key]
             for row in conn.execute(f"SELECT dev, ino, size, mtime_ns, ctime_ns, sha256 FROM stat_cache WHERE {where}", params):
-                found[tuple(row[:5])] = row[5]  # type: ignore[index]
+                found[(row[0], row[1], row[2], row[3], row[4])] = row[5]
         return found
 
     def put_many(self, items: Iterable[tuple[StatKey, str]]) -> None:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import duckdb
-
 from voxledger.schemas.errors import CatalogError
 
 Direction = Literal["up", "down"]

@@ -44,7 +44,7 @@ def _audit(rid: str, doc: dict[str, Any]) -> Rows:
     findings = [
         {"receipt_sha256": rid, "seq": i, "code": f["code"], "severity": f["severity"],
          "utterance_ids": list(f["utterance_ids"]), "message": f["message"], "value": f["value"],
-         "bound": f["bound"], "file": f["file"], "line": f["line"]}  # fmt: skip
+         "bound": f["bound"], "file": f["file"], "line": f["line"]}
         for i, f in enumerate(doc["result"]["findings"])
     ]
     summary = [{"receipt_sha256": rid, "corpus_name": doc["parameters"]["corpus_name"],
@@ -62,7 +62,7 @@ def _equivalence(rid: str, doc: dict[str, Any]) -> Rows:
         "equivalence_stages": [
             {"receipt_sha256": rid, "stage": s["stage"], "kind": s["kind"], "band": s["band"], "rel": s.get("rel"),
              "max_abs_err": s.get("max_abs_err"), "mean_abs_err": s.get("mean_abs_err"),
-             "reference_runtime": p["reference"]["name"], "candidate_runtime": p["candidate"]["name"]}  # fmt: skip
+             "reference_runtime": p["reference"]["name"], "candidate_runtime": p["candidate"]["name"]}
             for s in doc["report"]["stages"]
         ]
     }
@@ -74,7 +74,7 @@ def _training_run(rid: str, doc: dict[str, Any]) -> Rows:
     return {
         "training_epochs": [
             {"receipt_sha256": rid, "run_key": p["run_key"], "plan_sha256": p["bound"]["plan_sha256"], "backend": p["backend"],
-             "mode": p["mode"], "is_best": e["epoch"] == r["best_epoch"], **e}  # fmt: skip
+             "mode": p["mode"], "is_best": e["epoch"] == r["best_epoch"], **e}
             for e in r["epochs"]
         ]
     }

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import duckdb
-
 from voxledger.stores.lineage import walk
 
 

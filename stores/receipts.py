@@ -15,13 +15,13 @@ from typing import Any
 
 import jsonschema
 from pydantic import ValidationError
-
-from voxledger import schemas as _schemas_pkg
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import ReceiptError
 from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER
 from voxledger.stores.blobs import LocalBlobStore
+
+from voxledger import schemas as _schemas_pkg
 
 SCHEMA_DIR = Path(_schemas_pkg.__file__).parent / "json"
 

@@ -12,7 +12,6 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from pydantic import Field
-
 from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import UnsafePathError

@@ -13,7 +13,6 @@ from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
-
 from voxledger.schemas.base import utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanParameters, PlanReceipt

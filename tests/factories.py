@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from voxledger.schemas.base import Artifact, InputRef, Producer
 from voxledger.schemas.core import IngestParameters, IngestReceipt
 from voxledger.stores.identity import environment
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def hexd(i: int) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from voxledger import docgen
 from voxledger.tasks.corpus import demo_plans
+
+from voxledger import docgen
 
 
 def test_cli_reference_is_current() -> None:

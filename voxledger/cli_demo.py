@@ -69,7 +69,7 @@ def _final_table(home: object, summary: dict, dash: Path, t_corpus: float, total
     for s in doc["result"]["summaries"]:
         o = s["overall"]
 
-        def f(m: str) -> str:
+        def f(m: str, o: dict = o) -> str:  # type: ignore[type-arg]
             return "-" if m not in o else f"{o[m]['mean']:.3f} [{o[m]['low']:.3f}, {o[m]['high']:.3f}]"
 
         table.add_row(s["candidate"], f("wer:whisper_en"), f("speaker_sim"), f("predicted_mos_ovrl"), f("content_gate_pass"))

@@ -23,7 +23,7 @@ def disable_cuda_torchaudio_extension() -> str:
     if not found:
         moved = sorted(lib_dir.glob("_torchaudio*.so.disabled"))
         return f"already fixed ({moved[0].name})" if moved else "no torchaudio extension found"
-    import torch  # noqa: F401  (only to learn whether this torch is a CPU build)
+    import torch
 
     if torch.version.cuda is not None:
         return f"torch has CUDA {torch.version.cuda}: torchaudio extension left in place"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.errors import UnsafePathError
 from voxledger.schemas.manifest import Utterance

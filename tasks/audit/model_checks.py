@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import soundfile as sf
 from scipy.signal import resample_poly
-
 from voxledger.schemas.audit import AsrAgreementPolicy, Finding, NoiseScreenPolicy
 from voxledger.schemas.manifest import Utterance
 from voxledger.tasks.audit.measure import FileFacts

@@ -8,7 +8,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-
 from voxledger.schemas.training import BackendName, TrainingPlan
 
 

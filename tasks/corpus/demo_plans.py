@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from voxledger.tasks.corpus.demo import VOICES, assign_sentences, utterance_id
 from voxledger.tasks.corpus.sentences import harvard_sentences
 

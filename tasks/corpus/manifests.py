@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
-
 from voxledger.schemas.errors import CorpusError
 from voxledger.schemas.manifest import Utterance, UtteranceSet
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from voxledger.schemas.equivalence import EquivalenceBands, EquivalenceReport
 from voxledger.tasks.equivalence.compare import compare_stage
 

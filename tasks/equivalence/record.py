@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.canonical import is_sha256_hex
 from voxledger.schemas.equivalence import EquivalenceParameters, EquivalencePlan, RuntimeDescriptor
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
-from voxledger.schemas.canonical import is_sha256_hex
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree, put_tree
 from voxledger.tasks.equivalence.compare import compare_dirs

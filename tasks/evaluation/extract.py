@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import soundfile as sf
-
 from voxledger.schemas.canonical import canonical_digest
 from voxledger.schemas.evaluation import EvaluationPlan, Generation, Observation, Prompt
 from voxledger.stores.home import Home

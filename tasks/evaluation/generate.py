@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 from scipy.signal import resample_poly
-
-from voxledger.schemas.evaluation import Candidate, EvaluationPlan, Generation, ResolvedCandidate
 from voxledger.schemas.errors import EvaluationError
+from voxledger.schemas.evaluation import Candidate, EvaluationPlan, Generation, ResolvedCandidate
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree
 from voxledger.tasks.backends.base import get_backend

@@ -11,8 +11,16 @@ from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
-    LOWER_IS_BETTER, CandidateSummary, Comparison, EvaluationParameters, EvaluationPlan, EvaluationReceipt,
-    EvaluationResult, Generation, Observation, ResolvedCandidate,
+    LOWER_IS_BETTER,
+    CandidateSummary,
+    Comparison,
+    EvaluationParameters,
+    EvaluationPlan,
+    EvaluationReceipt,
+    EvaluationResult,
+    Generation,
+    Observation,
+    ResolvedCandidate,
 )  # fmt: skip
 from voxledger.stores.home import Home
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs

@@ -6,7 +6,6 @@ from collections import defaultdict
 
 import numpy as np
 from scipy.stats import wilcoxon
-
 from voxledger.schemas.evaluation import Interval
 
 

@@ -10,7 +10,15 @@ from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan
 from voxledger.schemas.promotion import (
-    AliasMove, ChallengerDecision, GatePlan, GateRule, PromotionParameters, PromotionPolicy, PromotionReceipt, PromotionResult, RuleValue,
+    AliasMove,
+    ChallengerDecision,
+    GatePlan,
+    GateRule,
+    PromotionParameters,
+    PromotionPolicy,
+    PromotionReceipt,
+    PromotionResult,
+    RuleValue,
 )  # fmt: skip
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from voxledger.schemas.training import EpochRecord, TrainingInputs, TrainingPlan
 from voxledger.tasks.backends.base import Backend
-from voxledger.tasks.training.distributed import agree_stop
 from voxledger.tasks.training.checkpoints import latest_checkpoint, restore_rng, write_checkpoint
+from voxledger.tasks.training.distributed import agree_stop
 
 
 def lr_at(step: int, plan: TrainingPlan, total_steps: int) -> float:

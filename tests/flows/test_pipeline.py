@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tests.corpus_factory import build_small_corpus
 from voxledger.flows.pipeline import pipeline
 from voxledger.flows.runtime import quiet_prefect
 from voxledger.schemas.errors import AuditFailedError
 from voxledger.stores.home import Home
+
+from tests.corpus_factory import build_small_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128, "postnet_channels": 64, "encoder_layers": 2}
@@ -159,8 +159,9 @@ def test_failing_audit_stops_the_pipeline_with_a_receipt(tmp_path: Path, corpus:
 def test_dashboard_renders_offline_in_chromium(first_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import re
 
-    from tests.tasks.listening.cdp import CHROMIUM, Chromium
     from voxledger.dashboards.report import build_dashboard
+
+    from tests.tasks.listening.cdp import CHROMIUM, Chromium
 
     out = build_dashboard(Home(first_run[0]).catalog, tmp_path / "dashboard.html")
     html = out.read_text()

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from voxledger.schemas.audit import AuditPolicy, LeakageRule
 from voxledger.stores.home import Home
 from voxledger.tasks.audit.run import audit_corpus_fn

@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.corpus_factory import build_small_corpus
-from tests.tasks.test_training import audited, base_plan, lora_plan
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import Candidate, EvaluationPlan, MetricSuite, Prompt
 from voxledger.stores.home import Home
@@ -15,6 +12,9 @@ from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
 from voxledger.tasks.training.run import train_adapter_fn
+
+from tests.corpus_factory import build_small_corpus
+from tests.tasks.test_training import audited, base_plan, lora_plan
 
 
 @pytest.fixture(scope="module")

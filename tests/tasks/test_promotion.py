@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.corpus_factory import build_small_corpus
-from tests.tasks.test_training import audited, base_plan, lora_plan
 from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.evaluation import MetricSuite, Prompt
 from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
 from voxledger.stores.home import Home
 from voxledger.tasks.promotion.run import alias_state, promote_adapter_fn
 from voxledger.tasks.training.run import train_adapter_fn
+
+from tests.corpus_factory import build_small_corpus
+from tests.tasks.test_training import audited, base_plan, lora_plan
 
 
 def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
