@@ -56,7 +56,17 @@ def emit_json(value: Any) -> None:
 
 def _register() -> None:
     # each module attaches its commands to ``main``
-    from voxledger import cli_audit, cli_capabilities, cli_core, cli_demo, cli_equivalence, cli_listening, cli_package, cli_provenance, cli_stages  # noqa: F401
+    from voxledger import (  # noqa: F401
+        cli_audit,
+        cli_capabilities,
+        cli_core,
+        cli_demo,
+        cli_equivalence,
+        cli_listening,
+        cli_package,
+        cli_provenance,
+        cli_stages,
+    )
 
 
 _register()

@@ -53,7 +53,7 @@ def _red_comparison(home: Home, tmp: Path, runtime: str, parents: tuple[InputRef
 
 
 @pytest.mark.slow
-def test_matrix_of_a_real_pipeline_run(first_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_matrix_of_a_real_pipeline_run(first_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     home_dir, _, summary, _ = first_run
     home = Home(home_dir)
     ids = {s["stage"]: s["receipt_id"] for s in summary["stages"]}
