@@ -16,7 +16,7 @@ import yaml
 from voxledger.tasks.corpus.demo import VOICES, assign_sentences, utterance_id
 from voxledger.tasks.corpus.sentences import harvard_sentences
 
-EVAL_PROMPTS = 24
+EVAL_PROMPTS = 16
 GATE_PROMPTS = 10
 SEEDS = (0,)
 
