@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,7 @@ def bench_hash_large(work: Path, size_mib: int) -> list[Figure]:
     path = work / "large.bin"
     block = os.urandom(1 << 20)
     with open(path, "wb") as f:
-        for _ in range(size_mib):
-            f.write(block)
+        f.writelines(block for _ in range(size_mib))
     subprocess.run(["openssl", "dgst", "-sha256", str(path)], capture_output=True, check=True)  # warm cache
     t_ssl = min(_timed(lambda: subprocess.run(["openssl", "dgst", "-sha256", str(path)], capture_output=True, check=True))[0] for _ in range(2))
     t_ours = min(_timed(lambda: sha256_stream(path))[0] for _ in range(2))
@@ -96,13 +95,13 @@ def bench_corpus(work: Path, n: int) -> list[Figure]:
 
 def synthetic_receipts(n: int) -> list[tuple[str, dict[str, Any]]]:
     """n valid ingest receipt documents chained input -> output (ids are their canonical digests)."""
-    from voxledger.schemas.base import Artifact, InputRef, Producer
+    from voxledger.schemas.base import Artifact, Producer
     from voxledger.schemas.canonical import canonical_digest
     from voxledger.schemas.core import IngestParameters, IngestReceipt
     from voxledger.stores.identity import environment
 
     env = environment()
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     template = IngestReceipt(
         producer=Producer(flow="bench", task="synthetic"),
         subjects=(Artifact(role="file", sha256="0" * 64, size_bytes=1, media_type="application/octet-stream"),),
@@ -151,8 +150,15 @@ def bench_catalog(work: Path, n_receipts: int, n_edges: int) -> list[Figure]:
     ]
 
 
-def run_all(*, quick: bool = False, sections: tuple[str, ...] = ("hash", "corpus", "catalog")) -> list[Figure]:
-    """Run the benchmarks; ``quick`` shrinks every size (a smoke run, not a measurement)."""
+SECTIONS = ("hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "demo")
+"""Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
+
+
+def run_all(*, quick: bool = False, sections: tuple[str, ...] = ("hash", "corpus", "catalog"), home: str | None = None) -> list[Figure]:
+    """Run the benchmarks; ``quick`` shrinks every size (a smoke run, not a measurement).
+
+    ``home`` is the voxledger home whose past pipeline runs the ``demo`` section reads.
+    """
     figures: list[Figure] = []
     work = Path(tempfile.mkdtemp(prefix="voxledger-bench-"))
     try:
@@ -162,6 +168,10 @@ def run_all(*, quick: bool = False, sections: tuple[str, ...] = ("hash", "corpus
             figures += bench_corpus(work, 300 if quick else 10_000)
         if "catalog" in sections:
             figures += bench_catalog(work, 2_000 if quick else 100_000, 20_000 if quick else 1_000_000)
+        if set(sections) - {"hash", "corpus", "catalog"}:
+            from voxledger.bench_stages import run_stages
+
+            figures += run_stages(work, sections, quick=quick, home=home)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return figures

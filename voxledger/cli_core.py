@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
-from rich.markup import escape
 from rich.tree import Tree
 
 from voxledger.cli import emit_json, main, open_home
@@ -272,17 +272,24 @@ def catalog_migrations(ctx: click.Context) -> None:
 
 @main.command("bench")
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke run, not a measurement.")
-@click.option("--only", default="hash,corpus,catalog", show_default=True, help="Comma-separated sections.")
+@click.option("--only", default="hash,corpus,catalog,audit,train,eval,prefect,demo", show_default=True,
+              help="Comma-separated sections: hash, corpus, catalog (stores); audit, train, eval, prefect (stages); "
+                   "demo (stage times of the latest pipeline run in --home).")
 @click.option("--json", "as_json", is_flag=True, help="Print figures as JSON.")
-def bench(quick: bool, only: str, as_json: bool) -> None:
-    """Measure throughput against baselines taken in the same run (openssl, one core, cold cache).
+@click.pass_context
+def bench(ctx: click.Context, quick: bool, only: str, as_json: bool) -> None:
+    """Measure throughput against baselines taken in the same run (openssl, one core, cold cache, bare loops).
 
     Example: voxledger bench --only hash,catalog
     """
-    from voxledger.bench import run_all
+    from voxledger.bench import SECTIONS, run_all
 
+    sections = tuple(s.strip() for s in only.split(",") if s.strip())
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise click.BadParameter(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}", param_hint="--only")
     with console.status("benchmarking"):
-        figures = run_all(quick=quick, sections=tuple(s.strip() for s in only.split(",")))
+        figures = run_all(quick=quick, sections=sections, home=ctx.find_root().obj["home"])
     if as_json:
         emit_json([f.__dict__ for f in figures])
         return

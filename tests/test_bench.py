@@ -1,0 +1,143 @@
+"""``voxledger bench`` stage sections: smoke runs through the real entry point, and the pieces.
+
+Speed is never asserted here (it belongs to the benchmark's output): a smoke run checks that
+every figure is present, finite, and positive where it is a rate, a size or a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import soundfile as sf
+from click.testing import CliRunner
+
+from voxledger.cli import main
+
+BIN = Path(sys.executable).parent / "voxledger"
+# overheads are differences of two timed runs: noise can make them negative, so only finite
+DIFFERENCES = ("extra wall", "overhead")
+
+
+def bench_json(home: Path, sections: str, timeout_s: int = 300) -> list[dict[str, Any]]:
+    """Run the installed ``voxledger`` command; the figures it printed as JSON."""
+    proc = subprocess.run([str(BIN), "--home", str(home), "bench", "--quick", "--only", sections, "--json"],
+                          capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout[proc.stdout.index("[") :])  # type: ignore[no-any-return]
+
+
+def check_figures(figures: list[dict[str, Any]], expected: dict[str, str]) -> None:
+    """Each expected name prefix names exactly one figure with that unit; values are sane."""
+    for prefix, unit in expected.items():
+        found = [f for f in figures if f["name"].startswith(prefix)]
+        assert len(found) == 1, f"{prefix!r}: {[f['name'] for f in figures]}"
+        assert found[0]["unit"] == unit, found[0]
+    for f in figures:
+        assert math.isfinite(f["value"]), f
+        if not any(word in f["name"] for word in DIFFERENCES):
+            assert f["value"] > 0, f
+
+
+AUDIT = {"audit 300 x 1 s clips, first pass": "utterances/s", "audit first pass: peak RSS": "MB",
+         "audit 300 clips, cached pass": "utterances/s", "audit cached pass: peak RSS": "MB",
+         "audit process RSS after imports": "MB", "audit cached / first pass time": "x"}  # fmt: skip
+
+
+def test_quick_audit_and_an_empty_home(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "empty-home", "audit,demo")
+    audit = [f for f in figures if f["name"].startswith("audit")]
+    check_figures(audit, AUDIT)
+    assert len(audit) == len(AUDIT) == 6
+    (demo,) = [f for f in figures if f not in audit]
+    assert "none yet" in demo["name"] and demo["value"] == 0 and demo["unit"] == "runs"
+    assert not (tmp_path / "empty-home").exists()  # reading a home never creates one
+
+
+def _record_run(home: Any, walls: dict[str, float], cached: bool) -> str:
+    from voxledger.schemas.pipeline import PipelineParameters, PipelineRunReceipt, StageRecord
+    from voxledger.tasks.receipting import build_receipt
+
+    stages = tuple(StageRecord(stage=s, receipt_id=None, cached=cached, wall_s=w, status="succeeded") for s, w in walls.items())  # type: ignore[arg-type]
+    receipt = build_receipt(PipelineRunReceipt, flow="pipeline", task="pipeline", started_at=datetime.now(UTC),
+                            parameters=PipelineParameters(plan_sha256="a" * 64, corpus_name="c", stage_plans={}), stages=stages)  # fmt: skip
+    return home.record(receipt)
+
+
+def test_demo_section_reads_the_latest_pipeline_run(tmp_path: Path) -> None:
+    from voxledger.stores.home import Home
+
+    home = Home(tmp_path / "h")
+    _record_run(home, {"audit": 2.0, "train_base": 30.0, "evaluate": 8.0}, cached=False)
+    latest = _record_run(home, {"audit": 0.5, "train_base": 0.25, "evaluate": 0.25}, cached=True)
+    result = CliRunner().invoke(main, ["--home", str(home.root), "bench", "--only", "demo", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    got = {f["name"]: f["value"] for f in json.loads(result.output)}
+    tag = latest[:12]
+    assert got[f"pipeline runs in {home.root}"] == 2
+    assert got[f"latest run {tag}: audit (cached, succeeded)"] == 0.5
+    assert got[f"latest run {tag}: train_base (cached, succeeded)"] == 0.25
+    assert got[f"latest run {tag}: all stages"] == 1.0
+    (ratio,) = [v for k, v in got.items() if k.startswith("latest (3 of 3 stages cached) / first run")]
+    assert ratio == pytest.approx(1.0 / 40.0)
+    assert [v for k, v in got.items() if k.startswith("first run ")] == [40.0]
+    assert len(got) == 7
+
+
+def test_unknown_section_is_refused() -> None:
+    result = CliRunner().invoke(main, ["bench", "--only", "audit,nope"])
+    assert result.exit_code != 0
+    assert "unknown section(s) nope" in result.output and "prefect" in result.output
+
+
+def test_noise_corpus_is_valid_distinct_and_passes_the_audit(tmp_path: Path) -> None:
+    from voxledger.stores.home import Home
+    from voxledger.tasks.audit.run import audit_corpus_fn
+
+    from voxledger.bench_stages import audit_policy, build_noise_corpus
+
+    corpus = build_noise_corpus(tmp_path / "c", 120)
+    rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines()]
+    assert len(rows) == 120 and len({r["text"] for r in rows}) == 120
+    info = sf.info(str(corpus / rows[7]["audio"]))
+    assert (info.samplerate, info.channels, info.frames, info.subtype) == (16000, 1, 16000, "PCM_16")
+    assert {r["split"] for r in rows} == {"train", "dev", "target_train", "target_dev", "test"}
+    out = audit_corpus_fn(Home(tmp_path / "h"), corpus, audit_policy(), policy_name="bench-audit.yaml")
+    assert out.receipt.result.verdict == "pass" and out.receipt.result.counts_by_code == {}
+
+
+def test_stage_timers_time_real_calls_and_restore_them() -> None:
+    import time
+
+    from voxledger.tasks.metrics import textmetrics
+
+    from voxledger.bench_stages import stage_timers
+
+    original = textmetrics.score_text
+    with stage_timers((("text", "time", "sleep"), ("text", "voxledger.tasks.metrics.textmetrics", "score_text"))) as totals:
+        time.sleep(0.05)
+        assert textmetrics.score_text("a cat", "a cat").wer == 0.0  # the real function still runs
+    assert totals["text"] >= 0.05
+    assert textmetrics.score_text is original and time.sleep.__name__ == "sleep"
+
+
+TRAIN = {"train_adapter: peak RSS": "MB", "bare training loop: peak RSS": "MB",
+         "receipts + checkpoints / step time": "%", "checkpoint every 2 steps vs per epoch only": "%",
+         "train_adapter vs bare loop: extra wall": "%", "train_adapter vs bare loop: total wall": "x"}  # fmt: skip
+PREFECT = {"prefect: first flow": "s", "prefect: empty flow": "ms", "prefect: flow of 20 trivial tasks": "ms/task",
+           "direct call": "us/call", "prefect task / direct call": "x"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_quick_train_and_prefect(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "home", "train,prefect", timeout_s=600)
+    assert len(figures) == 8 + 5
+    check_figures(figures[:8], TRAIN)
+    assert [(f["name"].startswith("train tiny full"), f["unit"]) for f in figures[:2]] == [(True, "utterances/s"), (True, "frames/s")]
+    check_figures(figures[8:], PREFECT)

@@ -1,0 +1,44 @@
+"""Stage benchmarks of ``voxledger bench``: audit, training, evaluation, Prefect, a past demo run.
+
+Every figure is a rate, or a ratio against a baseline measured in the same run: the cached audit
+against the first pass, training with receipts and checkpoints against a bare loop over the same
+batches, evaluation against the raw models called on the same clips, Prefect tasks against plain
+calls. Each measured pass runs in its own spawned process (see ``common``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from voxledger.bench import Figure
+from voxledger.bench_stages.audit import bench_audit, build_noise_corpus
+from voxledger.bench_stages.common import (
+    audit_policy,
+    in_child,
+    peak_rss_mb,
+    stage_timers,
+    train_plan,
+)
+from voxledger.bench_stages.evaluation import bench_eval
+from voxledger.bench_stages.orchestration import bench_demo, bench_prefect, prefect_child
+from voxledger.bench_stages.train import bench_train
+
+STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo")
+__all__ = ["STAGE_SECTIONS", "audit_policy", "bench_audit", "bench_demo", "bench_eval", "bench_prefect", "bench_train",
+           "build_noise_corpus", "in_child", "peak_rss_mb", "prefect_child", "run_stages", "stage_timers", "train_plan"]  # fmt: skip
+
+
+def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str | None = None) -> list[Figure]:
+    """The stage sections named in ``sections``, in a fixed order; ``quick`` shrinks every size."""
+    figures: list[Figure] = []
+    if "audit" in sections:
+        figures += bench_audit(work, 300 if quick else 10_000)
+    if "train" in sections:
+        figures += bench_train(work, quick)
+    if "eval" in sections:
+        figures += bench_eval(work, quick)
+    if "prefect" in sections:
+        figures += bench_prefect(work, 20 if quick else 200)
+    if "demo" in sections:
+        figures += bench_demo(home)
+    return figures

@@ -1,0 +1,112 @@
+"""``audit``: audit throughput and peak RSS on a synthetic corpus, first pass against cached pass."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voxledger.bench import Figure
+from voxledger.bench_stages.common import SAMPLE_RATE_HZ, audit_policy, in_child, peak_rss_mb
+from voxledger.schemas.errors import AuditFailedError, VoxledgerError
+
+# 4-6 letter words: three per one-second clip is ~15 letters/s, ordinary read speech, so the
+# speaking-rate check runs without flagging; 40**3 distinct texts keep every transcript unique.
+WORDS = (
+    "amber", "birch", "cedar", "delta", "ember", "fable", "grain", "harbor", "ivory", "jolly",
+    "kettle", "lemon", "maple", "noble", "olive", "pearl", "quiet", "river", "stone", "tiger",
+    "umber", "vivid", "wheat", "young", "zebra", "acorn", "bloom", "cloud", "dune", "frost",
+    "glade", "hazel", "inlet", "joint", "knoll", "linen", "marsh", "north", "orbit", "plume",
+)  # fmt: skip
+
+
+def _wav_header(n_samples: int) -> bytes:
+    """The header soundfile writes for a mono 16-bit 16 kHz clip of ``n_samples`` samples."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(n_samples, np.int16), SAMPLE_RATE_HZ, format="WAV", subtype="PCM_16")
+    return buf.getvalue()[: -2 * n_samples]
+
+
+def _speech_shaped_noise(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` one-second int16 clips: low-passed noise under a 3-5 Hz syllable envelope, peak 0.3."""
+    from scipy.signal import lfilter
+
+    t = np.arange(SAMPLE_RATE_HZ) / SAMPLE_RATE_HZ
+    noise = lfilter([1.0], [1.0, -0.9], rng.standard_normal((count, SAMPLE_RATE_HZ)), axis=1)
+    rate, phase = rng.uniform(3.0, 5.0, (count, 1)), rng.uniform(0.0, np.pi, (count, 1))
+    x = noise * (0.15 + 0.85 * np.abs(np.sin(np.pi * rate * t + phase)))
+    return (x / np.abs(x).max(axis=1, keepdims=True) * 0.3 * 32767).astype("<i2")  # type: ignore[no-any-return]
+
+
+def _noise_row(i: int) -> dict[str, Any]:
+    """Manifest row ``i``: 100 speakers, 90 base (train/dev) and 10 target (target splits, test)."""
+    speaker, turn = i % 100, i % 100 + i // 100  # turn mixes splits even in the first hundred rows
+    split = ("target_train", "target_train", "target_dev", "test")[turn % 4] if speaker >= 90 else ("dev" if turn % 10 == 0 else "train")
+    uid = f"u{i:05d}"
+    text = " ".join(WORDS[(i // len(WORDS) ** k) % len(WORDS)] for k in range(3))
+    return {"id": uid, "audio": f"wavs/{i // 1000:02d}/{uid}.wav", "text": text, "speaker": f"spk{speaker:03d}",
+            "recording_id": uid, "split": split, "language": "en", "duration_s": 1.0, "sample_rate_hz": SAMPLE_RATE_HZ}  # fmt: skip
+
+
+def build_noise_corpus(root: Path, n: int, seed: int = 0) -> Path:
+    """A JSONL corpus of ``n`` distinct one-second speech-shaped noise clips that passes the audit.
+
+    Clips are generated 1,000 at a time; the WAV header comes from soundfile once (every clip has
+    the same length), so 10,000 files take seconds instead of a minute of per-file encoder calls.
+
+    Raises:
+        ValueError: ``n`` exceeds the number of distinct transcripts (64,000).
+    """
+    if n > len(WORDS) ** 3:
+        raise ValueError(f"n={n} exceeds the {len(WORDS) ** 3} distinct transcripts of the noise corpus")
+    header, rng, rows = _wav_header(SAMPLE_RATE_HZ), np.random.default_rng(seed), []
+    for start in range(0, n, 1000):
+        for j, clip in enumerate(_speech_shaped_noise(rng, min(1000, n - start))):
+            row = _noise_row(start + j)
+            path = root / row["audio"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(header + clip.tobytes())
+            rows.append(row)
+    (root / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def _audit_child(home: str, corpus: str) -> dict[str, Any]:
+    from voxledger.stores.home import Home
+    from voxledger.tasks.audit.run import audit_corpus_fn
+
+    policy, imports_mb = audit_policy(), peak_rss_mb()
+    t0 = time.perf_counter()
+    out = audit_corpus_fn(Home(home), Path(corpus), policy, policy_name="bench-audit.yaml")
+    r = out.receipt.result
+    return {"wall_s": time.perf_counter() - t0, "cached": out.cached, "verdict": r.verdict, "counts": r.counts_by_code, "imports_mb": imports_mb,
+            "code": out.receipt.environment.code.source_sha256}  # fmt: skip
+
+
+def bench_audit(work: Path, n: int) -> list[Figure]:
+    """Audit throughput and peak RSS, first pass and cached pass, each in its own process."""
+    corpus = build_noise_corpus(work / "audit-corpus", n)
+    for attempt in range(3):  # the cache key holds the code digest: an edit between the passes misses, so start over
+        home = str(work / f"audit-home-{attempt}")
+        first, cached = in_child(_audit_child, home, str(corpus)), in_child(_audit_child, home, str(corpus))
+        if first["verdict"] != "pass":
+            raise AuditFailedError(f"the synthetic audit corpus {corpus} failed its audit ({first['counts']}); the benchmark would measure a broken corpus")
+        if cached["cached"]:
+            break
+    else:
+        raise VoxledgerError(f"the second audit pass missed the cache 3 times (source digests {first['code']} then {cached['code']}): "
+                             "the code changes while the benchmark runs; run it on a quiet checkout")
+    return [
+        Figure(f"audit {n:,} x 1 s clips, first pass", n / first["wall_s"], "utterances/s"),
+        Figure("audit first pass: peak RSS (own process)", first["peak_rss_mb"], "MB"),
+        Figure(f"audit {n:,} clips, cached pass", n / cached["wall_s"], "utterances/s"),
+        Figure("audit cached pass: peak RSS (own process)", cached["peak_rss_mb"], "MB"),
+        Figure("audit process RSS after imports (floor of both)", first["imports_mb"], "MB"),
+        Figure("audit cached / first pass time", cached["wall_s"] / first["wall_s"], "x"),
+    ]

@@ -1,0 +1,124 @@
+"""What every stage benchmark shares: child processes, peak RSS, stage clocks and the plans.
+
+Each measured pass runs in a fresh spawned interpreter, so its peak RSS is its own (the parent's
+imports and earlier passes never count) and no pass warms the next one's memory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import resource
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+SAMPLE_RATE_HZ = 16000
+TINY = "voxledger.tasks.backends.tiny.backend"
+TINY_MODEL = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128,
+              "postnet_channels": 64, "encoder_layers": 2}  # fmt: skip
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process's own memory so far, in MB.
+
+    Linux's ``ru_maxrss`` survives ``exec``: a spawned child would report at least the parent's
+    size at fork time. ``VmHWM`` belongs to the current address space, so it starts afresh.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20 if sys.platform == "darwin" else 1024)
+
+
+def _measured(fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]) -> dict[str, Any]:
+    out = fn(*args)
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def in_child(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``fn(*args)`` in a fresh spawned interpreter; the result gains that process's ``peak_rss_mb``."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_measured, fn, args).result()
+
+
+@contextmanager
+def clock(totals: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the block's wall time to ``totals[stage]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        totals[stage] += time.perf_counter() - t0
+
+
+@contextmanager
+def stage_timers(hooks: tuple[tuple[str, str, str], ...]) -> Iterator[dict[str, float]]:
+    """Wrap each hooked function in a clock for its stage; the real functions run unchanged."""
+    totals: dict[str, float] = defaultdict(float)
+    active: set[str] = set()
+    undo: list[tuple[Any, str, Any]] = []
+
+    def clocked(stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if stage in active:
+                return fn(*args, **kwargs)
+            active.add(stage)
+            try:
+                with clock(totals, stage):
+                    return fn(*args, **kwargs)
+            finally:
+                active.discard(stage)
+
+        return wrapper
+
+    for stage, module, attr in hooks:
+        owner: Any = importlib.import_module(module)
+        *cls, name = attr.split(".")
+        if cls:
+            owner = getattr(owner, cls[0])  # a class attribute is the plain function: the wrapper binds as a method
+        undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, clocked(stage, getattr(owner, name)))
+    try:
+        yield totals
+    finally:
+        for owner, name, original in reversed(undo):
+            setattr(owner, name, original)
+
+
+def audit_policy() -> Any:
+    """The demo corpus's audit policy (plans/audit-demo.yaml) as a model: every check switched on."""
+    from voxledger.schemas.audit import AuditPolicy, LeakageRule
+
+    return AuditPolicy(
+        name="bench-audit", min_duration_s=0.5, max_duration_s=20.0,
+        leakage=(LeakageRule(key="speaker", partition=(("train", "dev"), ("target_train", "target_dev", "test"))),
+                 LeakageRule(key="recording_id"), LeakageRule(key="text_norm")),
+    )  # fmt: skip
+
+
+def train_plan(quick: bool, **over: Any) -> Any:
+    """The benchmark's base training plan: the demo's batch size and model, or a tiny smoke one.
+
+    Patience exceeds the epoch count, so every run trains exactly the same steps. One thread:
+    on a 2-core machine shared with other work, two torch threads ran steps 6-8x slower
+    (1.2-1.4 s vs 7.5-10 s per 2,700-frame step at load average 3).
+    """
+    from voxledger.schemas.training import OptimSettings, TrainingPlan
+
+    fields: dict[str, Any] = {
+        "name": "bench-train", "mode": "full", "train_splits": ("train",), "cv_splits": ("dev",), "max_epochs": 2 if quick else 3,
+        "patience": 5, "steps_per_epoch": None if quick else 8, "frames_per_batch": 800 if quick else 3000,
+        "checkpoint_every_steps": 2 if quick else 5, "threads": 1, "model": TINY_MODEL if quick else {},
+        "optim": OptimSettings(warmup_steps=2 if quick else 10),
+    }  # fmt: skip
+    fields.update(over)
+    return TrainingPlan(**fields)

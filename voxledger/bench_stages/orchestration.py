@@ -1,0 +1,105 @@
+"""``prefect`` (orchestration cost per task) and ``demo`` (stage times of a past pipeline run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from voxledger.bench import Figure
+from voxledger.schemas.errors import VoxledgerError
+
+
+def prefect_child(n_tasks: int) -> dict[str, float]:
+    """Time flows of trivial tasks (stage task options, heartbeat off) and the plain calls."""
+    from prefect import flow, task
+
+    import voxledger.flows  # noqa: F401  (offline defaults before prefect loads)
+    from voxledger.flows.runtime import quiet_prefect
+    from voxledger.flows.stages import RETRIES
+
+    @task(name="bench_noop", **RETRIES)
+    def noop(i: int) -> int:
+        return i
+
+    @flow(name="bench_tasks")
+    def tasks_flow(n: int) -> int:
+        return sum(noop(i) for i in range(n))
+
+    @flow(name="bench_empty")
+    def empty_flow(n: int) -> int:
+        return n
+
+    def timed(fn: Callable[[], Any]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    direct = timed(lambda: [noop.fn(i) for i in range(n_tasks)])
+    with quiet_prefect():
+        first = timed(lambda: empty_flow(0))
+        empty = min(timed(lambda: empty_flow(0)) for _ in range(3))
+        full = min(timed(lambda: tasks_flow(n_tasks)) for _ in range(2))
+    return {"direct_s": direct, "first_s": first, "empty_s": empty, "full_s": full}
+
+
+def bench_prefect(work: Path, n_tasks: int) -> list[Figure]:
+    """Orchestration cost per task; a subprocess (not a pool worker) so the temporary server exits cleanly."""
+    env = {**os.environ, "PREFECT_HOME": str(work / "prefect-home")}  # never the user's Prefect database
+    code = "import json, sys; from voxledger.bench_stages.orchestration import prefect_child; print('BENCH', json.dumps(prefect_child(int(sys.argv[1]))))"
+    proc = subprocess.run([sys.executable, "-c", code, str(n_tasks)], env=env, capture_output=True, text=True, timeout=600, check=False)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("BENCH ")), None)
+    if proc.returncode != 0 or line is None:
+        raise VoxledgerError(f"prefect benchmark exited {proc.returncode}: {proc.stderr[-2000:]}")
+    r = json.loads(line[6:])
+    per_task = (r["full_s"] - r["empty_s"]) / n_tasks
+    return [
+        Figure("prefect: first flow of a process (starts the temporary server)", r["first_s"], "s"),
+        Figure("prefect: empty flow, warm (heartbeat off)", r["empty_s"] * 1000, "ms"),
+        Figure(f"prefect: flow of {n_tasks} trivial tasks, per task", per_task * 1000, "ms/task"),
+        Figure("direct call of the same function", r["direct_s"] / n_tasks * 1e6, "us/call"),
+        Figure("prefect task / direct call", per_task / max(r["direct_s"] / n_tasks, 1e-9), "x"),
+    ]
+
+
+# --- a past demo run ---------------------------------------------------------------------------
+
+
+def bench_demo(home: str | None) -> list[Figure]:
+    """Wall time per stage of the latest pipeline run in ``home``'s catalog (read only).
+
+    With two or more runs, also the latest run's time over the first run's (a cached re-run
+    shows how much the stage caches save). A home with no pipeline run gives one line saying so.
+    """
+    from voxledger.stores.catalog import Catalog
+    from voxledger.stores.home import resolve_home
+
+    root = resolve_home(home)
+    db = root / "catalog.duckdb"
+    runs: list[tuple[str, list[tuple[str, bool, float, str]]]] = []
+    if db.is_file():
+        with Catalog(db).connect(read_only=True) as con:
+            if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'pipeline_stages'").fetchone() != (0,):
+                rows = con.execute("SELECT receipt_sha256, stage, cached, wall_s, status FROM pipeline_stages ORDER BY finished_at, receipt_sha256, seq").fetchall()
+                for rid, *stage in rows:
+                    if not runs or runs[-1][0] != rid:
+                        runs.append((rid, []))
+                    runs[-1][1].append(tuple(stage))
+    if not runs:
+        return [Figure(f"pipeline runs in {root} (none yet: `voxledger demo run` makes one)", 0, "runs")]
+    latest_id, latest = runs[-1]
+    figures = [Figure(f"pipeline runs in {root}", len(runs), "runs")]
+    figures += [Figure(f"latest run {latest_id[:12]}: {s} ({'cached' if c else 'ran'}, {st})", w, "s") for s, c, w, st in latest]
+    figures.append(Figure(f"latest run {latest_id[:12]}: all stages", sum(w for _, _, w, _ in latest), "s"))
+    if len(runs) > 1:
+        first_id, first = runs[0]
+        n_cached = sum(c for _, c, _, _ in latest)
+        figures.append(Figure(f"first run {first_id[:12]}: all stages", sum(w for _, _, w, _ in first), "s"))
+        figures.append(Figure(f"latest ({n_cached} of {len(latest)} stages cached) / first run {first_id[:12]}: wall time",
+                              sum(w for _, _, w, _ in latest) / max(sum(w for _, _, w, _ in first), 1e-9), "x"))  # fmt: skip
+    return figures

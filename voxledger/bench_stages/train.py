@@ -1,0 +1,98 @@
+"""``train``: tiny-backend throughput, and what receipts + checkpoints cost against a bare loop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from voxledger.bench import Figure
+from voxledger.bench_stages.common import TINY, audit_policy, in_child, stage_timers, train_plan
+from voxledger.schemas.errors import VoxledgerError
+
+TRAIN_STAGES = (("setup", TINY, "TinyBackend.setup"), ("step", TINY, "TinyBackend.train_step"), ("cv", TINY, "TinyBackend.cv_loss"))
+
+
+def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
+    from voxledger.schemas.training import TrainingPlan
+    from voxledger.stores.home import Home
+    from voxledger.tasks.backends.base import get_backend
+    from voxledger.tasks.training.run import train_adapter_fn
+
+    plan = TrainingPlan.model_validate(plan_doc)
+    get_backend(plan.backend)  # imports (torch, transformers, peft) before the clock starts
+    with stage_timers(TRAIN_STAGES) as stages:
+        t0 = time.perf_counter()
+        out = train_adapter_fn(Home(home), Path(corpus), audit_rid, plan, plan_name=f"{plan.name}.yaml")
+        wall, r = time.perf_counter() - t0, out.receipt.result
+    if out.cached:
+        raise VoxledgerError(f"training run {out.receipt_id} was served from cache; the benchmark needs a fresh home")
+    return {"wall_s": wall, "stages": dict(stages), "ckpt_s": sum(e.checkpoint_overhead_s for e in r.epochs), "loop_step_s": sum(e.wall_s for e in r.epochs),
+            "utterances": sum(e.utterances_per_s * e.wall_s for e in r.epochs), "frames": sum(e.frames_per_s * e.wall_s for e in r.epochs),
+            "steps": r.total_steps, "params": r.total_parameters}  # fmt: skip
+
+
+def _bare_train_child(corpus: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
+    """The same batches, steps, learning rates and CV passes as the loop; no checkpoints, no receipts."""
+    import torch
+
+    from voxledger.schemas.training import TrainingPlan
+    from voxledger.tasks.backends.base import get_backend
+    from voxledger.tasks.training.loop import lr_at
+
+    plan = TrainingPlan.model_validate(plan_doc)
+    backend, step = get_backend(plan.backend), 0
+    with stage_timers(TRAIN_STAGES) as stages:
+        t0 = time.perf_counter()
+        torch.set_num_threads(plan.threads)
+        setup = backend.setup(Path(corpus), plan, None)
+        params = [p for p in setup.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=plan.optim.peak_lr, weight_decay=plan.optim.weight_decay, betas=(0.9, 0.98))
+        per_epoch = min(len(backend.epoch_batches(0, plan.seed)), plan.steps_per_epoch or 1 << 30)
+        torch.manual_seed(plan.seed)
+        for epoch in range(plan.max_epochs):
+            for batch in backend.epoch_batches(epoch, plan.seed)[:per_epoch]:
+                backend.train_step(setup.model, batch, optimizer, lr_at(step, plan, per_epoch * plan.max_epochs), plan.optim.max_grad_norm)
+                step += 1
+            backend.cv_loss(setup.model, setup.cv_batches)
+        wall = time.perf_counter() - t0
+    return {"wall_s": wall, "stages": dict(stages), "steps": step}
+
+
+def _outside(run: dict[str, Any]) -> float:
+    """Wall time outside the timed stages: for training, everything but setup, steps and CV."""
+    return float(run["wall_s"] - sum(run["stages"].values()))
+
+
+def bench_train(work: Path, quick: bool) -> list[Figure]:
+    """Tiny-backend throughput and the cost of receipts + checkpoints, against a bare loop.
+
+    Overheads compare the time each run spends outside setup, steps and CV (timed in both), so
+    step-to-step noise of a shared machine does not masquerade as overhead.
+    """
+    from voxledger.stores.home import Home
+    from voxledger.tasks.audit.run import audit_corpus_fn
+    from voxledger.tasks.corpus.demo import build_demo_corpus
+
+    corpus = build_demo_corpus(work / "train-corpus", size="tiny" if quick else "small").out_dir
+    plan = train_plan(quick)
+    runs = {}
+    for name, p in (("plan", plan), ("epoch_only", train_plan(quick, checkpoint_every_steps=1 << 30))):
+        home = Home(work / f"train-home-{name}")
+        audit = audit_corpus_fn(home, corpus, audit_policy(), policy_name="bench-audit.yaml").receipt_id
+        runs[name] = in_child(_train_child, str(home.root), str(corpus), audit, p.model_dump(mode="json"))
+    bare = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"))
+    run, k, step_s = runs["plan"], plan.checkpoint_every_steps, runs["plan"]["stages"]["step"]
+    if bare["steps"] != run["steps"]:
+        raise VoxledgerError(f"bare loop ran {bare['steps']} steps, the training run {run['steps']}: the comparison would be unfair")
+    label = f"train tiny full {run['params'] / 1e6:.1f} M params, {plan.threads} thread(s), {run['steps']} steps"
+    return [
+        Figure(f"{label}: utterances", run["utterances"] / run["loop_step_s"], "utterances/s"),
+        Figure(f"{label}: frames", run["frames"] / run["loop_step_s"], "frames/s"),
+        Figure("train_adapter: peak RSS (own process)", run["peak_rss_mb"], "MB"),
+        Figure("bare training loop: peak RSS (own process)", bare["peak_rss_mb"], "MB"),
+        Figure("receipts + checkpoints / step time (the loop's own record)", 100 * run["ckpt_s"] / run["loop_step_s"], "%", "<= 5"),
+        Figure("train_adapter vs bare loop: extra wall outside setup, steps, CV / step time", 100 * (_outside(run) - _outside(bare)) / step_s, "%", "<= 5"),
+        Figure(f"checkpoint every {k} steps vs per epoch only: extra wall / step time", 100 * (_outside(run) - _outside(runs["epoch_only"])) / step_s, "%"),
+        Figure("train_adapter vs bare loop: total wall (setup and step noise included)", run["wall_s"] / bare["wall_s"], "x"),
+    ]  # fmt: skip
