@@ -38,7 +38,9 @@ def render() -> str:
                 lines.append(f"- `{record[0]}`: {record[1]}")
         if opts:
             lines.append("")
-    return "\n".join(lines)
+    # defaults that are paths inside the checkout are shown relative to it (the docs must not
+    # depend on where the repository was cloned)
+    return "\n".join(lines).replace(str(OUT.parent.parent) + "/", "")
 
 
 def main(argv: list[str]) -> int:
