@@ -33,7 +33,8 @@ class BlobStore(Protocol):
     def verify(self, sha256: str) -> None: ...
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a new name in it survives a crash."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -117,7 +118,7 @@ class LocalBlobStore:
         except FileExistsError:
             self.verify(sha256)  # already present: check it instead of rewriting it
             return sha256
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return sha256
 
     def put_bytes(self, data: bytes) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voxledger.schemas.errors import DigestMismatchError, UnsafePathError, VoxledgerError
+from voxledger.stores.blobs import fsync_dir
 from voxledger.stores.hashing import sha256_file
 
 INCOMING = ".incoming"
@@ -33,14 +34,6 @@ class Published:
     path: Path
     sha256: str
     already_present: bool
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -111,7 +104,7 @@ def publish_file(src: Path, sha256: str, root: Path, name: str) -> Published:
             return _check_existing(final, sha256)  # a concurrent publisher won the race
         except OSError as exc:
             raise VoxledgerError(f"cannot hard-link into {root} ({exc}); publish onto a local POSIX filesystem") from exc
-        _fsync_dir(root)
+        fsync_dir(root)
     finally:
         tmp.unlink(missing_ok=True)
     return Published(final, sha256, already_present=False)

@@ -14,14 +14,9 @@ from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 from voxledger.tasks.corpus.manifests import load_corpus, write_kaldi
 
-SENTENCES = [
-    "The birch canoe slid on the smooth planks.",
-    "Glue the sheet to the dark blue background.",
-    "It is easy to tell the depth of a well.",
-    "These days a chicken leg is a rare dish.",
-    "Rice is often served in round bowls.",
-    "The juice of lemons makes fine punch.",
-]
+from tests.corpus_factory import SENTENCES as SMALL_CORPUS_SENTENCES
+
+SENTENCES = SMALL_CORPUS_SENTENCES[:6]
 VOICES = {"spk_a": ("en-us", 50), "spk_b": ("en+f3", 70)}
 POLICY = AuditPolicy(
     name="test",
