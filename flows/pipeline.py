@@ -127,6 +127,11 @@ def pipeline(home: str, corpus: str, plan_file: str, plans_dir: str, packets_dir
         run.fail(stage, str(exc), None, time.perf_counter() - t0)
         rid = run.record(error=f"{stage}: {exc}")
         raise type(exc)(f"pipeline stopped at {stage}: {exc}; pipeline receipt {rid}") from exc
+    except Exception as exc:  # an unexpected failure still leaves a receipt saying where the run stopped
+        stage = _next_stage(run)
+        run.fail(stage, f"{type(exc).__name__}: {exc}", None, time.perf_counter() - t0)
+        run.record(error=f"{stage}: {type(exc).__name__}: {exc}")
+        raise
     summary["pipeline_receipt"] = run.record()
     summary["stages"] = [s.model_dump(mode="json") for s in run.stages]
     return summary
