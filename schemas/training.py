@@ -43,6 +43,7 @@ class TrainingPlan(Frozen):
     seed: int = 0
     threads: int = Field(default=2, ge=1)
     frames_per_batch: int = Field(default=3000, ge=100)
+    precision: Literal["fp32", "bf16"] = "fp32"
     max_epochs: int = Field(default=20, ge=1)
     steps_per_epoch: int | None = Field(default=None, ge=1)
     patience: int = Field(default=3, ge=1)

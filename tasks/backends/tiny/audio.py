@@ -6,7 +6,8 @@ normalised features; the statistics come from the training data and travel with 
 (`NormStats`), never from a global constant.
 
 The vocoder inverts the mel filterbank with its pseudo-inverse, sharpens the magnitudes with a
-power above 1 (Griffin-Lim smears weak harmonics; the power restores some contrast), and runs
+power slightly above 1 (predicted mels are smooth; a little contrast helps them, more harms real
+audio), and runs
 fast Griffin-Lim (momentum 0.99) from a phase drawn with a fixed seed, so the same mel and seed
 give the same samples bit for bit.
 """
@@ -27,7 +28,10 @@ N_MELS = 80
 LOG_FLOOR = 1e-5
 GRIFFIN_LIM_ITERS = 32
 GRIFFIN_LIM_MOMENTUM = 0.99
-MAGNITUDE_POWER = 1.3
+# Whisper tiny.en WER over 60 demo test sentences, vocoding model output (and, in brackets, real
+# espeak audio) at power 1.0 / 1.15 / 1.3: base model 0.32 / 0.32 / 0.38 (0.33 / - / 0.42),
+# adapted target 0.39 / 0.38 / 0.40 (0.30 / 0.32 / 0.40). 1.15 is near the best on both.
+MAGNITUDE_POWER = 1.15
 PEAK_LEVEL = 0.9
 
 

@@ -116,7 +116,8 @@ class TinyBackend:
         return self._train.batches(epoch, seed)
 
     def train_step(self, model: torch.nn.Module, batch: TinyBatch, optimizer: torch.optim.Optimizer, lr: float, max_grad_norm: float) -> dict[str, float]:
-        return tt.train_step(model, batch, optimizer, lr=lr, max_grad_norm=max_grad_norm)
+        precision = self._plan.precision if self._plan is not None else "fp32"
+        return tt.train_step(model, batch, optimizer, lr=lr, max_grad_norm=max_grad_norm, precision=precision)
 
     def cv_loss(self, model: torch.nn.Module, batches: list[TinyBatch]) -> float:
         return tt.cv_loss(model, batches)

@@ -61,7 +61,7 @@ class TinyTTSConfig(BaseModel):
     duration_kernel: int = 3
     dropout: float = 0.1
     duration_loss_weight: float = 0.1
-    shared_stress_embedding: bool = False
+    shared_stress_embedding: bool = True
 
     def to_dict(self) -> dict[str, object]:
         """Plain-dict view; PEFT reads ``model.config`` through this method."""

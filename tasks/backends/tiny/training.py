@@ -20,25 +20,32 @@ from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTS, TinyTTSConfig
 
 Precision = Literal["fp32", "bf16"]
 
-# The recipe measured on 2 CPU cores (see the backend's report); every value a plan may set.
-BASE_RECIPE: dict[str, float | int] = {
+# Recipes measured on the full demo corpus (1200 train utterances, 4 voices; 100 target
+# utterances) on a shared 2-core CPU, 1 thread, bf16: the base reached CV 0.399 and Whisper
+# tiny.en WER 0.32 (espeak's own audio 0.33) in 523 steps / 12.2 min; LoRA reached the target
+# voice (ECAPA 0.77 vs 0.47 for the nearest base voice) in 335 steps / 4 min.
+BASE_RECIPE: dict[str, float | int | str] = {
+    "total_steps": 520,
     "peak_lr": 2e-3,
     "warmup_steps": 100,
     "final_lr_fraction": 0.05,
     "weight_decay": 0.01,
     "max_grad_norm": 1.0,
     "frames_per_batch": 3000,
+    "precision": "bf16",
 }
-LORA_RECIPE: dict[str, float | int] = {
+LORA_RECIPE: dict[str, float | int | str] = {
+    "total_steps": 335,
     "r": 16,
     "alpha": 32,
     "dropout": 0.0,
-    "peak_lr": 2e-3,
+    "peak_lr": 2e-3,  # 4e-3 lowered CV loss but raised WER (0.48 vs 0.40)
     "warmup_steps": 20,
     "final_lr_fraction": 0.05,
     "weight_decay": 0.0,
     "max_grad_norm": 1.0,
     "frames_per_batch": 3000,
+    "precision": "bf16",
 }
 
 

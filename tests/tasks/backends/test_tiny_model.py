@@ -14,6 +14,7 @@ from voxledger.tasks.backends.tiny.model import (
     load_tiny,
     merge_lora,
     save_tiny,
+    split_stress,
 )
 
 SMALL = {"hidden_size": 64, "ffn_size": 128, "backbone_layers": 2, "postnet_channels": 32}
@@ -68,6 +69,22 @@ def test_predicted_durations_are_used_when_none_given() -> None:
     mel, used = model.infer(phonemes, speakers)
     assert used.shape == phonemes.shape and int(used[0, 4]) == 0  # padding gets no frames
     assert mel.shape[1] == max(int(used.sum(1).max()), 1)
+
+
+def test_stress_variants_share_a_bare_phoneme_embedding() -> None:
+    assert split_stress("'aI") == ("aI", 1) and split_stress(",a") == ("a", 2)
+    assert split_stress("a") == ("a", 0) and split_stress("'") == ("'", 0)
+    torch.manual_seed(0)
+    cfg = TinyTTSConfig(phonemes=("'a", ",a", "a", "b"), speakers=("s",), **SMALL)
+    emb = TinyTTS(cfg).phoneme_embedding
+    assert emb.bare_ids.tolist() == [0, 1, 1, 1, 2] and emb.stress_ids.tolist() == [0, 1, 2, 0, 0]
+    ids = torch.tensor([[1, 2, 3]])
+    before = emb(ids).detach()
+    with torch.no_grad():
+        emb.bare.weight[1] += 1.0  # moves every stress variant of "a" together
+    torch.testing.assert_close(emb(ids).detach() - before, torch.ones(1, 3, 64))
+    plain = TinyTTS(cfg.model_copy(update={"shared_stress_embedding": False})).phoneme_embedding
+    assert not hasattr(plain, "bare")
 
 
 def test_add_speaker_appends_mean_row_and_names_it() -> None:

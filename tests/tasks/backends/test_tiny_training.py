@@ -60,7 +60,7 @@ def test_loss_decreases_over_20_steps(datasets: tuple[TinyDataset, TinyDataset])
 
 
 def test_cv_loss_is_deterministic_and_restores_the_mode(datasets) -> None:
-    train, dev = datasets
+    _, dev = datasets
     torch.manual_seed(1)
     model = TinyTTS(config()).train()
     batches = dev.batches(0, 0)
