@@ -64,10 +64,11 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_file_under_a_final_nam
     for i in range(n):
         data = hashlib.sha256(str(i).encode()).digest() * (size // 32)
         expected[f"p{i}.tar"] = _file(src_dir / f"p{i}.tar", data)[1]
-    root = tmp_path / "ret"
     rng = random.Random(20240611)  # fixed: the kill moments are repeatable
     killed = strays = 0
     for attempt in range(5):
+        # a fresh retention root each time, so every attempt has real copying for the kill to interrupt
+        root = tmp_path / f"ret{attempt}"
         proc = subprocess.Popen([sys.executable, "-c", PUBLISHER, str(src_dir), str(root), str(n)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 0.25))
