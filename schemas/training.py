@@ -91,6 +91,7 @@ class TrainingInputs(Frozen):
     audio_tree_sha256: Sha256
     features_sha256: Sha256
     code_sha256: Sha256
+    backend_sha256: Sha256 = Field(description="the backend's identity: for cosyvoice3 the checkout's imported sources and model files")
 
 
 class CheckpointParameters(Frozen):

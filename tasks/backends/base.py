@@ -29,6 +29,16 @@ class Backend(Protocol):
     """
 
     name: BackendName
+    needs_stored_base: bool
+    """LoRA needs a base tree from the store (tiny); False when the backend's identity pins its base (cosyvoice3's llm.pt)."""
+
+    def identity(self) -> dict[str, Any]:
+        """What the backend runs besides our code (upstream sources, model files, library versions).
+
+        Its canonical digest binds every run and checkpoint: a changed upstream changes every
+        cache key downstream and makes resume refuse.
+        """
+        ...
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
         """Load data for ``plan``'s splits and build the model (fresh, or base + LoRA)."""

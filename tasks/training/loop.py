@@ -133,7 +133,10 @@ def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], pl
         state.epoch += 1
         state.batch = 0
         state.sums = LoopState().sums
+        t1 = time.perf_counter()
         checkpoint()
+        # the epoch-boundary checkpoint is this epoch's cost too (its own bytes cannot carry its time)
+        state.history[-1]["checkpoint_overhead_s"] += time.perf_counter() - t1
     n_train = sum(p.numel() for p in params)
     n_total = sum(p.numel() for p in model.parameters())
     return LoopResult(state, model, n_train, n_total)

@@ -65,7 +65,7 @@ def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
     return receipt
 
 
-def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, plan_sha: str, base_sha: str | None) -> TrainingInputs:
+def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, plan_sha: str, base_sha: str | None, backend_sha: str) -> TrainingInputs:
     """Re-hash the corpus and refuse it if it is not exactly what the audit saw."""
     loaded = load_corpus(corpus)
     manifest_sha = canonical_digest(loaded.utterances)
@@ -76,7 +76,8 @@ def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, p
             raise TrainingError(f"corpus {corpus} changed since audit {audit_rid}: {name} is {now}, the audit saw {then}; audit it again")
     features = _features_tree(home, loaded)
     return TrainingInputs(audit_receipt=audit_rid, plan_sha256=plan_sha, base_sha256=base_sha, manifest_sha256=manifest_sha,
-                          audio_tree_sha256=tree_sha, features_sha256=features, code_sha256=code_identity().source_sha256)  # fmt: skip
+                          audio_tree_sha256=tree_sha, features_sha256=features, code_sha256=code_identity().source_sha256,
+                          backend_sha256=backend_sha)  # fmt: skip
 
 
 def _features_tree(home: Home, loaded: Any) -> str:
@@ -104,16 +105,16 @@ def train_adapter_fn(
     started = utc_now()
     audit = passing_audit(home, audit_rid)
     plan_rid, plan_sha = register_plan(home, plan, source_name=plan_name, flow=flow)
-    if plan.mode == "lora" and base_sha is None:
-        raise TrainingError(f"plan {plan_name} is a LoRA plan: give the base model digest (a full-mode run's 'best' output)")
-    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha)
+    backend = get_backend(plan.backend)
+    if plan.mode == "lora" and base_sha is None and backend.needs_stored_base:
+        raise TrainingError(f"plan {plan_name} is a LoRA plan for backend {plan.backend}: give the base model digest (a full-mode run's 'best' output)")
+    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()))
     run_key = cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
     hit = cached_receipt(home, run_key)
     if hit is not None:
         return TrainingOutcome(hit[0], TrainingRunReceipt.model_validate(hit[1]), cached=True)
     run_dir = run_dir or home.root / "runs" / f"{plan.name}-{run_key[:12]}"
     torch.set_num_threads(plan.threads)
-    backend = get_backend(plan.backend)
     with tempfile.TemporaryDirectory() as tmp:
         base_dir = None
         if base_sha is not None:

@@ -74,7 +74,7 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
     from voxledger.tasks.audit.run import audit_corpus_fn
     from voxledger.tasks.corpus.demo import build_demo_corpus
 
-    corpus = build_demo_corpus(work / "train-corpus", size="tiny" if quick else "small").out_dir
+    corpus = build_demo_corpus(work / "train-corpus", size="tiny" if quick else "full").out_dir
     plan = train_plan(quick)
     runs = {}
     for name, p in (("plan", plan), ("epoch_only", train_plan(quick, checkpoint_every_steps=1 << 30))):

@@ -51,6 +51,7 @@ class CosyVoice3Backend:
     """Backend ``cosyvoice3`` (configured from ``VOXLEDGER_COSYVOICE_*`` unless given a config)."""
 
     name = "cosyvoice3"
+    needs_stored_base = False  # upstream's llm.pt is the base; its digest is part of identity()
 
     def __init__(self, config: CosyVoice3Config | None = None) -> None:
         self._config = config
@@ -72,6 +73,10 @@ class CosyVoice3Backend:
         if self._identity is None:
             self._identity = upstream.preflight(self.config)
         return self._identity
+
+    def identity(self) -> dict[str, Any]:
+        """The checkout's imported sources and the model folder's files, by digest (the commit is not identity)."""
+        return {"backend": self.name, "upstream_sha256": self.preflight().identity_sha256}
 
     def _base_weights(self, base_dir: Path | None) -> tuple[Path, str]:
         if base_dir is not None:

@@ -54,11 +54,18 @@ class TinyBackend:
     """Backend ``tiny``: a small Qwen2-backbone TTS that trains on CPU."""
 
     name = "tiny"
+    needs_stored_base = True
 
     def __init__(self) -> None:
         self._train: TinyDataset | None = None
         self._norm: NormStats | None = None
         self._plan: TrainingPlan | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The libraries whose behaviour shapes tiny's data and model besides our code."""
+        from importlib import metadata
+
+        return {"backend": self.name, **{p: metadata.version(p) for p in ("espeakng-loader", "transformers", "peft")}}
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
         self._plan = plan

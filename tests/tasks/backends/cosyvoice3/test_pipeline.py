@@ -22,6 +22,7 @@ from voxledger.tasks.plans import load_plan
 from voxledger.tasks.tensorio import save_deterministic
 from voxledger.tasks.training.run import train_adapter_fn
 
+from .test_config_preflight import _copy
 from .test_training import make_plan
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -51,3 +52,20 @@ def test_train_adapter_fn_with_cosyvoice3(tmp_path: Path, fake_config: CosyVoice
     backend = CosyVoice3Backend()
     wav, rate = backend.synthesize(backend.load_for_inference(base, best, "adapter"), "A short test.", "spk_t", 0, {})
     assert rate == 24000 and np.isfinite(wav).all()
+
+
+def test_changed_checkout_changes_the_training_key(tmp_path: Path, fake_config: CosyVoice3Config, small_corpus: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    copy = _copy(fake_config, tmp_path)
+    for var, value in ((ENV_CHECKOUT, copy.checkout_dir), (ENV_MODEL, copy.model_dir), (ENV_WORK, copy.cache_dir)):
+        monkeypatch.setenv(var, str(value))
+    home = Home(tmp_path / "home")
+    audit = audit_corpus_fn(home, small_corpus, load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy), policy_name="audit-demo.yaml").receipt_id
+    plan = make_plan(max_epochs=1)
+    first = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")
+    llm_py = copy.checkout_dir / "cosyvoice" / "llm" / "llm.py"
+    llm_py.write_text(llm_py.read_text() + "\n# a local patch\n")
+    second = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")
+    assert not second.cached and second.receipt_id != first.receipt_id
+    assert second.receipt.parameters.bound.backend_sha256 != first.receipt.parameters.bound.backend_sha256
+    assert second.receipt.parameters.run_key != first.receipt.parameters.run_key

@@ -166,7 +166,7 @@ def _run(config: CosyVoice3Config, corpus: Path, ckpt: Path, crash_at_epoch: int
     backend = CosyVoice3Backend(config)
     setup = backend.setup(corpus, make_plan(), None)
     bound = TrainingInputs(audit_receipt="a" * 64, plan_sha256="b" * 64, base_sha256=None, manifest_sha256="c" * 64,
-                           audio_tree_sha256="d" * 64, features_sha256="e" * 64, code_sha256="f" * 64)  # fmt: skip
+                           audio_tree_sha256="d" * 64, features_sha256="e" * 64, code_sha256="f" * 64, backend_sha256="0" * 64)  # fmt: skip
 
     def on_epoch_end(epoch: int, model: torch.nn.Module, record: EpochRecord) -> str:
         if epoch == crash_at_epoch:
