@@ -13,6 +13,7 @@ from voxledger.tasks.backends.tiny.model import (
     attach_lora,
     load_tiny,
     merge_lora,
+    rounded_durations,
     save_tiny,
     split_stress,
 )
@@ -69,6 +70,15 @@ def test_predicted_durations_are_used_when_none_given() -> None:
     mel, used = model.infer(phonemes, speakers)
     assert used.shape == phonemes.shape and int(used[0, 4]) == 0  # padding gets no frames
     assert mel.shape[1] == max(int(used.sum(1).max()), 1)
+
+
+def test_rounded_durations_round_the_running_total_and_keep_every_phoneme() -> None:
+    frames = torch.tensor([[0.4, 0.4, 0.4, 0.4, 2.6, 7.0], [1.4, 1.4, 1.4, 1.4, 0.0, 0.0]])
+    keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    got = rounded_durations(torch.log1p(frames), keep)
+    assert got[1].tolist() == [1, 2, 1, 2, 0, 0]  # running totals 1.4, 2.8, 4.2, 5.6 -> 1, 3, 4, 6 (alone: 1, 1, 1, 1)
+    assert got[0].tolist()[:4] == [1, 1, 1, 1]  # rounded alone these would all be 0: dropped phonemes
+    assert abs(int(got[0].sum()) - float(frames[0].sum())) < 2  # the total tracks the prediction
 
 
 def test_stress_variants_share_a_bare_phoneme_embedding() -> None:

@@ -71,7 +71,10 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_file_under_a_final_nam
         root = tmp_path / f"ret{attempt}"
         proc = subprocess.Popen([sys.executable, "-c", PUBLISHER, str(src_dir), str(root), str(n)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.25))
+        incoming = root / INCOMING
+        while proc.poll() is None and not (incoming.is_dir() and any(incoming.iterdir())):
+            time.sleep(0.0002)  # wait for the first copy to start, whatever the disk's speed
+        time.sleep(rng.uniform(0.0, 0.02))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         killed += proc.returncode == -signal.SIGKILL

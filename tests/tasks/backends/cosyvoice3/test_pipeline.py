@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,6 @@ from voxledger.tasks.plans import load_plan
 from voxledger.tasks.tensorio import save_deterministic
 from voxledger.tasks.training.run import train_adapter_fn
 
-from .test_config_preflight import _copy
 from .test_training import make_plan
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -54,17 +54,20 @@ def test_train_adapter_fn_with_cosyvoice3(tmp_path: Path, fake_config: CosyVoice
     assert rate == 24000 and np.isfinite(wav).all()
 
 
-def test_changed_checkout_changes_the_training_key(tmp_path: Path, fake_config: CosyVoice3Config, small_corpus: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    copy = _copy(fake_config, tmp_path)
-    for var, value in ((ENV_CHECKOUT, copy.checkout_dir), (ENV_MODEL, copy.model_dir), (ENV_WORK, copy.cache_dir)):
+def test_changed_upstream_files_change_the_training_key(tmp_path: Path, fake_config: CosyVoice3Config, small_corpus: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # sources are covered by the preflight tests; here a model-folder file changes (one process can import one checkout)
+    model = tmp_path / "model"
+    shutil.copytree(fake_config.model_dir, model)
+    for var, value in ((ENV_CHECKOUT, fake_config.checkout_dir), (ENV_MODEL, model), (ENV_WORK, tmp_path / "work")):
         monkeypatch.setenv(var, str(value))
     home = Home(tmp_path / "home")
     audit = audit_corpus_fn(home, small_corpus, load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy), policy_name="audit-demo.yaml").receipt_id
     plan = make_plan(max_epochs=1)
-    first = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")
-    llm_py = copy.checkout_dir / "cosyvoice" / "llm" / "llm.py"
-    llm_py.write_text(llm_py.read_text() + "\n# a local patch\n")
+    first = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")  # no stored base: upstream's llm.pt
+    assert first.receipt.parameters.bound.base_sha256 is None
+    with open(model / "hift.pt", "ab") as f:
+        f.write(b"\0")
     second = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")
     assert not second.cached and second.receipt_id != first.receipt_id
     assert second.receipt.parameters.bound.backend_sha256 != first.receipt.parameters.bound.backend_sha256
