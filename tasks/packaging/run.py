@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor, StageSpec
 from voxledger.schemas.errors import EquivalenceError
@@ -45,6 +44,7 @@ from voxledger.tasks.packaging.publish import Published, publish_file
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.threads import torch_threads
 
 PROBE_TEXT = "The salt breeze came across from the sea."
 PROBE_PLAN = EquivalencePlan(stages=(StageSpec(name="mel", kind="mel", cols=80), StageSpec(name="pcm", kind="pcm")))
@@ -109,12 +109,13 @@ def package_adapter_fn(
     home: Home, training_run_rid: str, checkpoint_tree_sha: str, *, promotion_rid: str | None = None,
     evaluation_rids: tuple[str, ...] | list[str] = (), retention_root: Path | None = None,
     probe_text: str = PROBE_TEXT, probe_seed: int = 0, equivalence_plan: EquivalencePlan = PROBE_PLAN,
-    flow: str = "package_adapter",
+    flow: str = "package_adapter", threads: int = 1,
 ) -> PackageOutcome:  # fmt: skip
     """Package a LoRA checkpoint of a training run; check it; publish it; record a ``package`` receipt.
 
     ``equivalence_plan`` judges the merged export against the adapter path (mel and pcm of the
-    probe); a RED band fails packaging. Equal requests are served from cache (blobs re-verified).
+    probe); a RED band fails packaging. ``threads`` (torch, this process and the fresh one) is
+    part of the request: bit-exact reload holds for a given thread count. Equal requests are served from cache (blobs re-verified).
 
     Raises: ReceiptError (a bound receipt is missing, of the wrong kind, failed, or unrelated;
     the checkpoint holds more than deliverables), EquivalenceError (the fresh-process reload
@@ -123,7 +124,6 @@ def package_adapter_fn(
     """
     started, t0 = utc_now(), time.perf_counter()
     request = PackageRequest(training_run_rid, checkpoint_tree_sha, promotion_rid, tuple(sorted(evaluation_rids)))
-    threads = torch.get_num_threads()
     key = cache_key("package", {"training_run": training_run_rid, "checkpoint": checkpoint_tree_sha}, None,
                     {"promotion": promotion_rid, "evaluations": request.evaluation_receipts, "probe_text": probe_text,
                      "probe_seed": probe_seed, "threads": threads, "equivalence_plan": plan_digest(equivalence_plan)})  # fmt: skip
@@ -136,7 +136,7 @@ def package_adapter_fn(
         if retention_root is not None:
             published = publish_file(path, sha, retention_root, publication_name(verify_package(path).manifest.name, sha))
         return PackageOutcome(hit[0], receipt, sha, path, published, cached=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
         work = Path(tmp)
         sha, manifest = assemble_package(home.blobs, request, work / "package.tar")
         params = PackageParameters(backend=manifest.backend, training_run=training_run_rid, checkpoint_tree_sha256=checkpoint_tree_sha,

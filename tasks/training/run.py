@@ -40,6 +40,7 @@ from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.threads import torch_threads
 from voxledger.tasks.training.loop import run_loop
 
 
@@ -114,8 +115,7 @@ def train_adapter_fn(
     if hit is not None:
         return TrainingOutcome(hit[0], TrainingRunReceipt.model_validate(hit[1]), cached=True)
     run_dir = run_dir or home.root / "runs" / f"{plan.name}-{run_key[:12]}"
-    torch.set_num_threads(plan.threads)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(plan.threads):
         base_dir = None
         if base_sha is not None:
             base_dir = Path(tmp) / "base"
