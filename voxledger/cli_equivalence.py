@@ -1,4 +1,4 @@
-"""``voxledger equivalence compare``: stage-by-stage comparison of two runtimes."""
+"""``voxledger equivalence compare`` and ``attribute``: stage-by-stage comparison of two runtimes."""
 
 from __future__ import annotations
 
@@ -53,18 +53,76 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
         ref_runtime=RuntimeDescriptor.model_validate(_runtime(ref_runtime)),
         cand_runtime=RuntimeDescriptor.model_validate(_runtime(cand_runtime)),
     )  # fmt: skip
-    report = out.receipt.report
+    _report(out, as_json)
+
+
+@equivalence.command("attribute")
+@click.argument("base")
+@click.argument("adapter")
+@click.option("--ref-runtime", type=click.Choice(["adapter", "merged"]), default="adapter", show_default=True)
+@click.option("--cand-runtime", type=click.Choice(["adapter", "merged"]), default="merged", show_default=True)
+@click.option("--text", default="The salt breeze came across from the sea.", show_default=True, help="Probe sentence.")
+@click.option("--speaker", default=None, help="Speaker to synthesize (default: the adapter's new speaker).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--plan", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_PLAN, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, cand_runtime: str, text: str, speaker: str | None,
+              seed: int, plan: Path, as_json: bool) -> None:  # fmt: skip
+    """Blame a gap between two runtimes of a tiny adapter on the stage that causes it.
+
+    BASE and ADAPTER are stored tree digests (a full training run's model, a LoRA run's
+    checkpoint). Each stage of the candidate gets the reference's input (durations, then mel),
+    so a gap shows at its source and nowhere after. The fed-forward dumps are compared under
+    PLAN and recorded as an equivalence receipt; exits non-zero on RED.
+
+    Example: voxledger equivalence attribute 44a1... 76b6... --ref-runtime adapter --cand-runtime merged
+    """
+    import json
+    import tempfile
+
+    from voxledger.schemas.equivalence import RuntimeDescriptor
+    from voxledger.stores.trees import materialize_tree
+    from voxledger.tasks.backends.tiny.backend import ADAPTER_CONFIG, TinyBackend
+    from voxledger.tasks.equivalence.attribution import attribute_tiny
+    from voxledger.tasks.equivalence.compare import load_equivalence_plan
+    from voxledger.tasks.equivalence.record import record_equivalence
+    from voxledger.tasks.threads import torch_threads
+
+    home = open_home(ctx)
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
+        work = Path(tmp)
+        materialize_tree(home.blobs, base, work / "base")  # every file verified against its digest
+        materialize_tree(home.blobs, adapter, work / "adapter")
+        if not (work / "adapter" / ADAPTER_CONFIG).is_file():
+            raise EquivalenceError(f"tree {adapter} holds no {ADAPTER_CONFIG}: give a LoRA checkpoint of the tiny backend")
+        spk = speaker or str(json.loads((work / "adapter" / ADAPTER_CONFIG).read_text(encoding="utf-8"))["new_speaker"])
+        backend = TinyBackend()
+        ref = backend.load_for_inference(work / "base", work / "adapter", ref_runtime)
+        cand = backend.load_for_inference(work / "base", work / "adapter", cand_runtime)
+        attribute_tiny(ref, cand, text, spk, seed, dump_dir=work / "dumps")
+        out = record_equivalence(
+            home, str(work / "dumps" / "ref"), str(work / "dumps" / "cand"), load_equivalence_plan(plan), plan_name=plan.name,
+            ref_runtime=RuntimeDescriptor(name=ref_runtime), cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"),
+            flow="equivalence_attribute",
+        )  # fmt: skip
+    _report(out, as_json)
+
+
+def _report(out: object, as_json: bool) -> None:
+    receipt_id, receipt = out.receipt_id, out.receipt  # type: ignore[attr-defined]
+    report = receipt.report
     if as_json:
-        emit_json({"receipt": out.receipt_id, "report": report.model_dump(mode="json")})
+        emit_json({"receipt": receipt_id, "report": report.model_dump(mode="json")})
     else:
         table = Table("stage", "kind", "band", "rel", "max abs", "mean abs", "worst at / divergence", title="equivalence")
         for s in report.stages:
             where = str(s.first_divergence) if s.kind == "tokens" else str(s.worst_index)
             table.add_row(s.stage, s.kind, s.band, _fmt(s.rel), _fmt(s.max_abs_err), _fmt(s.mean_abs_err), where)
         console.print(table)
-        console.print(f"overall: [bold]{report.band}[/bold]  receipt {out.receipt_id}")
+        console.print(f"overall: [bold]{report.band}[/bold]  receipt {receipt_id}")
     if not report.passed:
-        raise EquivalenceError(f"RED: {out.receipt.error}; receipt {out.receipt_id}")
+        raise EquivalenceError(f"RED: {receipt.error}; receipt {receipt_id}")
 
 
 def _fmt(v: float | None) -> str:

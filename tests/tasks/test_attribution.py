@@ -40,3 +40,22 @@ def test_adapter_vs_merged_is_green_and_corruption_is_blamed_on_its_stage(traine
     bands = {s.stage: s.band for s in report.stages}
     assert bands == {"durations": "GREEN", "mel": "RED", "pcm": "GREEN"}, bands
     assert not report.passed
+
+
+def test_attribute_command_records_a_receipt_and_refuses_a_non_adapter_tree(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    import json
+
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    home, _, base_sha, adapter_sha = trained
+    runner = CliRunner()
+    ok = runner.invoke(main, ["--home", str(home.root), "equivalence", "attribute", base_sha, adapter_sha, "--json"])
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(ok.output)
+    assert doc["report"]["band"] == "GREEN" and {s["stage"] for s in doc["report"]["stages"]} >= {"tokens", "mel", "pcm"}
+    stored = home.receipts.read(doc["receipt"])
+    assert stored.parameters.candidate.name == "merged-fed-forward"  # type: ignore[attr-defined]
+    bad = runner.invoke(main, ["--home", str(home.root), "equivalence", "attribute", base_sha, base_sha])
+    assert bad.exit_code != 0 and "adapter_config.json" in bad.output and "Traceback" not in bad.output
