@@ -115,6 +115,10 @@ def train_adapter_fn(
     if hit is not None:
         return TrainingOutcome(hit[0], TrainingRunReceipt.model_validate(hit[1]), cached=True)
     run_dir = run_dir or home.root / "runs" / f"{plan.name}-{run_key[:12]}"
+    # an earlier attempt of this run may have recorded epochs its last checkpoint does not know of;
+    # only then is each epoch looked up before recording (a catalog round trip saved per epoch)
+    earlier_attempt = run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(plan.threads):
         base_dir = None
         if base_sha is not None:
@@ -131,7 +135,7 @@ def train_adapter_fn(
             backend.export(model, out)
             tree_sha, _ = put_tree(home.blobs, out)
             key = canonical_digest({"run_key": run_key, "epoch": epoch, "tree": tree_sha})
-            found = home.find_cached(key)
+            found = home.find_cached(key) if earlier_attempt else None
             if found:
                 return found
             receipt = build_receipt(

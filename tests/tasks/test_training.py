@@ -74,6 +74,28 @@ def test_base_then_lora_records_curves_checkpoints_and_lineage(tmp_path: Path, c
     assert audit in {e.src for e in up}
 
 
+def test_crash_after_an_epoch_was_recorded_does_not_record_it_twice(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxledger.tasks.training import loop
+
+    home = Home(tmp_path / "h")
+    audit = audited(home, corpus)
+    plan = base_plan(max_epochs=2, checkpoint_every_steps=1000)  # no mid-epoch checkpoint: the crash leaves none
+    real = loop.write_checkpoint
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("killed between recording epoch 0 and its boundary checkpoint")
+
+    monkeypatch.setattr(loop, "write_checkpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train_adapter_fn(home, corpus, audit, plan, plan_name="t-base.yaml")
+    monkeypatch.setattr(loop, "write_checkpoint", real)
+    out = train_adapter_fn(home, corpus, audit, plan, plan_name="t-base.yaml")
+    assert len(out.receipt.result.epochs) == 2
+    with home.catalog.connect(read_only=True) as con:
+        per_epoch = con.execute("SELECT epoch, count(*) FROM checkpoints GROUP BY epoch ORDER BY epoch").fetchall()
+    assert per_epoch == [(0, 1), (1, 1)]
+
+
 def test_failed_audit_and_changed_corpus_are_refused(tmp_path: Path, corpus: Path) -> None:
     import shutil
 
