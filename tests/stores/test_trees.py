@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -93,6 +94,7 @@ def test_stat_cache_serves_unchanged_and_rehashes_changed(tmp_path: Path, monkey
     monkeypatch.setattr(hashing, "sha256_file", lambda p: reads.append(p) or real(p))
     first = hash_files(files, cache=cache, workers=2)
     assert len(reads) == 30
+    assert first == {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}  # each digest lands on its own path
     reads.clear()
     assert hash_files(files, cache=cache) == first
     assert reads == [], "unchanged files were read again despite the stat cache"
