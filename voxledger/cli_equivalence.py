@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from voxledger.cli import emit_json, main, open_home
-from voxledger.schemas.errors import EquivalenceError
+from voxledger.schemas.errors import BlobMissingError, EquivalenceError
 
 console = Console()
 DEFAULT_PLAN = Path(__file__).resolve().parent.parent / "plans" / "equivalence-default.yaml"
@@ -92,8 +92,12 @@ def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, can
     home = open_home(ctx)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
         work = Path(tmp)
-        materialize_tree(home.blobs, base, work / "base")  # every file verified against its digest
-        materialize_tree(home.blobs, adapter, work / "adapter")
+        for role, digest in (("BASE", base), ("ADAPTER", adapter)):
+            try:
+                materialize_tree(home.blobs, digest, work / role.lower())  # every file verified against its digest
+            except BlobMissingError as exc:
+                raise EquivalenceError(f"{role} {digest}: {exc}; give a tree digest stored in this home (a training run's "
+                                       f"'best' or 'last' output, see `voxledger lineage`), or pass --home") from exc  # fmt: skip
         if not (work / "adapter" / ADAPTER_CONFIG).is_file():
             raise EquivalenceError(f"tree {adapter} holds no {ADAPTER_CONFIG}: give a LoRA checkpoint of the tiny backend")
         spk = speaker or str(json.loads((work / "adapter" / ADAPTER_CONFIG).read_text(encoding="utf-8"))["new_speaker"])

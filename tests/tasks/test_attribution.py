@@ -59,3 +59,5 @@ def test_attribute_command_records_a_receipt_and_refuses_a_non_adapter_tree(trai
     assert stored.parameters.candidate.name == "merged-fed-forward"  # type: ignore[attr-defined]
     bad = runner.invoke(main, ["--home", str(home.root), "equivalence", "attribute", base_sha, base_sha])
     assert bad.exit_code != 0 and "adapter_config.json" in bad.output and "Traceback" not in bad.output
+    missing = runner.invoke(main, ["--home", str(home.root), "equivalence", "attribute", base_sha, "0" * 64])
+    assert missing.exit_code != 0 and "ADAPTER " + "0" * 64 in missing.output and "--home" in missing.output

@@ -21,9 +21,11 @@ from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTS, TinyTTSConfig
 Precision = Literal["fp32", "bf16"]
 
 # Recipes measured on the full demo corpus (1200 train utterances, 4 voices; 100 target
-# utterances) on a shared 2-core CPU, 1 thread, bf16: the base reached CV 0.399 and Whisper
-# tiny.en WER 0.32 (espeak's own audio 0.33) in 523 steps / 12.2 min; LoRA reached the target
-# voice (ECAPA 0.77 vs 0.47 for the nearest base voice) in 335 steps / 4 min.
+# utterances) through `voxledger demo run` on an idle 2-core CPU, 2 threads, bf16: the base
+# reached CV 0.397 in 531 steps / 306 s (Whisper tiny.en WER of voice spk-b1 over the 60 test
+# sentences 0.347; espeak's own audio 0.318); LoRA early-stopped at 287 steps / 167 s with ECAPA
+# similarity 0.647 to the target's recordings (0.347 for the nearest base voice). These dicts
+# document the recipe; the plans in plans/ are what runs.
 BASE_RECIPE: dict[str, float | int | str] = {
     "total_steps": 520,
     "peak_lr": 2e-3,
