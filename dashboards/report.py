@@ -115,10 +115,10 @@ def _evaluation(con: duckdb.DuckDBPyConnection) -> str:
 
 def _forest(con: duckdb.DuckDBPyConnection) -> str:
     rid = _latest_eval(con)
-    rows = _rows(con, "SELECT candidate, baseline, metric, delta, low, high, wilcoxon_p, n_pairs FROM evaluation_comparisons WHERE receipt_sha256 = ? AND metric IN ('wer:whisper_en','cer:basic','speaker_sim','predicted_mos_ovrl')", [rid]) if rid else []
+    rows = _rows(con, "SELECT candidate, baseline, metric, delta, low, high, p_value, n_pairs FROM evaluation_comparisons WHERE receipt_sha256 = ? AND metric IN ('wer:whisper_en','cer:basic','speaker_sim','predicted_mos_ovrl')", [rid]) if rid else []
     if not rows:
         return '<p class="muted">no comparisons yet</p>'
-    return _chart(charts.forest(rows)) + _table(rows, ["candidate", "baseline", "metric", "delta", "low", "high", "wilcoxon_p", "n_pairs"])
+    return _chart(charts.forest(rows)) + _table(rows, ["candidate", "baseline", "metric", "delta", "low", "high", "p_value", "n_pairs"])
 
 
 def _listening(con: duckdb.DuckDBPyConnection) -> str:

@@ -80,13 +80,31 @@ class MetricSuite(Frozen):
     content_gate: ContentGateSpec = ContentGateSpec()
 
 
+IntervalMethod = Literal["cluster_t", "cluster_bootstrap_t"]
+TestMethod = Literal["cluster_t"]
+MIN_PROMPTS: dict[str, int] = {"cluster_t": 5, "cluster_bootstrap_t": 5}
+"""Fewest prompts (independent units) each method needs; docs/statistics.md gives the reasons."""
+
+
 class StatisticsSettings(Frozen):
-    """Bootstrap and test settings."""
+    """How intervals and paired tests are computed; the prompt is the independent unit.
+
+    ``interval``: ``cluster_t`` is a t interval on prompt means (df = prompts - 1);
+    ``cluster_bootstrap_t`` a studentized bootstrap resampling prompts (better for skewed
+    metrics with many prompts). ``test``: ``cluster_t`` is a one-sample t test on per-prompt mean
+    deltas. Seeds are nested in prompts and averaged within each prompt first.
+    """
 
     bootstrap_resamples: int = Field(default=2000, ge=100)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     bootstrap_seed: int = 0
     cluster: Literal["prompt"] = "prompt"
+    interval: IntervalMethod = "cluster_t"
+    test: TestMethod = "cluster_t"
+
+    def min_units(self) -> int:
+        """Fewest prompts the chosen interval and test need."""
+        return max(MIN_PROMPTS[self.interval], MIN_PROMPTS[self.test])
 
 
 class EvaluationPlan(Frozen):
@@ -156,12 +174,31 @@ class Observation(Frozen):
 
 
 class Interval(Frozen):
-    """A point estimate with a bootstrap confidence interval."""
+    """A mean over prompts with a confidence interval; ``low``/``high`` are None when not estimable.
+
+    ``mean`` weights every prompt equally (the mean of per-prompt means); ``n`` counts rows,
+    ``units`` the prompts the interval rests on; ``note`` says why an interval is missing.
+    """
 
     mean: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     n: int
+    method: IntervalMethod
+    unit: Literal["prompt"] = "prompt"
+    units: int
+    note: str | None = None
+
+
+class PairedTest(Frozen):
+    """A test of ``mean delta = 0`` at the level of the unit; ``p_value`` is None when not estimable."""
+
+    method: TestMethod
+    unit: Literal["prompt"] = "prompt"
+    units: int
+    statistic: float | None
+    p_value: float | None
+    note: str | None = None
 
 
 class CandidateSummary(Frozen):
@@ -177,13 +214,13 @@ class CandidateSummary(Frozen):
 
 
 class Comparison(Frozen):
-    """Paired delta (candidate - baseline) on one metric over shared (prompt, seed) pairs."""
+    """Paired delta (candidate - baseline) on one metric: shared (prompt, seed) pairs, averaged per prompt."""
 
     candidate: str
     baseline: str
     metric: str
     delta: Interval
-    wilcoxon_p: float | None
+    test: PairedTest
     n_pairs: int
     lower_is_better: bool
 

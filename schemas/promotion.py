@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.evaluation import MetricSuite, Prompt, StatisticsSettings
 
@@ -41,6 +41,9 @@ class GatePlan(Frozen):
     statistics: StatisticsSettings = StatisticsSettings()
 
 
+PAIRED_STATISTICS = frozenset({"delta_mean", "delta_low", "delta_high"})
+
+
 class PromotionPolicy(Frozen):
     """How a checkpoint earns an alias. The gate plan's prompts, seeds and metrics are frozen here."""
 
@@ -54,6 +57,18 @@ class PromotionPolicy(Frozen):
     gate_plan: GatePlan
     rules: tuple[GateRule, ...] = Field(min_length=1)
     tie_break: Literal["lowest_cv_loss"] = "lowest_cv_loss"
+
+    @model_validator(mode="after")
+    def _check(self) -> PromotionPolicy:
+        paired = [f"{r.statistic}({r.metric})" for r in self.rules if r.statistic in PAIRED_STATISTICS]
+        need, have = self.gate_plan.statistics.min_units(), len(self.gate_plan.prompts)
+        if paired and have < need:
+            raise ValueError(
+                f"gate plan {self.gate_plan.name!r} has {have} prompt(s), but rules {paired} compare challenger and incumbent, and "
+                f"{self.gate_plan.statistics.interval}/{self.gate_plan.statistics.test} need at least {need} prompts "
+                "(the prompt is the independent unit; seeds do not count): add prompts to gate_plan"
+            )
+        return self
 
 
 class RuleValue(Frozen):

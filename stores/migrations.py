@@ -306,4 +306,19 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0012_interval_units",
+        """
+        ALTER TABLE evaluation_summaries ALTER COLUMN low DROP NOT NULL;
+        ALTER TABLE evaluation_summaries ALTER COLUMN high DROP NOT NULL;
+        ALTER TABLE evaluation_summaries ADD COLUMN method VARCHAR;
+        ALTER TABLE evaluation_summaries ADD COLUMN units INTEGER;
+        ALTER TABLE evaluation_comparisons ALTER COLUMN low DROP NOT NULL;
+        ALTER TABLE evaluation_comparisons ALTER COLUMN high DROP NOT NULL;
+        ALTER TABLE evaluation_comparisons RENAME COLUMN wilcoxon_p TO p_value;
+        ALTER TABLE evaluation_comparisons ADD COLUMN interval_method VARCHAR;
+        ALTER TABLE evaluation_comparisons ADD COLUMN test_method VARCHAR;
+        ALTER TABLE evaluation_comparisons ADD COLUMN units INTEGER;
+        """,
+    ),
 ]

@@ -106,9 +106,10 @@ def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
         for cat, metrics in [("all", s["overall"]), *s["by_category"].items()]:
             for metric, iv in metrics.items():
                 summaries.append({"receipt_sha256": rid, "plan_name": doc["parameters"]["plan_name"], "candidate": s["candidate"],
-                                  "category": cat, "metric": metric, **iv})  # fmt: skip
+                                  "category": cat, "metric": metric, **{k: iv[k] for k in ("mean", "low", "high", "n", "method", "units")}})  # fmt: skip
     comps = [{"receipt_sha256": rid, "candidate": c["candidate"], "baseline": c["baseline"], "metric": c["metric"],
-              "delta": c["delta"]["mean"], "low": c["delta"]["low"], "high": c["delta"]["high"], "wilcoxon_p": c["wilcoxon_p"],
+              "delta": c["delta"]["mean"], "low": c["delta"]["low"], "high": c["delta"]["high"], "p_value": c["test"]["p_value"],
+              "interval_method": c["delta"]["method"], "test_method": c["test"]["method"], "units": c["test"]["units"],
               "n_pairs": c["n_pairs"], "lower_is_better": c["lower_is_better"]} for c in doc["result"]["comparisons"]]  # fmt: skip
     import json
 
