@@ -4,21 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, JsonValue
+from pydantic import (
+    Field,
+    JsonValue,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from voxledger.schemas.base import Frozen
 
 CORE_FIELDS = (
     "id", "audio", "text", "speaker", "recording_id", "split", "language", "instruction",
-    "duration_s", "sample_rate_hz",
+    "duration_s", "sample_rate_hz", "start_s", "end_s",
 )  # fmt: skip
+SEGMENT_FIELDS = ("start_s", "end_s")
 
 
 class Utterance(Frozen):
-    """One utterance. ``audio`` is a POSIX path relative to the corpus root.
+    """One utterance. ``audio`` is a POSIX path relative to the corpus root, or (absolute or with
+    ``..``) one inside an audio root the user declares.
 
     ``duration_s`` and ``sample_rate_hz`` are what the manifest claims (None when it says
-    nothing); the audit measures the real values. Columns the model does not know are kept
-    verbatim in ``extra``, never dropped.
+    nothing); the audit measures the real values. ``start_s``/``end_s`` cut the utterance from a
+    longer recording (Kaldi ``segments``); ``end_s`` None means to the end of the recording. Both
+    are left out of the serialised form when unset, so corpora without segments keep their
+    digests. Columns the model does not know are kept verbatim in ``extra``, never dropped.
     """
 
     id: str = Field(min_length=1, max_length=200)
@@ -31,7 +42,28 @@ class Utterance(Frozen):
     instruction: str | None = None
     duration_s: float | None = Field(default=None, ge=0)
     sample_rate_hz: int | None = Field(default=None, gt=0)
+    start_s: float | None = Field(default=None, ge=0)
+    end_s: float | None = Field(default=None, gt=0)
     extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_segment(self) -> Utterance:
+        if self.end_s is not None and self.end_s <= (self.start_s or 0.0):
+            raise ValueError(f"segment end_s {self.end_s} must be after start_s {self.start_s or 0.0}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_segment(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for k in SEGMENT_FIELDS:
+            if data.get(k, 0) is None:
+                del data[k]
+        return data
+
+    @property
+    def is_segment(self) -> bool:
+        """True when the utterance is a cut of a longer recording."""
+        return self.start_s is not None or self.end_s is not None
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Utterance:

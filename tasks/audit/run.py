@@ -15,7 +15,9 @@ from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, TreeEntry, TreeManifest, manifest_bytes
 from voxledger.tasks.audit import checks
 from voxledger.tasks.audit.measure import FileFacts, measure_file, resolve_audio
+from voxledger.tasks.corpus.audio import segment_identity
 from voxledger.tasks.corpus.manifests import LoadedCorpus, load_corpus
+from voxledger.tasks.corpus.paths import tree_name
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import cached_receipt
@@ -36,7 +38,7 @@ def _audio_digests(corpus: LoadedCorpus, home: Home) -> tuple[dict[str, str], di
     paths: dict[str, Path] = {}
     for u in corpus.utterances.utterances:
         try:
-            p = resolve_audio(corpus.root, u)
+            p = resolve_audio(corpus.root, u, corpus.audio_roots)
         except UnsafePathError:
             continue
         if p.is_file():
@@ -47,17 +49,22 @@ def _audio_digests(corpus: LoadedCorpus, home: Home) -> tuple[dict[str, str], di
 
 def _audio_tree(corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path]) -> TreeManifest:
     entries = {
-        u.audio: TreeEntry(path=u.audio, size_bytes=paths[u.id].stat().st_size, sha256=digests[u.id], executable=False)
+        tree_name(u.audio): TreeEntry(path=tree_name(u.audio), size_bytes=paths[u.id].stat().st_size, sha256=digests[u.id], executable=False)
         for u in corpus.utterances.utterances if u.id in digests
     }  # fmt: skip
     return TreeManifest(entries=tuple(entries[k] for k in sorted(entries)))
 
 
-def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, policy_name: str, flow: str = "audit_corpus") -> AuditOutcome:
-    """Audit a corpus; the receipt is recorded whatever the verdict (a failure is evidence too)."""
+def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, policy_name: str, flow: str = "audit_corpus",
+                    audio_roots: tuple[Path, ...] = ()) -> AuditOutcome:
+    """Audit a corpus; the receipt is recorded whatever the verdict (a failure is evidence too).
+
+    ``audio_roots``: folders outside the corpus its manifest may point into; they only resolve
+    paths and never enter the cache key (audio is bound by its content digest).
+    """
     started = utc_now()
     plan_rid, policy_sha = register_plan(home, policy, source_name=policy_name, flow=flow)
-    corpus = load_corpus(corpus_path)
+    corpus = load_corpus(corpus_path, audio_roots=audio_roots)
     digests, paths = _audio_digests(corpus, home)
     tree = _audio_tree(corpus, digests, paths)
     tree_sha = home.blobs.put_bytes(manifest_bytes(tree))
@@ -68,9 +75,10 @@ def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, polic
     if hit is not None:
         return AuditOutcome(hit[0], AuditReceipt.model_validate(hit[1]), cached=True)
     if policy.store_audio:
+        by_name = {tree_name(u.audio): paths[u.id] for u in corpus.utterances.utterances if u.id in paths}
         for entry in tree.entries:
             if not home.blobs.has(entry.sha256):
-                home.blobs.put_file(corpus.root / entry.path, expected_sha256=entry.sha256)
+                home.blobs.put_file(by_name[entry.path], expected_sha256=entry.sha256)
     result = _check(corpus, digests, policy)
     receipt = build_receipt(
         AuditReceipt, flow=flow, task="audit_corpus", started_at=started, key=key,
@@ -88,7 +96,11 @@ def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, polic
 def _check(corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy) -> AuditResult:
     utts = list(corpus.utterances.utterances)
     with ThreadPoolExecutor(max_workers=default_workers()) as pool:
-        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(lambda u: measure_file(corpus.root, u, policy), utts)))
+        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(
+            lambda u: measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, "")), utts)))
+    # a segment is known by its recording's digest plus its sample range: two cuts of one
+    # recording are not duplicates, the same cut listed twice is
+    digests = {uid: segment_identity(d, facts[uid].samples) if facts[uid].samples else d for uid, d in digests.items()}  # type: ignore[arg-type]
     findings: list[Finding] = [
         Finding(code=i.code, severity="error", message=f"{i.file}:{i.line}: {i.message}", file=i.file, line=i.line)  # type: ignore[arg-type]
         for i in corpus.issues
