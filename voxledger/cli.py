@@ -60,6 +60,7 @@ def _register() -> None:
         cli_audit,
         cli_capabilities,
         cli_core,
+        cli_corpus,
         cli_demo,
         cli_equivalence,
         cli_listening,

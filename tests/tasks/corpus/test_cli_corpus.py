@@ -1,0 +1,28 @@
+"""``voxledger corpus import``: writes a manifest the audit reads; bad input is one line, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+from voxledger.tasks.corpus.manifests import load_corpus
+
+from tests.tasks.corpus.layouts import ljspeech
+from voxledger.cli import main
+
+
+def test_import_writes_a_manifest_and_refuses_bad_input(tmp_path: Path) -> None:
+    src, truth = ljspeech(tmp_path / "LJSpeech-1.1")
+    out = tmp_path / "lj" / "manifest.jsonl"
+    runner = CliRunner()
+    res = runner.invoke(main, ["corpus", "import", "auto", str(src), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["utterances"] == len(truth)
+    assert len(load_corpus(out, audio_roots=(src,)).utterances.utterances) == len(truth)
+    again = runner.invoke(main, ["corpus", "import", "ljspeech", str(src), "--out", str(out)])
+    assert again.exit_code != 0 and "exists; choose a new file name" in again.output
+    (tmp_path / "nothing").mkdir()
+    bad = runner.invoke(main, ["corpus", "import", "auto", str(tmp_path / "nothing"), "--out", str(tmp_path / "n.jsonl")])
+    assert bad.exit_code != 0 and "CorpusError" in bad.output and len(bad.output.strip().splitlines()) == 1
+    assert not (tmp_path / "n.jsonl").exists()
