@@ -17,10 +17,12 @@ from tests.tasks.test_training import audited, base_plan, lora_plan
 
 
 def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
-    prompts = (Prompt(id="p0", category="short", text="Kick the ball straight and follow through."),
-               Prompt(id="p1", category="short", text="Help the woman get back to her feet."))  # fmt: skip
+    # five prompts: the fewest a gate on a paired delta accepts (the prompt is the unit; docs/statistics.md)
+    texts = ("Kick the ball straight and follow through.", "Help the woman get back to her feet.", "Rice is often served in round bowls.",
+             "Four hours of steady work faced us.", "The juice of lemons makes fine punch.")  # fmt: skip
+    prompts = tuple(Prompt(id=f"p{i}", category="short", text=t) for i, t in enumerate(texts))
     template = GatePlan(name="gate", prompts=prompts, seeds=(0,), metrics=MetricSuite(mos=None),
-                        speaker_references={"p0:0": "wavs/spk_t_4.wav", "p1:0": "wavs/spk_t_4.wav"})
+                        speaker_references={f"p{i}:0": "wavs/spk_t_4.wav" for i in range(len(texts))})
     return PromotionPolicy(name=name, best_k=1, baseline_speaker="spk_a", gate_plan=template, rules=rules)
 
 
