@@ -4,7 +4,14 @@ from __future__ import annotations
 
 
 class VoxledgerError(Exception):
-    """Base of every error voxledger raises on purpose; the CLI turns it into a clean exit."""
+    """Base of every error voxledger raises on purpose; the CLI turns it into a clean exit.
+
+    ``receipt_id`` names the receipt that records the failure, when one was written.
+    """
+
+    def __init__(self, *args: object, receipt_id: str | None = None) -> None:
+        super().__init__(*args)
+        self.receipt_id = receipt_id
 
 
 class PlanError(VoxledgerError):

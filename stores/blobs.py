@@ -3,7 +3,10 @@
 Write protocol (crash safe): stream into a temp file inside the store while hashing, fsync it,
 hard-link it to its final name (link fails if the name exists: nothing is ever overwritten), fsync
 the directory, remove the temp name. A reader never sees a partial object because an object name
-only ever appears as a complete, fsynced file. An existing object is verified, never rewritten.
+only ever appears as a complete, fsynced file. An existing object is verified, never rewritten,
+with one exception: an object whose bytes no longer hash to its name is moved to ``quarantine/``
+(kept, never deleted) when the right bytes are put again, so a producer that regenerates an
+artifact heals the store instead of failing on the damaged copy.
 """
 
 from __future__ import annotations
@@ -116,16 +119,37 @@ class LocalBlobStore:
         try:
             os.link(tmp_path, final)
         except FileExistsError:
-            self.verify(sha256)  # already present: check it instead of rewriting it
-            return sha256
+            if self.intact(sha256):  # already present: check it instead of rewriting it
+                return sha256
+            self.quarantine(sha256)  # the bytes in hand hash right: they replace the damaged copy
+            os.link(tmp_path, final)
         fsync_dir(final.parent)
         return sha256
 
+    def intact(self, sha256: str) -> bool:
+        """True when the object exists and its bytes hash to its name."""
+        path = self.path_of(sha256)
+        return path.is_file() and sha256_stream(path)[0] == sha256
+
+    def quarantine(self, sha256: str) -> Path | None:
+        """Move a damaged object out of ``objects/`` into ``quarantine/`` (kept as evidence).
+
+        Returns the quarantine path, or None when the object was absent or is in fact intact.
+        """
+        path = self.path_of(sha256)
+        if not path.is_file() or self.intact(sha256):
+            return None
+        qdir = self.root / "quarantine"
+        qdir.mkdir(exist_ok=True)
+        dest = qdir / f"{sha256}.{os.getpid()}-{secrets.token_hex(4)}"
+        os.replace(path, dest)
+        fsync_dir(path.parent)
+        return dest
+
     def put_bytes(self, data: bytes) -> str:
-        """Store bytes; return their sha256. Idempotent."""
+        """Store bytes; return their sha256. Idempotent; heals a damaged copy of the same object."""
         sha256 = hashlib.sha256(data).hexdigest()
-        if self.has(sha256):
-            self.verify(sha256)
+        if self.has(sha256) and self.intact(sha256):
             return sha256
         with self._temp() as (tmp_path, f):
             f.write(data)

@@ -34,14 +34,33 @@ class Home:
         self.catalog = Catalog(self.root / "catalog.duckdb", lock_timeout_s=lock_timeout_s)
         self.stat_cache = StatCache(self.root / "cache" / "stat-cache.sqlite")
 
+    def check_subjects(self, receipt: ReceiptBase) -> None:
+        """Refuse a receipt that names an output whose bytes are missing or damaged.
+
+        Raises DigestMismatchError naming the role, the digest and the fix.
+        """
+        from voxledger.schemas.errors import DigestMismatchError
+        from voxledger.stores.trees import damaged_objects
+
+        for subject in receipt.subjects:
+            bad = damaged_objects(self.blobs, subject.sha256, subject.media_type)
+            if bad:
+                raise DigestMismatchError(
+                    f"{receipt.kind} receipt not recorded: its output {subject.role!r} ({subject.sha256}) "  # type: ignore[attr-defined]
+                    f"has {len(bad)} missing or damaged object(s), e.g. {bad[0]}; re-run the stage to regenerate it"
+                )
+
     def record(self, receipt: ReceiptBase) -> str:
-        """Commit a receipt: blob, marker, then catalog rows (the commit point). Return its id."""
+        """Commit a receipt: outputs checked, blob, marker, then catalog rows (the commit point)."""
+        self.check_subjects(receipt)
         rid, doc = self.receipts.write(receipt)
         self.catalog.ingest([(rid, doc)], self.blobs.get_bytes)
         return rid
 
     def record_many(self, receipts: list[ReceiptBase]) -> list[str]:
         """Commit many receipts with one catalog transaction."""
+        for r in receipts:
+            self.check_subjects(r)
         written = [self.receipts.write(r) for r in receipts]
         self.catalog.ingest(written, self.blobs.get_bytes)
         return [rid for rid, _ in written]

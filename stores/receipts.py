@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 from pydantic import ValidationError
@@ -20,6 +20,8 @@ from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import ReceiptError
 from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER
 from voxledger.stores.blobs import LocalBlobStore
+
+R = TypeVar("R", bound=ReceiptBase)
 
 from voxledger import schemas as _schemas_pkg
 
@@ -93,9 +95,16 @@ class ReceiptStore:
         validate_document(doc, source=f"receipt {rid}")
         return doc  # type: ignore[no-any-return]
 
-    def read(self, rid: str) -> ReceiptBase:
-        """Read and parse a receipt into its model."""
-        return validate_document(self.read_document(rid), source=f"receipt {rid}")
+    def read(self, rid: str, kind: type[R] | None = None) -> R:
+        """Read and parse a receipt into its model; with ``kind``, refuse any other kind.
+
+        Raises ReceiptError naming the id, the kind found and the kind expected.
+        """
+        receipt = validate_document(self.read_document(rid), source=f"receipt {rid}")
+        if kind is not None and not isinstance(receipt, kind):
+            want = kind.model_fields["kind"].default
+            raise ReceiptError(f"receipt {rid} is a {receipt.kind} receipt, not {want!r}; give the id of a {want} receipt")  # type: ignore[attr-defined]
+        return receipt  # type: ignore[return-value]
 
     def ids(self) -> Iterator[str]:
         """Every receipt id listed in the store, sorted (deterministic rebuilds)."""

@@ -98,9 +98,21 @@ def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = Non
     manifest = build_manifest(root, cache=cache)
     by_rel = {rel: full for rel, full, _ in scan_tree(root)}
     for entry in manifest.entries:
-        if not store.has(entry.sha256):
+        if not store.intact(entry.sha256):  # absent, or damaged: the file in hand heals it
             store.put_file(by_rel[entry.path], expected_sha256=entry.sha256)
     return store.put_bytes(manifest_bytes(manifest)), manifest
+
+
+def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list[str]:
+    """Digests of the objects behind an artifact that are missing or do not hash right.
+
+    A tree artifact is checked whole: its manifest and every file it lists.
+    """
+    if not store.intact(sha256):
+        return [sha256]
+    if media_type != TREE_MEDIA_TYPE:
+        return []
+    return [e.sha256 for e in load_manifest(store, sha256).entries if not store.intact(e.sha256)]
 
 
 def load_manifest(store: LocalBlobStore, tree_sha256: str) -> TreeManifest:

@@ -18,6 +18,7 @@ from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanParameters, PlanReceipt
 from voxledger.schemas.errors import PlanError
 from voxledger.stores.home import Home
+from voxledger.stores.queries import registered_plans
 from voxledger.tasks.receipting import artifact, build_receipt
 
 M = TypeVar("M", bound=BaseModel)
@@ -50,14 +51,11 @@ def register_plan(home: Home, plan: BaseModel, *, source_name: str, flow: str = 
     """Store a plan and record its receipt once; return (plan receipt id, plan digest)."""
     digest = plan_digest(plan)
     plan_kind = str(getattr(plan, "kind", type(plan).__name__))
-    with home.catalog.connect() as con:
-        rows = con.execute(
-            "SELECT receipt_sha256, doc->>'$.parameters.plan_sha256' FROM receipts WHERE kind = 'plan'"
-            " AND doc->>'$.parameters.source_name' = ? AND doc->>'$.parameters.plan_kind' = ?",
-            [source_name, plan_kind],
-        ).fetchall()
+    rows = registered_plans(home.catalog, source_name, plan_kind)
     for rid, registered in rows:
         if registered == digest:
+            # the plan's bytes are in hand: a damaged stored copy is healed, never re-used
+            home.blobs.put_bytes(canonical_bytes(plan))
             return rid, digest
     if rows:
         raise PlanError(

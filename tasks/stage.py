@@ -1,27 +1,81 @@
-"""Content-addressed stage caching shared by every task.
+"""The one stage runner every task uses: verified reuse, then build, then record.
 
-A stage's cache key is computed from its inputs before any work. On a hit the stored receipt and
-every blob it names as output are re-verified (exist and hash right) before the receipt is
-reused; the same receipt id comes back, so lineage is identical whether the stage ran or not.
+A stage's cache key is computed from its inputs before any work. ``reuse`` serves a stored
+receipt only after the receipt and every object behind its outputs (tree artifacts whole) hash
+right; a damaged object is moved to quarantine and the stage runs again, so its producer
+regenerates the bytes (a put of the right bytes heals the store). The same receipt id comes back
+whether the stage ran or not, so lineage is identical either way. ``record`` commits a new
+receipt, and ``Home.record`` refuses one that names a missing or damaged output.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from voxledger.schemas.errors import BlobMissingError, DigestMismatchError
+from voxledger.schemas.base import ReceiptBase
+from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, ReceiptError
 from voxledger.stores.home import Home
+from voxledger.stores.trees import damaged_objects
+
+R = TypeVar("R", bound=ReceiptBase)
 
 
-def cached_receipt(home: Home, key: str) -> tuple[str, dict[str, Any]] | None:
-    """The verified receipt for ``key``, or None when absent or when its blobs no longer verify."""
-    rid = home.find_cached(key)
+@dataclass(frozen=True)
+class StageOutcome(Generic[R]):
+    """What a stage returns: the receipt id, the typed receipt, and whether it was reused."""
+
+    receipt_id: str
+    receipt: R
+    cached: bool
+
+
+def damaged_outputs(home: Home, receipt: ReceiptBase) -> list[str]:
+    """Digests of missing or damaged objects behind a receipt's outputs (empty when all verify)."""
+    bad: list[str] = []
+    for subject in receipt.subjects:
+        bad += damaged_objects(home.blobs, subject.sha256, subject.media_type)
+    return bad
+
+
+def reuse(home: Home, key: str | None, kind: type[R], *, report: Callable[[str], None] | None = None) -> StageOutcome[R] | None:
+    """The stored receipt for ``key`` when it and all its outputs verify; None means run the stage.
+
+    Damaged outputs are quarantined (kept under ``store/quarantine``) so the re-run regenerates
+    them; ``report`` hears which.
+    """
+    rid = home.find_cached(key) if key else None
     if rid is None:
         return None
     try:
-        doc = home.receipts.read_document(rid)
-        for subject in doc["subjects"]:
-            home.blobs.verify(subject["sha256"])
-    except (BlobMissingError, DigestMismatchError):
-        return None  # the evidence is damaged: run the stage again rather than trust it
-    return rid, doc
+        receipt = home.receipts.read(rid, kind)
+    except (BlobMissingError, DigestMismatchError, ReceiptError):
+        home.blobs.quarantine(rid)
+        _say(report, f"receipt {rid[:12]} is damaged; running the stage again")
+        return None
+    bad = damaged_outputs(home, receipt)
+    for sha in bad:
+        home.blobs.quarantine(sha)
+    if bad:
+        _say(report, f"{len(bad)} damaged output(s) of receipt {rid[:12]} quarantined (e.g. {bad[0][:12]}); regenerating")
+        return None
+    return StageOutcome(rid, receipt, cached=True)
+
+
+def record(home: Home, receipt: R) -> StageOutcome[R]:
+    """Commit a freshly built receipt (outputs checked first) and return it as an outcome."""
+    return StageOutcome(home.record(receipt), receipt, cached=False)
+
+
+def _say(report: Callable[[str], None] | None, message: str) -> None:
+    if report is not None:
+        report(message)
+
+
+def cached_receipt(home: Home, key: str) -> tuple[str, dict[str, object]] | None:
+    """(id, document) of a verified reusable receipt for ``key``; None means run the stage."""
+    from voxledger.schemas.registry import RECEIPT_ADAPTER  # noqa: F401  (any kind)
+
+    hit = reuse(home, key, ReceiptBase)
+    return (hit.receipt_id, hit.receipt.model_dump(mode="json")) if hit else None

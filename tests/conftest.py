@@ -16,6 +16,21 @@ os.environ.setdefault("PREFECT_SERVER_UI_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prefect_api():  # type: ignore[no-untyped-def]
+    """One Prefect server (a temporary local one) for the whole session, in this process and in
+    every CLI subprocess a test starts (its URL is exported), so no test starts a server per home."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        os.environ["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+        try:
+            yield os.environ["PREFECT_API_URL"]
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
 @pytest.fixture
 def home(tmp_path: Path):
     """A fresh, empty voxledger home."""

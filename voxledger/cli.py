@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 import click
@@ -23,6 +24,12 @@ class Boundary(click.Group):
             return super().invoke(ctx)
         except VoxledgerError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001  (the one boundary: a defect still ends in one line)
+            raise click.ClickException(
+                f"unexpected {type(exc).__name__}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
+            ) from exc
 
 
 @click.group(cls=Boundary)
@@ -49,6 +56,28 @@ def open_home(ctx: click.Context) -> Any:
     return obj["home_obj"]
 
 
+def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
+    """Run a Prefect flow for this home (see ``flows.runtime``) with a live progress line.
+
+    Every command that does work goes through here, so all of it shows in Prefect's run history.
+    """
+    from rich.console import Console
+
+    from voxledger.flows.progress import reporting
+    from voxledger.flows.runtime import prefect_session
+
+    home = open_home(ctx)
+    console = Console(stderr=True)
+    with console.status("starting", spinner="dots") if not quiet else nullcontext() as status:
+        def show(message: str) -> None:
+            if status is not None:
+                status.update(message)
+
+        show("connecting to the Prefect server")
+        with prefect_session(home.root), reporting(show):
+            return fn(*args, **kwargs)
+
+
 def emit_json(value: Any) -> None:
     """Print JSON for scripts (stable key order)."""
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
@@ -66,6 +95,7 @@ def _register() -> None:
         cli_listening,
         cli_package,
         cli_provenance,
+        cli_server,
         cli_stages,
     )
 

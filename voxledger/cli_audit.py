@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli import emit_json, main, open_home
+from voxledger.cli import emit_json, main, open_home, run_flow
+from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.errors import AuditFailedError
 
 console = Console()
@@ -30,19 +32,28 @@ def audit(ctx: click.Context, corpus: Path, policy: Path, audio_roots: tuple[Pat
 
     Example: voxledger audit ./data --audio-root /mnt/audio   (Kaldi wav.scp with absolute paths)
     """
-    from voxledger.flows.audit_corpus import audit_corpus
-    from voxledger.flows.runtime import quiet_prefect
+    from voxledger.flows.audit import audit as audit_flow
 
     home = open_home(ctx)
-    with quiet_prefect():
-        summary = audit_corpus(str(corpus), str(policy), str(home.root), fail_on_error=False)
-    doc = home.receipts.read_document(summary["receipt_id"])
+    try:
+        out = run_flow(ctx, audit_flow, str(home.root), str(corpus.absolute()), str(policy.absolute()),
+                       tuple(str(r.absolute()) for r in audio_roots), quiet=as_json)  # fmt: skip
+    except AuditFailedError as exc:
+        if exc.receipt_id is None:
+            raise
+        _show(home, exc.receipt_id, as_json, max_rows)
+        raise
+    _show(home, out.receipt_id, as_json, max_rows)
+
+
+def _show(home: Any, receipt_id: str, as_json: bool, max_rows: int) -> None:
+    receipt = home.receipts.read(receipt_id, AuditReceipt)
+    r = receipt.result
     if as_json:
-        emit_json(summary)
-    else:
-        _print_findings(doc, max_rows)
-    if summary["verdict"] == "fail":
-        raise AuditFailedError(f"verdict: fail ({summary['counts_by_severity']['error']} errors); receipt {summary['receipt_id']}")
+        emit_json({"receipt": receipt_id, "verdict": r.verdict, "counts_by_code": r.counts_by_code, "counts_by_severity": r.counts_by_severity})
+        return
+    _print_findings(receipt.model_dump(mode="json"), max_rows)
+    click.echo(f"receipt {receipt_id}")
 
 
 def _print_findings(doc: dict, max_rows: int) -> None:  # type: ignore[type-arg]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli import main, open_home
-from voxledger.cli_stages import PLANS, _run_flow, print_stages
+from voxledger.cli import main, open_home, run_flow
+from voxledger.cli_stages import PLANS, print_stages
 
 console = Console()
 
@@ -57,14 +58,14 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path) -> None:
         with console.status("synthesising the demo corpus (espeak-ng, 5 voices, 1,460 utterances)"):
             build_demo_corpus(corpus, size="full")
     t_corpus = time.perf_counter() - t0
-    summary = _run_flow(pipeline, str(home.root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS), str((out / "packets").absolute()))
+    summary = run_flow(ctx, pipeline, str(home.root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS), str((out / "packets").absolute()))
     dash = build_dashboard(home.catalog, out / "dashboard.html")
-    print_stages(summary["stages"])
+    print_stages(summary.stages)
     _final_table(home, summary, dash, t_corpus, time.perf_counter() - t0)
 
 
-def _final_table(home: object, summary: dict, dash: Path, t_corpus: float, total: float) -> None:  # type: ignore[type-arg]
-    doc = home.receipts.read_document(summary["evaluation"]["receipt_id"])  # type: ignore[attr-defined]
+def _final_table(home: Any, summary: Any, dash: Path, t_corpus: float, total: float) -> None:
+    doc = home.receipts.read_document(next(s.receipt_id for s in summary.stages if s.stage == "evaluate"))
     table = Table("candidate", "WER (whisper_en)", "speaker sim", "predicted MOS", "gate pass", title="demo evaluation (held-out test prompts)")
     for s in doc["result"]["summaries"]:
         o = s["overall"]
@@ -74,7 +75,7 @@ def _final_table(home: object, summary: dict, dash: Path, t_corpus: float, total
 
         table.add_row(s["candidate"], f("wer:whisper_en"), f("speaker_sim"), f("predicted_mos_ovrl"), f("content_gate_pass"))
     console.print(table)
-    console.print(f"corpus {t_corpus:.0f} s, total {total:.0f} s; pipeline receipt {summary['pipeline_receipt']}")
+    console.print(f"corpus {t_corpus:.0f} s, total {total:.0f} s; pipeline receipt {summary.pipeline_receipt}")
     console.print(f"dashboard: [bold]{dash.absolute()}[/bold]")
 
 
@@ -101,8 +102,8 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
 
     Example: voxledger serve --corpus ./demo/corpus --cron "0 3 * * *"
     """
-    import voxledger.flows  # noqa: F401
     from voxledger.flows.pipeline import pipeline
+    from voxledger.flows.runtime import prefect_session
     from voxledger.schemas.pipeline import PipelinePlan
     from voxledger.tasks.plans import load_plan
 
@@ -112,4 +113,5 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
         raise click.ClickException(f"{plan_file} has no schedule_cron; pass --cron")
     params = {"home": str(open_home(ctx).root), "corpus": str(corpus.absolute()), "plan_file": str(plan_file.absolute()), "plans_dir": str(PLANS)}
     console.print(f"serving pipeline {plan.name!r} on cron {schedule!r} with {json.dumps(params)}")
-    pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params)
+    with prefect_session(open_home(ctx).root):
+        pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params)

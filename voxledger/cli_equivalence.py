@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli import emit_json, main, open_home
+from voxledger.cli import emit_json, main, open_home, run_flow
 from voxledger.schemas.errors import BlobMissingError, EquivalenceError
 
 console = Console()
@@ -44,15 +44,10 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
 
     Example: voxledger equivalence compare dumps/torch dumps/ggml --cand-runtime ggml,dtype=f16
     """
-    from voxledger.schemas.equivalence import RuntimeDescriptor
-    from voxledger.tasks.equivalence.compare import load_equivalence_plan
-    from voxledger.tasks.equivalence.record import record_equivalence
+    from voxledger.flows.equivalence import equivalence as equivalence_flow
 
-    out = record_equivalence(
-        open_home(ctx), reference, candidate, load_equivalence_plan(plan), plan_name=plan.name,
-        ref_runtime=RuntimeDescriptor.model_validate(_runtime(ref_runtime)),
-        cand_runtime=RuntimeDescriptor.model_validate(_runtime(cand_runtime)),
-    )  # fmt: skip
+    out = run_flow(ctx, equivalence_flow, str(open_home(ctx).root), "compare", reference, candidate, str(plan.absolute()),
+                   _runtime(ref_runtime), _runtime(cand_runtime), quiet=as_json)  # fmt: skip
     _report(out, as_json)
 
 
@@ -78,38 +73,10 @@ def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, can
 
     Example: voxledger equivalence attribute 44a1... 76b6... --ref-runtime adapter --cand-runtime merged
     """
-    import json
-    import tempfile
+    from voxledger.flows.equivalence import equivalence as equivalence_flow
 
-    from voxledger.schemas.equivalence import RuntimeDescriptor
-    from voxledger.stores.trees import materialize_tree
-    from voxledger.tasks.backends.tiny.backend import ADAPTER_CONFIG, TinyBackend
-    from voxledger.tasks.equivalence.attribution import attribute_tiny
-    from voxledger.tasks.equivalence.compare import load_equivalence_plan
-    from voxledger.tasks.equivalence.record import record_equivalence
-    from voxledger.tasks.threads import torch_threads
-
-    home = open_home(ctx)
-    with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
-        work = Path(tmp)
-        for role, digest in (("BASE", base), ("ADAPTER", adapter)):
-            try:
-                materialize_tree(home.blobs, digest, work / role.lower())  # every file verified against its digest
-            except BlobMissingError as exc:
-                raise EquivalenceError(f"{role} {digest}: {exc}; give a tree digest stored in this home (a training run's "
-                                       f"'best' or 'last' output, see `voxledger lineage`), or pass --home") from exc  # fmt: skip
-        if not (work / "adapter" / ADAPTER_CONFIG).is_file():
-            raise EquivalenceError(f"tree {adapter} holds no {ADAPTER_CONFIG}: give a LoRA checkpoint of the tiny backend")
-        spk = speaker or str(json.loads((work / "adapter" / ADAPTER_CONFIG).read_text(encoding="utf-8"))["new_speaker"])
-        backend = TinyBackend()
-        ref = backend.load_for_inference(work / "base", work / "adapter", ref_runtime)
-        cand = backend.load_for_inference(work / "base", work / "adapter", cand_runtime)
-        attribute_tiny(ref, cand, text, spk, seed, dump_dir=work / "dumps")
-        out = record_equivalence(
-            home, str(work / "dumps" / "ref"), str(work / "dumps" / "cand"), load_equivalence_plan(plan), plan_name=plan.name,
-            ref_runtime=RuntimeDescriptor(name=ref_runtime), cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"),
-            flow="equivalence_attribute",
-        )  # fmt: skip
+    out = run_flow(ctx, equivalence_flow, str(open_home(ctx).root), "attribute", base, adapter, str(plan.absolute()),
+                   {"name": ref_runtime}, {"name": cand_runtime}, text, speaker, seed, quiet=as_json)  # fmt: skip
     _report(out, as_json)
 
 

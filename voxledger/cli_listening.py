@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli import emit_json, main, open_home
+from voxledger.cli import emit_json, main, open_home, run_flow
 from voxledger.schemas.errors import PacketError
 
 console = Console()
@@ -36,21 +36,14 @@ def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out:
 
     Example: voxledger packets export --plan plans/listening-demo.yaml --stimuli stimuli.json ./packets
     """
-    from voxledger.schemas.listening import ListeningProtocol, StimulusSet
-    from voxledger.tasks.listening.export import export_packets
-    from voxledger.tasks.plans import load_plan
+    from voxledger.flows.packets import packets as packets_flow
 
-    protocol = load_plan(plan_path, ListeningProtocol)
-    try:
-        stimuli = StimulusSet.model_validate_json(stimuli_path.read_bytes())
-    except ValidationError as exc:
-        lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']}" for e in exc.errors()[:10]]
-        raise PacketError(f"stimuli file {stimuli_path}: {exc.error_count()} problem(s):\n  " + "\n  ".join(lines)) from exc
-    with console.status("rendering packets") if not as_json else nullcontext():
-        outcome = export_packets(open_home(ctx), protocol, stimuli, out, protocol_name=plan_path.name)
+    home = open_home(ctx)
+    outcome = run_flow(ctx, packets_flow, str(home.root), str(plan_path.absolute()), str(out.absolute()),
+                       stimuli_file=str(stimuli_path.absolute()), quiet=as_json)  # fmt: skip
     p = outcome.receipt.parameters
     summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "packet_set_id": p.packet_set_id,
-               "packets": {r.rater_id: str(outcome.packet_dirs[r.rater_id]) for r in p.packets},
+               "packets": {r.rater_id: str(out / r.rater_id) for r in p.packets},
                "key_commitment_sha256": p.key_commitment_sha256, "balance": p.balance.model_dump(mode="json"),
                "loudness": p.loudness.model_dump(mode="json"), "skipped": list(p.skipped)}  # fmt: skip
     if as_json:
@@ -96,10 +89,10 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
     Example: voxledger ratings aggregate 3fa2c1d9 ./submissions/*.json --csv ratings.csv
     """
     from voxledger.cli_core import _resolve
-    from voxledger.tasks.listening.aggregate import aggregate_ratings
+    from voxledger.flows.ratings import ratings as ratings_flow
 
     home = open_home(ctx)
-    outcome = aggregate_ratings(home, _resolve(ctx, packet_set), list(submissions))
+    outcome = run_flow(ctx, ratings_flow, str(home.root), _resolve(ctx, packet_set), [str(s.absolute()) for s in submissions], quiet=as_json)
     r = outcome.receipt.result
     if csv_out is not None:
         with open(csv_out, "xb") as f:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from voxledger.cli import emit_json, main, open_home
+from voxledger.cli import emit_json, main, open_home, run_flow
 from voxledger.schemas.errors import BlobMissingError, CatalogError, VoxledgerError
 
 
@@ -46,14 +46,14 @@ def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Pat
 
     Example: voxledger package build 3fa2c1d9 --checkpoint best --retention ./releases
     """
-    from voxledger.tasks.packaging.run import package_adapter_fn
+    from voxledger.flows.package import package as package_flow
 
     home = open_home(ctx)
     run_id = _resolve_receipt(ctx, training_run)
-    out = package_adapter_fn(
-        home, run_id, _checkpoint(ctx, run_id, checkpoint), retention_root=retention, probe_seed=probe_seed,
-        promotion_rid=_resolve_receipt(ctx, promotion) if promotion else None,
-        evaluation_rids=tuple(_resolve_receipt(ctx, e) for e in evaluations),
+    out = run_flow(
+        ctx, package_flow, str(home.root), run_id, _checkpoint(ctx, run_id, checkpoint),
+        _resolve_receipt(ctx, promotion) if promotion else None, tuple(_resolve_receipt(ctx, e) for e in evaluations),
+        str(retention.absolute()) if retention else None, probe_seed, quiet=as_json,
     )  # fmt: skip
     r = out.receipt.result
     summary = {"receipt": out.receipt_id, "package_sha256": out.package_sha256, "size_bytes": r.size_bytes, "cached": out.cached,

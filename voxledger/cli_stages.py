@@ -9,23 +9,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli import emit_json, main, open_home
+from voxledger.cli import emit_json, main, open_home, run_flow
 
 console = Console()
 PLANS = Path(__file__).resolve().parent.parent / "plans"
-
-
-def _run_flow(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run a flow with the offline settings and a live progress line."""
-    from voxledger.flows.progress import set_reporter
-    from voxledger.flows.runtime import quiet_prefect
-
-    with console.status("starting") as status, quiet_prefect():
-        set_reporter(lambda msg: status.update(msg))
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            set_reporter(None)
 
 
 @main.command("train")
@@ -40,10 +27,13 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
 
     Example: voxledger train ./demo/corpus --audit 3fa2... --plan plans/train-tiny-base.yaml
     """
-    from voxledger.flows.stages import train_flow
+    from voxledger.flows.train import train as train_flow
 
-    out = _run_flow(train_flow, str(open_home(ctx).root), str(corpus), audit_rid, str(plan_file), base_sha)
-    emit_json(out) if as_json else console.print(out)
+    out = run_flow(ctx, train_flow, str(open_home(ctx).root), str(corpus.absolute()), audit_rid, str(plan_file.absolute()), base_sha)
+    r = out.receipt
+    summary = {"receipt": out.receipt_id, "cached": out.cached, "best": r.subject("best").sha256, "last": r.subject("last").sha256,
+               "best_epoch": r.result.best_epoch, "epochs": len(r.result.epochs), "stop_reason": r.result.stop_reason}  # fmt: skip
+    emit_json(summary) if as_json else click.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
 
 
 @main.command("promote")
@@ -56,10 +46,11 @@ def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Pa
 
     Example: voxledger promote 9c1e... --policy plans/promote-demo.yaml --corpus ./demo/corpus
     """
-    from voxledger.flows.stages import promote_flow
+    from voxledger.flows.promote import promote as promote_flow
 
-    out = _run_flow(promote_flow, str(open_home(ctx).root), str(corpus), training_run, str(policy_file))
-    console.print(out)
+    out = run_flow(ctx, promote_flow, str(open_home(ctx).root), str(corpus.absolute()), training_run, str(policy_file.absolute()))
+    r = out.receipt.result
+    click.echo(f"promoted {r.promoted}{' [cached]' if out.cached else ''}; receipt {out.receipt_id}")
 
 
 @main.group("eval")
@@ -77,11 +68,12 @@ def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str
 
     Example: voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA
     """
-    from voxledger.flows.stages import evaluate_flow
+    from voxledger.flows.evaluate import evaluate as evaluate_flow
 
     bindings = dict(b.split("=", 1) for b in binds)
-    out = _run_flow(evaluate_flow, str(open_home(ctx).root), str(corpus), str(plan_file), bindings)
-    _print_report(open_home(ctx).receipts.read_document(out["receipt_id"]))
+    out = run_flow(ctx, evaluate_flow, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), bindings)
+    _print_report(open_home(ctx).receipts.read_document(out.receipt_id))
+    click.echo(f"receipt {out.receipt_id}")
 
 
 @eval_group.command("report")
@@ -177,19 +169,20 @@ def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir:
     """
     from voxledger.flows.pipeline import pipeline
 
-    out = _run_flow(pipeline, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
-                    str(packets_dir.absolute()) if packets_dir else None)  # fmt: skip
+    out = run_flow(ctx, pipeline, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
+                   str(packets_dir.absolute()) if packets_dir else None)  # fmt: skip
     if as_json:
-        emit_json(out)
+        emit_json({"pipeline_receipt": out.pipeline_receipt, "stages": [s.model_dump(mode="json") for s in out.stages]})
     else:
-        print_stages(out["stages"])
+        print_stages(out.stages)
+        click.echo(f"pipeline receipt {out.pipeline_receipt}")
 
 
-def print_stages(stages: list[dict[str, Any]]) -> None:
+def print_stages(stages: Any) -> None:
     """The stage table of a pipeline run."""
     table = Table("stage", "status", "cached", "wall s", "receipt", title="pipeline")
     for s in stages:
-        table.add_row(s["stage"], s["status"], "yes" if s["cached"] else "no", f"{s['wall_s']:.1f}", (s["receipt_id"] or "-")[:16])
+        table.add_row(s.stage, s.status, "yes" if s.cached else "no", f"{s.wall_s:.1f}", (s.receipt_id or "-")[:16])
     console.print(table)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from voxledger.schemas.audit import AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
@@ -20,18 +19,9 @@ from voxledger.tasks.corpus.manifests import LoadedCorpus, load_corpus
 from voxledger.tasks.corpus.paths import tree_name
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import StageOutcome, record, reuse
 
 MANIFEST_MEDIA_TYPE = "application/vnd.voxledger.manifest+json"
-
-
-@dataclass(frozen=True)
-class AuditOutcome:
-    """What a caller needs: the receipt id, the receipt, and whether it came from cache."""
-
-    receipt_id: str
-    receipt: AuditReceipt
-    cached: bool
 
 
 def _audio_digests(corpus: LoadedCorpus, home: Home) -> tuple[dict[str, str], dict[str, Path]]:
@@ -56,7 +46,7 @@ def _audio_tree(corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, 
 
 
 def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, policy_name: str, flow: str = "audit_corpus",
-                    audio_roots: tuple[Path, ...] = ()) -> AuditOutcome:
+                    audio_roots: tuple[Path, ...] = ()) -> StageOutcome[AuditReceipt]:
     """Audit a corpus; the receipt is recorded whatever the verdict (a failure is evidence too).
 
     ``audio_roots``: folders outside the corpus its manifest may point into; they only resolve
@@ -71,13 +61,13 @@ def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, polic
     manifest_sha = home.blobs.put_bytes(canonical_bytes(corpus.utterances))
     file_shas = {f.relative_to(corpus.root).as_posix(): home.blobs.put_file(f) for f in corpus.manifest_files}
     key = cache_key("audit", {"manifest": manifest_sha, "audio_tree": tree_sha, **file_shas}, policy_sha, {"issues": [i.__dict__ for i in corpus.issues]})
-    hit = cached_receipt(home, key)
+    hit = reuse(home, key, AuditReceipt)
     if hit is not None:
-        return AuditOutcome(hit[0], AuditReceipt.model_validate(hit[1]), cached=True)
+        return hit
     if policy.store_audio:
         by_name = {tree_name(u.audio): paths[u.id] for u in corpus.utterances.utterances if u.id in paths}
         for entry in tree.entries:
-            if not home.blobs.has(entry.sha256):
+            if not home.blobs.intact(entry.sha256):
                 home.blobs.put_file(by_name[entry.path], expected_sha256=entry.sha256)
     result = _check(corpus, digests, policy)
     receipt = build_receipt(
@@ -90,7 +80,7 @@ def audit_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, polic
                                    manifest_sha256=manifest_sha, audio_tree_sha256=tree_sha),
         result=result,
     )  # fmt: skip
-    return AuditOutcome(home.record(receipt), receipt, cached=False)
+    return record(home, receipt)
 
 
 def _check(corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy) -> AuditResult:

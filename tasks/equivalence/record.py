@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
@@ -15,14 +14,7 @@ from voxledger.stores.trees import materialize_tree, put_tree
 from voxledger.tasks.equivalence.compare import compare_dirs
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
-
-
-@dataclass(frozen=True)
-class EquivalenceOutcome:
-    """The receipt id and receipt of one comparison."""
-
-    receipt_id: str
-    receipt: EquivalenceReceipt
+from voxledger.tasks.stage import StageOutcome, record
 
 
 def _as_dir(home: Home, ref: str, scratch: Path, name: str) -> tuple[Path, str]:
@@ -39,7 +31,7 @@ def record_equivalence(
     home: Home, reference: str, candidate: str, plan: EquivalencePlan, *,
     plan_name: str, ref_runtime: RuntimeDescriptor, cand_runtime: RuntimeDescriptor,
     flow: str = "equivalence", parents: tuple[InputRef, ...] = (),
-) -> EquivalenceOutcome:  # fmt: skip
+) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
     """Compare stage dumps (folders or stored trees) and record the result whatever its band."""
     started = utc_now()
     plan_rid, plan_sha = register_plan(home, plan, source_name=plan_name, flow=flow)
@@ -59,4 +51,41 @@ def record_equivalence(
                 InputRef(role="candidate_dumps", sha256=cand_sha, ref="artifact"), *parents],
         parameters=params, report=report,
     )  # fmt: skip
-    return EquivalenceOutcome(home.record(receipt), receipt)
+    return record(home, receipt)
+
+
+def attribute_adapter(
+    home: Home, base: str, adapter: str, plan: EquivalencePlan, *, plan_name: str, ref_runtime: str, cand_runtime: str,
+    text: str, speaker: str | None, seed: int, flow: str = "equivalence",
+) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
+    """Feed one tiny runtime's stage outputs forward through another and record the comparison.
+
+    BASE and ADAPTER are stored tree digests. Raises EquivalenceError naming a digest that is not
+    in the home or a tree that holds no LoRA adapter.
+    """
+    import json
+
+    from voxledger.schemas.errors import BlobMissingError, EquivalenceError
+    from voxledger.tasks.backends.tiny.backend import ADAPTER_CONFIG, TinyBackend
+    from voxledger.tasks.equivalence.attribution import attribute_tiny
+    from voxledger.tasks.threads import torch_threads
+
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
+        work = Path(tmp)
+        for role, digest in (("BASE", base), ("ADAPTER", adapter)):
+            try:
+                materialize_tree(home.blobs, digest, work / role.lower())  # every file verified against its digest
+            except BlobMissingError as exc:
+                raise EquivalenceError(f"{role} {digest}: {exc}; give a tree digest stored in this home (a training run's "
+                                       f"'best' or 'last' output, see `voxledger lineage`), or pass --home") from exc  # fmt: skip
+        if not (work / "adapter" / ADAPTER_CONFIG).is_file():
+            raise EquivalenceError(f"tree {adapter} holds no {ADAPTER_CONFIG}: give a LoRA checkpoint of the tiny backend")
+        spk = speaker or str(json.loads((work / "adapter" / ADAPTER_CONFIG).read_text(encoding="utf-8"))["new_speaker"])
+        backend = TinyBackend()
+        ref = backend.load_for_inference(work / "base", work / "adapter", ref_runtime)
+        cand = backend.load_for_inference(work / "base", work / "adapter", cand_runtime)
+        attribute_tiny(ref, cand, text, spk, seed, dump_dir=work / "dumps")
+        return record_equivalence(
+            home, str(work / "dumps" / "ref"), str(work / "dumps" / "cand"), plan, plan_name=plan_name,
+            ref_runtime=RuntimeDescriptor(name=ref_runtime), cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"), flow=flow,
+        )  # fmt: skip

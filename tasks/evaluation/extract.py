@@ -133,16 +133,20 @@ def extract_all(home: Home, plan: EvaluationPlan, gens: list[Generation], corpus
     """Observations for every valid generation; rows already journaled are not recomputed."""
     prompts = {p.id: p for p in plan.prompts}
     seen: dict[tuple[str, str, int], list[Observation]] = {}
+    measured: dict[tuple[str, str, int], str | None] = {}
     for row in journal.rows():
-        seen[(row["candidate"], row["prompt_id"], row["seed"])] = [Observation.model_validate(o) for o in row["observations"]]
+        key = (row["candidate"], row["prompt_id"], row["seed"])
+        seen[key] = [Observation.model_validate(o) for o in row["observations"]]
+        measured[key] = row.get("audio_sha256")
     ex = Extractors(plan, corpus)
     for g in gens:
         key = (g.candidate, g.prompt_id, g.seed)
-        if not g.valid or key in seen:
-            continue
+        if not g.valid or (key in seen and measured[key] in (None, g.audio_sha256)):
+            continue  # measured before, on these very bytes
         wav, _ = sf.read(io.BytesIO(home.blobs.get_bytes(g.audio_sha256 or "")), dtype="float32")
         obs = ex.observe(g, prompts[g.prompt_id], wav)
-        journal.append({"candidate": g.candidate, "prompt_id": g.prompt_id, "seed": g.seed, "observations": [o.model_dump(mode="json") for o in obs]})
+        journal.append({"candidate": g.candidate, "prompt_id": g.prompt_id, "seed": g.seed, "audio_sha256": g.audio_sha256,
+                        "observations": [o.model_dump(mode="json") for o in obs]})  # fmt: skip
         seen[key] = obs
         if progress:
             progress(f"measured {g.candidate} {g.prompt_id}")

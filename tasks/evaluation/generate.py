@@ -53,6 +53,12 @@ def generate_all(
 ) -> list[Generation]:  # fmt: skip
     """Generate every missing row; rows already in the journal are kept, never redone."""
     done = {(r["candidate"], r["prompt_id"], r["seed"]): Generation.model_validate(r) for r in journal.rows()}
+    for key, row in list(done.items()):  # a journaled clip is re-used only if its bytes still verify
+        if row.valid and row.audio_sha256 and not home.blobs.intact(row.audio_sha256):
+            home.blobs.quarantine(row.audio_sha256)
+            del done[key]
+            if progress:
+                progress(f"clip {row.audio_sha256[:12]} of {'/'.join(map(str, key))} is damaged; regenerating it")
     for cand in plan.candidates:
         todo = [(p, s) for p in plan.prompts for s in plan.seeds if (cand.name, p.id, s) not in done]
         if not todo:

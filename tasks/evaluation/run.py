@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
@@ -29,18 +28,9 @@ from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import StageOutcome, record, reuse
 
 COUNT_METRICS = ("word_errors:", "ref_words:")
-
-
-@dataclass(frozen=True)
-class EvaluationOutcome:
-    """The evaluation receipt id, receipt, and whether it came from cache."""
-
-    receipt_id: str
-    receipt: EvaluationReceipt
-    cached: bool
 
 
 def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str) -> str | None:
@@ -68,7 +58,7 @@ def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str
 def evaluate_plan_fn(
     home: Home, plan: EvaluationPlan, *, plan_name: str, corpus: Path, bindings: dict[str, str] | None = None,
     flow: str = "evaluate_plan", progress: Callable[[str], None] | None = None, parents: tuple[InputRef, ...] = (),
-) -> EvaluationOutcome:  # fmt: skip
+) -> StageOutcome[EvaluationReceipt]:  # fmt: skip
     """Run a frozen plan: the plan receipt is recorded before any generation."""
     started = utc_now()
     bindings = bindings or {}
@@ -84,9 +74,9 @@ def evaluate_plan_fn(
         raise EvaluationError(f"plan {plan_name} references audio missing under {corpus}: {missing[:5]}")
     ref_digests = {r: home.blobs.put_file(corpus / r) for r in refs}
     key = cache_key("evaluate", {"candidates": {k: v.model_dump(mode="json") for k, v in resolved.items()}, "references": ref_digests}, plan_sha, {})
-    hit = cached_receipt(home, key)
+    hit = reuse(home, key, EvaluationReceipt, report=progress)
     if hit is not None:
-        return EvaluationOutcome(hit[0], EvaluationReceipt.model_validate(hit[1]), cached=True)
+        return hit
     work = home.root / "evals" / key[:16]
     gens = generate_all(home, plan, resolved, corpus, Journal(work / "generations.jsonl"), progress)
     obs = extract_all(home, plan, gens, corpus, Journal(work / "observations.jsonl"), progress)
@@ -107,7 +97,7 @@ def evaluate_plan_fn(
                                         extractors=extractor_ids(plan), extractor_specs=extractor_specs(plan), n_generations=len(gens), n_observations=len(obs)),
         result=result,
     )  # fmt: skip
-    return EvaluationOutcome(home.record(receipt), receipt, cached=False)
+    return record(home, receipt)
 
 
 def _audio_subjects(home: Home, gens: list[Generation]) -> list:  # type: ignore[type-arg]
@@ -119,7 +109,7 @@ def _audio_subjects(home: Home, gens: list[Generation]) -> list:  # type: ignore
 def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observation]) -> EvaluationResult:
     """Per-candidate intervals (overall and by category) and paired deltas vs the baseline."""
     st = plan.statistics
-    ci = dict(resamples=st.bootstrap_resamples, confidence=st.confidence, seed=st.bootstrap_seed)
+    ci = dict(settings=st)
     by: dict[str, dict[str, list[Observation]]] = defaultdict(lambda: defaultdict(list))
     for o in obs:
         by[o.candidate][o.metric].append(o)
@@ -166,7 +156,7 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
             if not set(cand) & set(ref):
                 not_compared[label] = "no shared (prompt, seed) pairs"
                 continue
-            delta, p, n = paired_delta(cand, ref, **ci)  # type: ignore[arg-type]
-            comparisons.append(Comparison(candidate=c.name, baseline=plan.baseline, metric=metric, delta=delta, wilcoxon_p=p,
+            delta, test, n = paired_delta(cand, ref, st, what=label)
+            comparisons.append(Comparison(candidate=c.name, baseline=plan.baseline, metric=metric, delta=delta, test=test,
                                           n_pairs=n, lower_is_better=metric.split(":")[0] in LOWER_IS_BETTER))  # fmt: skip
     return EvaluationResult(summaries=tuple(summaries), comparisons=tuple(comparisons), not_compared=not_compared)

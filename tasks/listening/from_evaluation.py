@@ -42,7 +42,7 @@ def stimuli_from_evaluation(home: Home, evaluation_rid: str) -> StimulusSet:
     return StimulusSet(evaluation_plan_sha256=doc["parameters"]["plan_sha256"], stimuli=tuple(stimuli))
 
 
-def export_packets_for_evaluation(home: Home, evaluation_rid: str, protocol_file: Path, out_dir: Path) -> dict[str, Any]:
+def export_packets_for_evaluation(home: Home, evaluation_rid: str, protocol_file: Path, out_dir: Path, flow: str = "packets") -> dict[str, Any]:
     """Export per-rater packets for an evaluation; returns the packet-set summary."""
     protocol = load_plan(protocol_file, ListeningProtocol)
     stimuli = stimuli_from_evaluation(home, evaluation_rid)
@@ -50,12 +50,12 @@ def export_packets_for_evaluation(home: Home, evaluation_rid: str, protocol_file
         # a re-run: export beside it and accept only if the folder already holds exactly these packets
         scratch = out_dir.with_name(f".{out_dir.name}.check-{os.getpid()}")
         try:
-            out = export_packets(home, protocol, stimuli, scratch, protocol_name=protocol_file.name, flow="pipeline")
+            out = export_packets(home, protocol, stimuli, scratch, protocol_name=protocol_file.name, flow=flow)
             same = build_manifest(scratch) == build_manifest(out_dir)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         if not same:
             raise PacketError(f"{out_dir} already holds other packets; choose a new folder (nothing is overwritten)")
         return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": sorted(str(p) for p in out_dir.iterdir())}
-    out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_file.name, flow="pipeline")
+    out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_file.name, flow=flow)
     return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs]}

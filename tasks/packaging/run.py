@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor, StageSpec
+from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.errors import EquivalenceError
 from voxledger.schemas.package import (
     PACKAGE_MEDIA_TYPE,
@@ -31,7 +32,7 @@ from voxledger.schemas.package import (
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
 from voxledger.tasks.backends.base import get_backend
-from voxledger.tasks.equivalence.record import EquivalenceOutcome, record_equivalence
+from voxledger.tasks.equivalence.record import record_equivalence
 from voxledger.tasks.packaging.archive import unpack_package, verify_package
 from voxledger.tasks.packaging.assemble import PackageRequest, assemble_package
 from voxledger.tasks.packaging.probe import (
@@ -43,7 +44,7 @@ from voxledger.tasks.packaging.probe import (
 from voxledger.tasks.packaging.publish import Published, publish_file
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import StageOutcome, reuse
 from voxledger.tasks.threads import torch_threads
 
 PROBE_TEXT = "The salt breeze came across from the sea."
@@ -52,15 +53,12 @@ CPU_TOLERANCE = 0.0  # CPU synthesis is bit-repeatable (eval mode, seeded Griffi
 
 
 @dataclass(frozen=True)
-class PackageOutcome:
-    """The package receipt, where the tar is (in the store; in the retention root if published)."""
+class PackageOutcome(StageOutcome[PackageReceipt]):
+    """A package stage outcome plus where the tar is (in the store; in the retention root if published)."""
 
-    receipt_id: str
-    receipt: PackageReceipt
-    package_sha256: str
-    package_path: Path
-    published: Published | None
-    cached: bool
+    package_sha256: str = ""
+    package_path: Path = Path()
+    published: Published | None = None
 
 
 def publication_name(manifest_name: str, package_sha256: str) -> str:
@@ -85,7 +83,7 @@ def _write_dumps(stages: dict[str, np.ndarray], folder: Path) -> Path:
 
 
 def _merged_equivalence(home: Home, manifest: PackageManifest, tar: Path, base_dir: Path, work: Path, ours: dict[str, np.ndarray],
-                        text: str, seed: int, parents: tuple[InputRef, ...], plan: EquivalencePlan, flow: str) -> tuple[str, EquivalenceOutcome]:  # fmt: skip
+                        text: str, seed: int, parents: tuple[InputRef, ...], plan: EquivalencePlan, flow: str) -> tuple[str, StageOutcome[EquivalenceReceipt]]:  # fmt: skip
     """Export merged weights, reload them, compare with the adapter path; return (merged tree, outcome)."""
     backend = get_backend(manifest.backend)
     exporter = getattr(backend, "export_merged", None)
@@ -127,15 +125,15 @@ def package_adapter_fn(
     key = cache_key("package", {"training_run": training_run_rid, "checkpoint": checkpoint_tree_sha}, None,
                     {"promotion": promotion_rid, "evaluations": request.evaluation_receipts, "probe_text": probe_text,
                      "probe_seed": probe_seed, "threads": threads, "equivalence_plan": plan_digest(equivalence_plan)})  # fmt: skip
-    hit = cached_receipt(home, key)
+    hit = reuse(home, key, PackageReceipt)
     if hit is not None:
-        receipt = PackageReceipt.model_validate(hit[1])
+        receipt = hit.receipt
         sha = receipt.result.package_sha256
         path = home.blobs.path_of(sha)
         published = None
         if retention_root is not None:
             published = publish_file(path, sha, retention_root, publication_name(verify_package(path).manifest.name, sha))
-        return PackageOutcome(hit[0], receipt, sha, path, published, cached=True)
+        return PackageOutcome(hit.receipt_id, receipt, True, sha, path, published)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
         work = Path(tmp)
         sha, manifest = assemble_package(home.blobs, request, work / "package.tar")
@@ -179,7 +177,7 @@ def package_adapter_fn(
         rid = home.record(receipt)
     if error is not None:
         raise EquivalenceError(f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}")
-    return PackageOutcome(rid, receipt, sha, tar, published, cached=False)
+    return PackageOutcome(rid, receipt, False, sha, tar, published)
 
 
 def _manifest_sha(manifest: PackageManifest) -> str:

@@ -22,19 +22,11 @@ from voxledger.schemas.promotion import (
 )  # fmt: skip
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
+from voxledger.stores.queries import promotion_that_moved
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.plans import plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
-
-
-@dataclass(frozen=True)
-class PromotionOutcome:
-    """The promotion receipt and whether it was served from cache."""
-
-    receipt_id: str
-    receipt: PromotionReceipt
-    cached: bool
+from voxledger.tasks.stage import StageOutcome, record, reuse
 
 
 @dataclass(frozen=True)
@@ -74,22 +66,26 @@ def gate_plan_for(template: GatePlan, incumbent: Candidate, challengers: list[Ca
 
 
 def judge(rule: GateRule, challenger: str, comparisons: dict[tuple[str, str], Comparison], means: dict[tuple[str, str], float]) -> RuleValue:
-    """Evaluate one rule; a missing metric fails the rule with the reason stated (never skipped)."""
+    """Evaluate one rule; a missing metric or an interval that could not be estimated fails the rule
+    with the reason stated (never skipped, never judged on a zero-width interval)."""
     value: float | None = None
+    reason = f"{rule.metric} was not measured for {challenger}"
     if rule.statistic == "challenger_mean":
         value = means.get((challenger, rule.metric))
     else:
         c = comparisons.get((challenger, rule.metric))
         if c is not None:
             value = {"delta_mean": c.delta.mean, "delta_low": c.delta.low, "delta_high": c.delta.high}[rule.statistic]
+            if value is None:
+                reason = f"{rule.statistic}({rule.metric}) for {challenger} is not estimable: {c.delta.note}"
     if value is None:
-        return RuleValue(**rule.model_dump(exclude={"why"}), value=None, passed=False, detail=f"{rule.metric} was not measured for {challenger}")
+        return RuleValue(**rule.model_dump(exclude={"why"}), value=None, passed=False, detail=reason)
     ok = value <= rule.threshold if rule.op == "<=" else value >= rule.threshold
     return RuleValue(**rule.model_dump(exclude={"why"}), value=value, passed=ok,
                      detail=f"{rule.statistic}({rule.metric}) = {value:.4f} {'meets' if ok else 'fails'} {rule.op} {rule.threshold}")  # fmt: skip
 
 
-def _already_promoted(home: Home, run_rid: str, policy_sha: str, alias: str, champion: AliasState | None) -> tuple[str, dict] | None:  # type: ignore[type-arg]
+def _already_promoted(home: Home, run_rid: str, policy_sha: str, alias: str, champion: AliasState | None) -> StageOutcome[PromotionReceipt] | None:
     """The promotion that made the current champion from this very run and policy, if it did.
 
     Re-running an unchanged pipeline must not re-judge a run against the champion it produced
@@ -97,24 +93,16 @@ def _already_promoted(home: Home, run_rid: str, policy_sha: str, alias: str, cha
     """
     if champion is None:
         return None
-    with home.catalog.connect(read_only=True) as con:
-        row = con.execute(
-            "SELECT r.receipt_sha256 FROM receipts r JOIN alias_history a ON a.receipt_sha256 = r.receipt_sha256"
-            " WHERE r.kind = 'promotion' AND r.status = 'succeeded' AND a.alias = ? AND a.target_sha256 = ?"
-            " AND r.doc->>'$.parameters.training_run' = ? AND r.doc->>'$.parameters.policy_sha256' = ?"
-            " ORDER BY r.finished_at DESC LIMIT 1",
-            [alias, champion.target_sha256, run_rid, policy_sha],
-        ).fetchone()
-    if row is None or row[0] != champion.receipt_sha256:
+    rid = promotion_that_moved(home.catalog, alias, champion.target_sha256, run_rid, policy_sha)
+    if rid is None or rid != champion.receipt_sha256:
         return None
-    key = home.receipts.read_document(row[0]).get("cache_key")
-    return cached_receipt(home, key) if key else None
+    return reuse(home, home.receipts.read(rid, PromotionReceipt).cache_key, PromotionReceipt)
 
 
 def promote_adapter_fn(
     home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
-) -> PromotionOutcome:  # fmt: skip
+) -> StageOutcome[PromotionReceipt]:  # fmt: skip
     """Evaluate best-k + last against the champion (or the base model) and move aliases."""
     from voxledger.schemas.errors import TrainingError
 
@@ -145,9 +133,9 @@ def promote_adapter_fn(
         incumbent = Candidate(name="incumbent", backend=backend, runtime="adapter", artifact="input:incumbent", base="input:base", speaker=speaker)
         bindings["incumbent"] = incumbent_sha = champion.target_sha256
     key = cache_key("promote", {"run": training_run_rid, **bindings}, policy_sha, {})
-    hit = cached_receipt(home, key) or _already_promoted(home, training_run_rid, policy_sha, policy.alias, champion)
+    hit = reuse(home, key, PromotionReceipt, report=progress) or _already_promoted(home, training_run_rid, policy_sha, policy.alias, champion)
     if hit is not None:
-        return PromotionOutcome(hit[0], PromotionReceipt.model_validate(hit[1]), cached=True)
+        return hit
     gate = gate_plan_for(policy.gate_plan, incumbent, cands)
     # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
     ev = evaluate_plan_fn(home, gate, plan_name=f"{policy_name}#gate@{plan_digest(gate)[:16]}", corpus=corpus, bindings=bindings, flow=flow, progress=progress,
@@ -179,4 +167,4 @@ def promote_adapter_fn(
                                        incumbent_sha256=incumbent_sha or ("0" * 64), serving_base_sha256=base_sha),
         result=PromotionResult(challengers=tuple(decisions), promoted=promoted.name if promoted else None, moves=tuple(moves)),
     )  # fmt: skip
-    return PromotionOutcome(home.record(receipt), receipt, cached=False)
+    return record(home, receipt)

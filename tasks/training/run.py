@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +38,9 @@ from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import StageOutcome, damaged_outputs, record, reuse
 from voxledger.tasks.threads import torch_threads
 from voxledger.tasks.training.loop import run_loop
-
-
-@dataclass(frozen=True)
-class TrainingOutcome:
-    """The run's receipt id, receipt and whether it was served from cache."""
-
-    receipt_id: str
-    receipt: TrainingRunReceipt
-    cached: bool
 
 
 def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
@@ -101,7 +91,7 @@ def _features_tree(home: Home, loaded: Any) -> str:
 def train_adapter_fn(
     home: Home, corpus: Path, audit_rid: str, plan: TrainingPlan, *, plan_name: str, base_sha: str | None = None,
     run_dir: Path | None = None, flow: str = "train_adapter", progress: Callable[[str], None] | None = None,
-) -> TrainingOutcome:  # fmt: skip
+) -> StageOutcome[TrainingRunReceipt]:  # fmt: skip
     """Train under ``plan`` from an audited corpus; resume a crashed run; record every receipt."""
     started = utc_now()
     audit = passing_audit(home, audit_rid)
@@ -111,13 +101,19 @@ def train_adapter_fn(
         raise TrainingError(f"plan {plan_name} is a LoRA plan for backend {plan.backend}: give the base model digest (a full-mode run's 'best' output)")
     bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()))
     run_key = cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
-    hit = cached_receipt(home, run_key)
+    hit = reuse(home, run_key, TrainingRunReceipt, report=progress)
     if hit is not None:
-        return TrainingOutcome(hit[0], TrainingRunReceipt.model_validate(hit[1]), cached=True)
+        return hit
     run_dir = run_dir or home.root / "runs" / f"{plan.name}-{run_key[:12]}"
     # an earlier attempt of this run may have recorded epochs its last checkpoint does not know of;
     # only then is each epoch looked up before recording (a catalog round trip saved per epoch)
-    earlier_attempt = run_dir.exists()
+    earlier_attempt = run_dir.exists() or home.find_cached(run_key) is not None
+    if _resume_is_damaged(home, run_dir, run_key):
+        # a checkpoint this run already recorded no longer verifies: resuming would re-use it, so
+        # train again from the start (same machine and build: the same bytes come back and heal it)
+        aside = run_dir.with_name(f"{run_dir.name}.damaged-{utc_now():%Y%m%dT%H%M%S}")
+        run_dir.rename(aside)
+        _say(progress, f"a recorded checkpoint of this run is damaged; retraining from the start ({aside.name} kept)")
     run_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(plan.threads):
         base_dir = None
@@ -162,4 +158,24 @@ def train_adapter_fn(
                               total_steps=st.global_step, resumed_at_steps=tuple(st.resumed_at),
                               trainable_parameters=result.trainable_parameters, total_parameters=result.total_parameters),
     )  # fmt: skip
-    return TrainingOutcome(home.record(receipt), receipt, cached=False)
+    return record(home, receipt)
+
+
+def _resume_is_damaged(home: Home, run_dir: Path, run_key: str) -> bool:
+    """True when an epoch receipt of this run names a checkpoint whose bytes no longer verify."""
+    if not run_dir.exists():
+        return False
+    from voxledger.stores.queries import receipts_of_run
+
+    for rid in receipts_of_run(home.catalog, run_key):
+        bad = damaged_outputs(home, home.receipts.read(rid, CheckpointReceipt))
+        for sha in bad:
+            home.blobs.quarantine(sha)
+        if bad:
+            return True
+    return False
+
+
+def _say(progress: Callable[[str], None] | None, message: str) -> None:
+    if progress is not None:
+        progress(message)

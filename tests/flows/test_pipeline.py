@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 from voxledger.flows.pipeline import pipeline
-from voxledger.flows.runtime import quiet_prefect
 from voxledger.schemas.errors import AuditFailedError
 from voxledger.stores.home import Home
 
@@ -53,8 +52,10 @@ def write_plans(d: Path) -> Path:
 
 
 def run(home: Path, corpus: Path, plans: Path, plan: str = "pipeline.yaml") -> dict:  # type: ignore[type-arg]
-    with quiet_prefect():
-        return pipeline(str(home), str(corpus), str(plans / plan), str(plans), str(home.parent / f"packets-{plan}"))
+    """The pipeline's summary as plain data: stage records, the pipeline receipt, and each stage by name."""
+    out = pipeline(str(home), str(corpus), str(plans / plan), str(plans), str(home.parent / f"packets-{plan}"))
+    stages = [s.model_dump(mode="json") for s in out.stages]
+    return {"pipeline_receipt": out.pipeline_receipt, "stages": stages, **{s["stage"]: s for s in stages}}
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +119,10 @@ def test_provenance_recipes(first_run) -> None:  # type: ignore[no-untyped-def]
     champ = cli(home_dir, "provenance", "champion-at", "2100-01-01T00:00:00Z")
     history = cli(home_dir, "alias", "history", "champion")
     assert champ[0]["receipt"] == history[-1]["receipt"]  # type: ignore[index]
-    assert summary["promotion"]["receipt_id"] in {h["receipt"] for h in history}  # type: ignore[union-attr,index]
+    assert summary["promote"]["receipt_id"] in {h["receipt"] for h in history}  # type: ignore[union-attr,index]
     assert cli(home_dir, "provenance", "champion-at", "2000-01-01T00:00:00Z") == []
     used = cli(home_dir, "provenance", "normaliser", "voxledger-basic:1")
-    assert {r["evaluation"] for r in used} >= {summary["evaluation"]["receipt_id"]}  # type: ignore[union-attr]
+    assert {r["evaluation"] for r in used} >= {summary["evaluate"]["receipt_id"]}  # type: ignore[union-attr]
     assert cli(home_dir, "provenance", "normaliser", "no-such-normaliser:9") == []
     runs = [r["receipt_sha256"] for r in cli(home_dir, "query", "SELECT receipt_sha256 FROM receipts WHERE kind = 'training_run' ORDER BY finished_at")]  # type: ignore[union-attr]
     diff = cli(home_dir, "provenance", "diff", runs[0], runs[1])

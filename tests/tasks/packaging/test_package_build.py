@@ -25,7 +25,9 @@ from voxledger.tasks.packaging.run import (
     package_adapter_fn,
     publication_name,
 )
-from voxledger.tasks.training.run import TrainingOutcome, train_adapter_fn
+from voxledger.tasks.stage import StageOutcome
+from voxledger.schemas.training import TrainingRunReceipt
+from voxledger.tasks.training.run import train_adapter_fn
 
 from tests.corpus_factory import build_small_corpus
 from tests.tasks.test_training import audited, base_plan, lora_plan
@@ -37,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[3]
 @dataclass
 class Built:
     home: Home
-    base: TrainingOutcome
-    lora: TrainingOutcome
+    base: StageOutcome[TrainingRunReceipt]
+    lora: StageOutcome[TrainingRunReceipt]
     out: PackageOutcome
     retention: Path
 
