@@ -26,7 +26,7 @@ from voxledger.schemas.errors import DigestMismatchError, SynthesisError, Traini
 from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import TrainingSetup
-from voxledger.tasks.backends.cosyvoice3 import data, lora, synth, upstream
+from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, synth, upstream
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config, CosyVoice3Options
 from voxledger.tasks.backends.cosyvoice3.prepare import prepare_corpus
 from voxledger.tasks.tensorio import save_deterministic
@@ -119,6 +119,7 @@ class CosyVoice3Backend:
         self._meta = {
             "format": FORMAT, "new_speaker": plan.new_speaker, "lora": plan.lora.model_dump(mode="json"),
             "options": opts.model_dump(mode="json"), "base_weights_sha256": weights_sha,
+            "lm_dtype": str(compat.LM_DTYPE).removeprefix("torch."), "upstream_patches": list(compat.PATCHES),
             "upstream": {"identity_sha256": identity.identity_sha256, **identity.model_dump(mode="json")},
             "prompt": {"utt": prompt.utt, "text": prompt.text, "file": self._prompt[1], "duration_s": prompt.duration_s},
         }  # fmt: skip
@@ -204,18 +205,21 @@ class CosyVoice3Backend:
         upstream.import_upstream(self.config.checkout_dir)
         from cosyvoice.cli.cosyvoice import CosyVoice3
 
+        compat.patch_audio_loading()
         cosy = CosyVoice3(str(self.config.model_dir))
         llm = cosy.model.llm
-        if runtime in ("adapter", "merged"):
-            weights, sha = self._base_weights(base_dir)
-            if sha != meta["base_weights_sha256"]:  # type: ignore[index]
-                raise DigestMismatchError(f"{artifact_dir} was trained on LLM weights {meta['base_weights_sha256']}, "  # type: ignore[index]
-                                          f"but {weights} has sha256 {sha}; load it with the base it was trained on")  # fmt: skip
-            if base_dir is not None:
-                upstream.load_llm_strict(llm, upstream.read_llm_state(weights), weights)
+        weights, sha = self._base_weights(base_dir)
+        if runtime in ("adapter", "merged") and sha != meta["base_weights_sha256"]:  # type: ignore[index]
+            raise DigestMismatchError(f"{artifact_dir} was trained on LLM weights {meta['base_weights_sha256']}, "  # type: ignore[index]
+                                      f"but {weights} has sha256 {sha}; load it with the base it was trained on")  # fmt: skip
         if runtime == "merged_export":
-            upstream.load_llm_strict(llm, upstream.read_llm_state(artifact_dir / MERGED_FILE), artifact_dir / MERGED_FILE)
-        elif runtime in ("adapter", "merged"):
+            weights = artifact_dir / MERGED_FILE
+        # upstream loaded llm.pt into a partly bf16 module (rounding it): one dtype first, then load again
+        compat.to_lm_dtype(llm)
+        upstream.load_llm_strict(llm, upstream.read_llm_state(weights), weights)
+        upstream.check_lm_dtype(llm, str(weights))
+        compat.patch_decoding(llm)
+        if runtime in ("adapter", "merged"):
             lora.inject_lora(llm, LoraSettings(**meta["lora"]))  # type: ignore[index]
             lora.load_adapter_state(llm, load_file(str(artifact_dir / ADAPTER_FILE)))
             if runtime == "merged":

@@ -1,8 +1,8 @@
 """Prepared parquet -> training examples, seeded batches, and upstream's padded batch dict.
 
-`load_examples` does what upstream's data pipeline does before batching: tokenize ``text`` and
-``instruct`` with the model's tokenizer (``allowed_special`` from the yaml) and filter by
-length, counting every dropped utterance by reason (nothing is dropped silently). `collate`
+`load_examples` does what upstream's data pipeline does before batching: drop audio below
+16 kHz (``processor.resample``'s ``min_sample_rate``), tokenize ``text`` and ``instruct`` with
+the model's tokenizer (``allowed_special`` from the yaml) and filter by length, counting every dropped utterance by reason (nothing is dropped silently). `collate`
 builds the dict upstream's ``processor.padding`` yields and ``CosyVoice3LM.forward`` reads:
 ``text_token``/``_len``, ``speech_token``/``_len``, ``instruct_token``/``_len`` (padded with
 0, lengths int32), L2-normalised ``utt_embedding``/``spk_embedding`` and ``embedding`` (the
@@ -32,6 +32,7 @@ import soundfile as sf
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
+from voxledger.tasks.backends.cosyvoice3.compat import MIN_SAMPLE_RATE_HZ
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Options
 
 SORT_WINDOW = 500
@@ -96,6 +97,9 @@ def load_examples(files: tuple[Path, ...], tokenizer: Any, allowed_special: Any,
                 dropped["speaker_not_in_plan"] += 1
                 continue
             info = sf.info(io.BytesIO(row["audio_data"]))
+            if info.samplerate < MIN_SAMPLE_RATE_HZ:  # upstream's processor.resample drops these (min_sample_rate)
+                dropped[f"sample_rate_below_{MIN_SAMPLE_RATE_HZ}_hz"] += 1
+                continue
             ex = Example(
                 utt=row["utt"], speaker=row["spk"], text=row["text"], duration_s=info.frames / info.samplerate,
                 text_token=tuple(tokenizer.encode(row["text"], allowed_special=allowed_special)),

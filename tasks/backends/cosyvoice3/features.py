@@ -1,8 +1,8 @@
 """Speaker embeddings and speech tokens, computed the way upstream's tools do.
 
-``tools/extract_embedding.py``: audio at 16 kHz -> Kaldi fbank (80 bins, dither 0) -> minus its
-time mean -> campplus ONNX -> 192 floats. ``tools/extract_speech_token.py``: mono audio at
-16 kHz -> whisper log-mel (128 bins) -> speech-tokenizer ONNX (features, length) -> 25 Hz codes;
+``tools/extract_embedding.py``: audio at 16 kHz, first channel -> Kaldi fbank (80 bins, dither 0) -> minus its
+time mean -> campplus ONNX -> 192 floats. ``tools/extract_speech_token.py``: audio at
+16 kHz, channel mean -> whisper log-mel (128 bins) -> speech-tokenizer ONNX (features, length) -> 25 Hz codes;
 audio over 30 s gets no tokens (upstream refuses it). Resampling uses torchaudio's default
 ``Resample`` kernel, as upstream does.
 
@@ -34,14 +34,31 @@ EMBEDDING_DIM = 192
 FEATURES_VERSION = "cosyvoice3-features/1"
 
 
-def read_mono(path_or_bytes: Path | bytes) -> tuple[torch.Tensor, int]:
-    """(1, N) float32 mono audio (channel mean, as upstream) and its sample rate."""
+def read_channels(path_or_bytes: Path | bytes) -> tuple[torch.Tensor, int]:
+    """(channels, N) float32 audio and its sample rate."""
     source = io.BytesIO(path_or_bytes) if isinstance(path_or_bytes, bytes) else path_or_bytes
     try:
         data, sr = sf.read(source, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as exc:
         raise CorpusError(f"cannot read audio {path_or_bytes if isinstance(path_or_bytes, Path) else '<bytes>'}: {exc}") from exc
-    return torch.from_numpy(np.ascontiguousarray(data.mean(axis=1))).unsqueeze(0), int(sr)
+    return torch.from_numpy(np.ascontiguousarray(data.T)), int(sr)
+
+
+def read_mono(path_or_bytes: Path | bytes) -> tuple[torch.Tensor, int]:
+    """(1, N) float32 mono audio (channel mean) and its sample rate."""
+    channels, sr = read_channels(path_or_bytes)
+    return channels.mean(dim=0, keepdim=True), sr
+
+
+def embedding_input_16k(channels: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """The campplus input audio as ``tools/extract_embedding.py`` makes it: resampled, then the
+    first channel (Kaldi fbank of a multi-channel tensor reads channel 0)."""
+    return to_16k(channels, sample_rate)[:1]
+
+
+def token_input_16k(channels: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """The speech-tokenizer input as ``tools/extract_speech_token.py`` makes it: resampled, then the channel mean."""
+    return to_16k(channels, sample_rate).mean(dim=0, keepdim=True)
 
 
 def to_16k(speech: torch.Tensor, sample_rate: int) -> torch.Tensor:

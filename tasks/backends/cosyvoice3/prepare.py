@@ -140,10 +140,9 @@ def _write_split(d: Path, root: Path, utts: list[Utterance], fx: features.Featur
         (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     utt_emb, tokens = {}, {}
     for u in utts:
-        speech, sr = features.read_mono(root / u.audio)
-        speech_16k = features.to_16k(speech, sr)
-        utt_emb[u.id] = fx.embedding(speech_16k)
-        tokens[u.id] = fx.speech_tokens(speech_16k)
+        channels, sr = features.read_channels(root / u.audio)
+        utt_emb[u.id] = fx.embedding(features.embedding_input_16k(channels, sr))
+        tokens[u.id] = fx.speech_tokens(features.token_input_16k(channels, sr))
     spk_emb = {s: np.mean([utt_emb[i] for i in ids], axis=0, dtype=np.float64).astype(np.float32) for s, ids in spk2utt.items()}
     for n, start in enumerate(range(0, len(utts), UTTS_PER_PARQUET)):
         chunk = utts[start : start + UTTS_PER_PARQUET]

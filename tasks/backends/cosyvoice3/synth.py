@@ -137,7 +137,7 @@ def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[st
                 if speech.dim() != 2 or speech.shape[0] != 1:
                     raise SynthesisError(f"upstream yielded tts_speech of shape {tuple(speech.shape)}; expected (1, L)")
                 segments.append(speech.detach().float().cpu())
-        except (AssertionError, KeyError, OSError, RuntimeError, ValueError) as exc:
+        except (AssertionError, ImportError, KeyError, OSError, RuntimeError, ValueError) as exc:
             raise SynthesisError(f"CosyVoice3 failed for {text!r}: {exc!r}") from exc
     wav = torch.cat(segments, dim=1)[0].numpy() if segments else np.zeros(0, dtype=np.float32)
     if errors:

@@ -12,6 +12,7 @@ but not part of it (two commits with identical sources behave identically).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,20 +26,24 @@ from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.canonical import canonical_digest, sha256_hex
 from voxledger.schemas.errors import TrainingError
 from voxledger.stores.hashing import StatCache, hash_files
+from voxledger.tasks.backends.cosyvoice3.compat import LM_DTYPE, lm_dtypes, to_lm_dtype
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_MODEL_SUBDIR,
     ENV_MODEL,
     CosyVoice3Config,
 )
+from voxledger.tasks.backends.cosyvoice3.manifest import load_manifest
 
 CHECKOUT_FILES = (
     "cosyvoice/__init__.py", "cosyvoice/cli/cosyvoice.py", "cosyvoice/cli/model.py", "cosyvoice/cli/frontend.py",
     "cosyvoice/llm/llm.py", "cosyvoice/tokenizer/tokenizer.py", "third_party/Matcha-TTS/matcha/__init__.py",
 )  # fmt: skip
 SOURCE_ROOTS = ("cosyvoice", "third_party/Matcha-TTS/matcha")
-MODEL_FILES = ("cosyvoice3.yaml", "llm.pt", "flow.pt", "hift.pt")
-TOKENIZER_DIR = "CosyVoice-BlankEN"
-TOKENIZER_FILES = ("config.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+_MANIFEST = load_manifest()
+ONNX_FILES = ("campplus.onnx", "speech_tokenizer_v3.onnx")  # configurable paths (`CosyVoice3Config`), checked apart
+MODEL_FILES = tuple(f for f in _MANIFEST.folder_list("files") if f not in ONNX_FILES)
+TOKENIZER_DIR = _MANIFEST.folder_list("qwen_dir")[0]
+TOKENIZER_FILES = _MANIFEST.folder_list("qwen_files")  # the Qwen2 folder: tokenizer files and the bf16 weights
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CHECKPOINT_COUNTERS = ("epoch", "step")  # upstream's save_model mixes these ints into the state dict
 UNUSED_PARTS = ("flow", "hift", "hifigan")  # not built for LLM training (as upstream train.py does)
@@ -69,7 +74,7 @@ def _missing(config: CosyVoice3Config) -> list[str]:
     if not config.model_dir.is_dir():
         return [*problems, f"model folder {config.model_dir} is not a folder; {get_model}"]
     problems += [f"{config.model_dir / f} is missing; {get_model}" for f in MODEL_FILES if not (config.model_dir / f).is_file()]
-    problems += [f"{config.model_dir / TOKENIZER_DIR / f} is missing (tokenizer); {get_model}"
+    problems += [f"{config.model_dir / TOKENIZER_DIR / f} is missing (Qwen2 tokenizer / weights); {get_model}"
                  for f in TOKENIZER_FILES if not (config.model_dir / TOKENIZER_DIR / f).is_file()]  # fmt: skip
     for what, path in (("campplus speaker-embedding ONNX", config.campplus_path), ("speech tokenizer ONNX", config.speech_tokenizer_path)):
         if not path.is_file():
@@ -168,8 +173,29 @@ def load_model_yaml(config: CosyVoice3Config, *, build_unused: bool = False) -> 
     return dict(load_hyperpyyaml(text, overrides=overrides))
 
 
+def qwen_config_dtype(qwen_dir: Path) -> str | None:
+    """The dtype a Qwen2 folder's ``config.json`` declares (``torch_dtype`` in 4.x, ``dtype`` in 5.x)."""
+    try:
+        cfg = json.loads((qwen_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = cfg.get("torch_dtype", cfg.get("dtype"))
+    return str(value) if value is not None else None
+
+
+def check_lm_dtype(llm: torch.nn.Module, where: str) -> None:
+    """Raise unless every LM parameter is `LM_DTYPE` (the backend's one dtype policy)."""
+    found = lm_dtypes(llm)
+    if found != {LM_DTYPE}:
+        raise TrainingError(f"{where}: the CosyVoice3 LM holds parameters of dtypes {sorted(map(str, found))}; the backend keeps "
+                            f"it in {LM_DTYPE} (cast it with compat.to_lm_dtype before loading weights)")  # fmt: skip
+
+
 def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The upstream ``CosyVoice3LM`` built from the yaml (weights not yet loaded) and the yaml.
+    """The upstream ``CosyVoice3LM`` built from the yaml, cast to `LM_DTYPE`, weights not yet loaded.
+
+    Upstream's ``Qwen2Encoder`` loads ``CosyVoice-BlankEN`` in the checkpoint's dtype (bf16 under
+    transformers 5.x); the cast makes the LM one dtype before ``llm.pt`` is loaded into it.
 
     Raises:
         TrainingError: the yaml's ``llm`` is not a ``cosyvoice.llm.llm.CosyVoice3LM``.
@@ -181,6 +207,8 @@ def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]
     if not isinstance(llm, CosyVoice3LM):
         raise TrainingError(f"{config.model_dir / 'cosyvoice3.yaml'}: 'llm' is a {type(llm).__name__}, not CosyVoice3LM; "
                             "use the Fun-CosyVoice3-0.5B model folder")  # fmt: skip
+    to_lm_dtype(llm)
+    check_lm_dtype(llm, f"{config.model_dir / 'cosyvoice3.yaml'}")
     return llm, configs
 
 

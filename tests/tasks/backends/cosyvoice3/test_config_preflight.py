@@ -50,7 +50,7 @@ def test_preflight_lists_every_missing_file_with_a_fix(tmp_path: Path) -> None:
     with pytest.raises(TrainingError) as err:
         preflight(CosyVoice3Config(checkout_dir=checkout, model_dir=model, work_dir=tmp_path / "w"))
     text = str(err.value)
-    assert text.count("\n- ") == (len(CHECKOUT_FILES) - 1) + 3 + 4 + 2  # sources, yaml/flow/hift, tokenizer files, two ONNX
+    assert text.count("\n- ") == (len(CHECKOUT_FILES) - 1) + 3 + 5 + 2  # sources, yaml/flow/hift, BlankEN files, two ONNX
     assert "Matcha-TTS" in text and "git submodule update --init --recursive" in text
     assert "flow.pt is missing" in text and "llm.pt is missing" not in text
     assert "VOXLEDGER_COSYVOICE_MODEL_DIR" in text
@@ -70,7 +70,7 @@ def _copy(fake_config: CosyVoice3Config, dest: Path) -> CosyVoice3Config:
 
 def test_identity_changes_with_sources_and_weights_not_with_location(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
     original = preflight(fake_config)
-    assert original.source_files == 19  # 16 .py files in the fake cosyvoice/, 3 in matcha/
+    assert original.source_files == 21  # 18 .py files in the fake cosyvoice/, 3 in matcha/
     assert set(original.files_sha256) >= {"llm.pt", "flow.pt", "hift.pt", "cosyvoice3.yaml", "campplus.onnx",
                                           "speech_tokenizer_v3.onnx", "CosyVoice-BlankEN/vocab.json"}  # fmt: skip
     assert not any(name.endswith(".safetensors") for name in original.files_sha256)  # overwritten by llm.pt: not identity

@@ -44,13 +44,18 @@ def adapter(fake_config: CosyVoice3Config, export_dir: Path) -> synth.CosyVoice3
     return CosyVoice3Backend(fake_config).load_for_inference(None, export_dir, "adapter")
 
 
+LONG = " ".join(["The boat drifted slowly toward the quiet shore while everyone on the pier waved and cheered."] * 8)
+
+
 def test_zero_shot_concatenates_segments_at_24_khz(adapter: synth.CosyVoice3Loaded) -> None:
-    wav, rate = CosyVoice3Backend().synthesize(adapter, TEXT, "spk_t", 7, {})
+    wav, rate = CosyVoice3Backend().synthesize(adapter, LONG, "spk_t", 7, {})
     assert rate == 24000 and wav.dtype == np.float32 and wav.ndim == 1
     synth.seed_everything(7)
     prompt = f"You are a helpful assistant.<|endofprompt|>{adapter.prompt_text}"
-    segments = [o["tts_speech"] for o in adapter.cosy.inference_zero_shot(TEXT, prompt, str(adapter.prompt_wav), stream=False)]
-    assert len(segments) == 2 and all(s.shape[0] == 1 for s in segments)  # one per sentence
+    segments = [o["tts_speech"] for o in adapter.cosy.inference_zero_shot(LONG, prompt, str(adapter.prompt_wav), stream=False)]
+    # upstream joins sentences into 60-80-token chunks (split_paragraph): 8 x 16 tokens -> 80 + 48 tokens
+    assert len(segments) == 2 and all(s.shape[0] == 1 for s in segments)
+    assert len(adapter.cosy.frontend.text_normalize(TEXT, split=True)) == 1  # two short sentences stay one segment
     assert np.array_equal(wav, torch.cat(segments, dim=1)[0].numpy())
 
 

@@ -68,7 +68,7 @@ def test_setup_records_upstream_identity_filters_and_effective_values(trained: T
     assert eff["adapted_modules"] == 2 * 4  # 2 Qwen2 layers x q/k/v/o
     assert eff["max_epochs"] == 2 and eff["upstream_yaml_max_epoch_ignored"] == 200
     meta = eff["cosyvoice3"]
-    assert meta["upstream"]["source_files"] == 19 and len(meta["base_weights_sha256"]) == 64
+    assert meta["upstream"]["source_files"] == 21 and len(meta["base_weights_sha256"]) == 64
     assert meta["prompt"]["utt"].startswith("spk_t_") and meta["prompt"]["file"] == "prompt.wav"
     assert type(trained.setup.model).__name__ == "CosyVoice3LM"  # injected in place: upstream's class is kept
 
