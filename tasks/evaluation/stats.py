@@ -79,7 +79,7 @@ def bootstrap_t_interval(means: np.ndarray, confidence: float, resamples: int, s
 def interval_of_means(means: np.ndarray, n: int, settings: StatisticsSettings) -> Interval:
     """The plan's interval over unit means (not estimable when too few units or no spread)."""
     note = _not_estimable(means, n, settings)
-    base = dict(mean=float(means.mean()), n=n, method=settings.interval, units=int(means.size))
+    base = {"mean": float(means.mean()), "n": n, "method": settings.interval, "units": int(means.size)}
     if note is not None:
         return Interval(**base, low=None, high=None, note=note)  # type: ignore[arg-type]
     if settings.interval == "cluster_t":

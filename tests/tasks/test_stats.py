@@ -7,9 +7,20 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 from voxledger.schemas.errors import EvaluationError
-from voxledger.schemas.evaluation import Comparison, Interval, PairedTest, Prompt, StatisticsSettings
+from voxledger.schemas.evaluation import (
+    Comparison,
+    Interval,
+    PairedTest,
+    Prompt,
+    StatisticsSettings,
+)
 from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
-from voxledger.tasks.evaluation.stats import clustered_interval, interval_of_means, paired_delta, t_test
+from voxledger.tasks.evaluation.stats import (
+    clustered_interval,
+    interval_of_means,
+    paired_delta,
+    t_test,
+)
 from voxledger.tasks.promotion.run import judge
 
 from voxledger.bench_stages.stats import eval_rates, legacy_eval_rates

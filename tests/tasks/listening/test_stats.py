@@ -13,7 +13,13 @@ from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.listening import ScreeningRules, Statistics
 from voxledger.schemas.listening_receipts import RatingRow
 from voxledger.tasks.listening.screening import screen_rater
-from voxledger.tasks.listening.stats import bradley_terry, candidate_scores, crossed_mean, paired_deltas, win_matrix
+from voxledger.tasks.listening.stats import (
+    bradley_terry,
+    candidate_scores,
+    crossed_mean,
+    paired_deltas,
+    win_matrix,
+)
 
 from voxledger.bench_stages.stats import listening_rates
 
