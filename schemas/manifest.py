@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import (
-    Field,
-    JsonValue,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
+from pydantic import Field, JsonValue, model_validator
 from voxledger.schemas.base import Frozen
 
 CORE_FIELDS = (
     "id", "audio", "text", "speaker", "recording_id", "split", "language", "instruction",
     "duration_s", "sample_rate_hz", "start_s", "end_s",
 )  # fmt: skip
-SEGMENT_FIELDS = ("start_s", "end_s")
 
 
 class Utterance(Frozen):
@@ -42,8 +34,8 @@ class Utterance(Frozen):
     instruction: str | None = None
     duration_s: float | None = Field(default=None, ge=0)
     sample_rate_hz: int | None = Field(default=None, gt=0)
-    start_s: float | None = Field(default=None, ge=0)
-    end_s: float | None = Field(default=None, gt=0)
+    start_s: float | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    end_s: float | None = Field(default=None, gt=0, exclude_if=lambda v: v is None)
     extra: dict[str, JsonValue] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -51,14 +43,6 @@ class Utterance(Frozen):
         if self.end_s is not None and self.end_s <= (self.start_s or 0.0):
             raise ValueError(f"segment end_s {self.end_s} must be after start_s {self.start_s or 0.0}")
         return self
-
-    @model_serializer(mode="wrap")
-    def _drop_unset_segment(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for k in SEGMENT_FIELDS:
-            if data.get(k, 0) is None:
-                del data[k]
-        return data
 
     @property
     def is_segment(self) -> bool:

@@ -13,6 +13,7 @@ from pydantic import Field, TypeAdapter
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
+from voxledger.schemas.corpus import PrepareReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.listening_receipts import (
@@ -29,10 +30,10 @@ from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     IngestReceipt, PlanReceipt, AuditReceipt, EquivalenceReceipt, CheckpointReceipt, TrainingRunReceipt,
     EvaluationReceipt, PromotionReceipt, PipelineRunReceipt, PruneReceipt,
-    PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt,
+    PacketSetReceipt, SubmissionReceipt, AggregateReceipt, PackageReceipt, PrepareReceipt,
 )
 
-AnyReceipt = Annotated[IngestReceipt | PlanReceipt | AuditReceipt | EquivalenceReceipt | CheckpointReceipt | TrainingRunReceipt | EvaluationReceipt | PromotionReceipt | PipelineRunReceipt | PruneReceipt | PacketSetReceipt | SubmissionReceipt | AggregateReceipt | PackageReceipt, Field(discriminator="kind")]
+AnyReceipt = Annotated[IngestReceipt | PlanReceipt | AuditReceipt | EquivalenceReceipt | CheckpointReceipt | TrainingRunReceipt | EvaluationReceipt | PromotionReceipt | PipelineRunReceipt | PruneReceipt | PacketSetReceipt | SubmissionReceipt | AggregateReceipt | PackageReceipt | PrepareReceipt, Field(discriminator="kind")]
 RECEIPT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyReceipt)
 
 

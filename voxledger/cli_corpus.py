@@ -54,3 +54,38 @@ def import_corpus(layout: str, src: Path, out: Path | None, audio_roots: tuple[P
     if out is not None:
         hint = f" --audio-root {src}" if not out.absolute().parent.is_relative_to(src.absolute()) else ""
         console.print(f"wrote {out}; next: voxledger audit {out}{hint} --policy plans/audit-demo.yaml")
+
+
+@corpus.command("prepare")
+@click.argument("src", type=click.Path(exists=True, path_type=Path))
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The audit policy training will be held to: its sample_rate_hz, channels and loudness_lufs.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the derived corpus (default <home>/corpora/<name>-<key>); never overwritten.")
+@click.option("--audio-root", "audio_roots", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A folder outside SRC its manifest may point into; repeatable. Not part of any identity.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio_roots: tuple[Path, ...], as_json: bool) -> None:
+    """Cut segments, down-mix, resample (soxr) and loudness-normalise SRC into a derived corpus
+    that meets POLICY, with a receipt binding each derived file to its source; then audit and
+    train on the derived corpus.
+
+    Example: voxledger corpus prepare ./data --audio-root /mnt/audio --policy plans/audit-demo.yaml --out ./prepared
+    """
+    from voxledger.cli import open_home
+    from voxledger.schemas.audit import AuditPolicy
+    from voxledger.tasks.corpus.prepare import prepare_corpus_fn
+    from voxledger.tasks.plans import load_plan
+
+    home = open_home(ctx)
+    plan = load_plan(policy, AuditPolicy)
+    outcome = prepare_corpus_fn(home, src, plan, policy_name=policy.name, out_dir=out, audio_roots=audio_roots)
+    r = outcome.receipt.result
+    summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "corpus": str(outcome.corpus_dir), **r.model_dump(mode="json")}
+    if as_json:
+        emit_json(summary)
+        return
+    console.print(f"{r.n_utterances} utterances ({r.hours:.3f} h): {r.n_cut} cut, {r.n_resampled} resampled, {r.n_downmixed} down-mixed, "
+                  f"{r.n_loudness_normalised} loudness-normalised, {r.n_peak_limited} peak-limited{' (cached)' if outcome.cached else ''}")
+    console.print(f"receipt {outcome.receipt_id}\nnext: voxledger audit {outcome.corpus_dir} --policy {policy}")

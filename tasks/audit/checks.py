@@ -100,9 +100,9 @@ def file_findings(utt: Utterance, f: FileFacts, policy: AuditPolicy) -> list[Fin
         out.append(Finding(code=code, severity=severity, utterance_ids=one, message=f"{utt.audio}: {message}", value=value, bound=bound, file=utt.audio))  # type: ignore[arg-type]
 
     if f.sample_rate_hz != policy.sample_rate_hz:
-        add("sample_rate_mismatch", "error", f"{f.sample_rate_hz} Hz, policy requires {policy.sample_rate_hz} Hz; resample it", f.sample_rate_hz, policy.sample_rate_hz)
+        add("sample_rate_mismatch", "error", f"{f.sample_rate_hz} Hz, policy requires {policy.sample_rate_hz} Hz; resample with voxledger corpus prepare", f.sample_rate_hz, policy.sample_rate_hz)
     if f.channels != policy.channels:
-        add("channel_mismatch", "error", f"{f.channels} channels, policy requires {policy.channels}", f.channels, policy.channels)
+        add("channel_mismatch", "error", f"{f.channels} channels, policy requires {policy.channels}; down-mix with voxledger corpus prepare", f.channels, policy.channels)
     if not policy.min_duration_s <= s.duration_s <= policy.max_duration_s:
         bound = policy.min_duration_s if s.duration_s < policy.min_duration_s else policy.max_duration_s
         add("duration_out_of_bounds", "error", f"{s.duration_s:.2f} s outside [{policy.min_duration_s}, {policy.max_duration_s}] s", s.duration_s, bound)

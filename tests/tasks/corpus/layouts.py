@@ -59,7 +59,7 @@ def vctk(root: Path, flaw: str | None = None) -> tuple[Path, Truth]:
         spk = ("p225", "p226")[i % 2]
         uid, seconds = f"{spk}_{i + 1:03d}", 1.0 + 0.25 * i
         for mic in ("mic1", "mic2"):
-            path = write_clip(root / "wav48_silence_trimmed" / spk / f"{uid}_{mic}.flac", seconds, seed=i + (100 if mic == "mic2" else 0),
+            write_clip(root / "wav48_silence_trimmed" / spk / f"{uid}_{mic}.flac", seconds, seed=i + (100 if mic == "mic2" else 0),
                               sample_rate_hz=48000, fmt="FLAC")  # fmt: skip
         text = _flaws(root / "wav48_silence_trimmed" / spk / f"{uid}_mic1.flac", i, flaw, sentence(i, seconds))
         (root / "txt" / spk).mkdir(parents=True, exist_ok=True)

@@ -26,3 +26,15 @@ def test_import_writes_a_manifest_and_refuses_bad_input(tmp_path: Path) -> None:
     bad = runner.invoke(main, ["corpus", "import", "auto", str(tmp_path / "nothing"), "--out", str(tmp_path / "n.jsonl")])
     assert bad.exit_code != 0 and "CorpusError" in bad.output and len(bad.output.strip().splitlines()) == 1
     assert not (tmp_path / "n.jsonl").exists()
+
+
+def test_prepare_from_the_command_line(tmp_path: Path) -> None:
+    src, truth = ljspeech(tmp_path / "LJSpeech-1.1")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("kind: audit_policy\nname: lj\nleakage: [{key: speaker, partition: [[train, dev]]}]\nsample_rate_hz: 16000\n")
+    res = CliRunner().invoke(main, ["--home", str(tmp_path / "home"), "corpus", "prepare", str(src), "--policy", str(policy),
+                                    "--out", str(tmp_path / "prepared"), "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["n_utterances"] == len(truth) and doc["n_resampled"] == len(truth)
+    assert len(load_corpus(tmp_path / "prepared").utterances.utterances) == len(truth)
