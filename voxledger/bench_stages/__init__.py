@@ -23,7 +23,7 @@ from voxledger.bench_stages.evaluation import bench_eval
 from voxledger.bench_stages.orchestration import bench_demo, bench_prefect, prefect_child
 from voxledger.bench_stages.train import bench_train
 
-STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats")
+STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale")
 __all__ = ["STAGE_SECTIONS", "audit_policy", "bench_audit", "bench_demo", "bench_eval", "bench_prefect", "bench_train",
            "build_noise_corpus", "in_child", "peak_rss_mb", "prefect_child", "run_stages", "stage_timers", "train_plan"]  # fmt: skip
 
@@ -45,4 +45,8 @@ def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str 
         from voxledger.bench_stages.stats import bench_stats
 
         figures += bench_stats(quick)
+    if "corpus-scale" in sections:
+        from voxledger.bench_stages.corpus_scale import bench_corpus_scale
+
+        figures += bench_corpus_scale(work, 300 if quick else None)
     return figures
