@@ -27,7 +27,11 @@ from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import TrainingSetup
 from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, synth, upstream
-from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config, CosyVoice3Options
+from voxledger.tasks.backends.cosyvoice3.config import (
+    ENV_PYTHON,
+    CosyVoice3Config,
+    CosyVoice3Options,
+)
 from voxledger.tasks.backends.cosyvoice3.prepare import prepare_corpus
 from voxledger.tasks.tensorio import save_deterministic
 
@@ -70,6 +74,9 @@ class CosyVoice3Backend:
 
     def preflight(self) -> upstream.UpstreamIdentity:
         """Check and digest the checkout and model folder (once per backend object)."""
+        if self.config.python is not None:
+            raise TrainingError(f"{ENV_PYTHON}={self.config.python}: running upstream through a separate interpreter is not implemented; "
+                                "unset it to run upstream in this environment (the backend fixes the known incompatibilities)")  # fmt: skip
         if self._identity is None:
             self._identity = upstream.preflight(self.config)
         return self._identity

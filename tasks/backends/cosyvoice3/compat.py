@@ -36,7 +36,7 @@ from voxledger.tasks.backends.cosyvoice3.manifest import load_manifest
 
 LM_DTYPE = torch.float32
 PATCHES = ("lm-dtype-fp32", "decode-full-mask", "min-window-stop-ids", "load-wav-soundfile")
-MIN_SAMPLE_RATE_HZ = int(load_manifest().behaviour["min_sample_rate_hz"])  # type: ignore[call-overload]
+MIN_SAMPLE_RATE_HZ = int(str(load_manifest().behaviour["min_sample_rate_hz"]))
 
 
 def to_lm_dtype(llm: torch.nn.Module) -> torch.nn.Module:
@@ -71,8 +71,9 @@ def _sampling_ids(self: Any, weighted_scores: torch.Tensor, decoded_tokens: list
 
 def patch_decoding(llm: torch.nn.Module) -> None:
     """Replace ``forward_one_step`` and ``sampling_ids`` on this LM instance (upstream's class is kept)."""
-    llm.llm.forward_one_step = types.MethodType(_forward_one_step, llm.llm)  # type: ignore[union-attr]
-    llm.sampling_ids = types.MethodType(_sampling_ids, llm)  # type: ignore[method-assign]
+    encoder = llm.get_submodule("llm")
+    setattr(encoder, "forward_one_step", types.MethodType(_forward_one_step, encoder))  # noqa: B010 (an instance attribute on purpose)
+    setattr(llm, "sampling_ids", types.MethodType(_sampling_ids, llm))  # noqa: B010
 
 
 def load_wav(wav: str, target_sr: int, min_sr: int = MIN_SAMPLE_RATE_HZ) -> torch.Tensor:

@@ -28,6 +28,7 @@ ENV_CAMPPLUS = "VOXLEDGER_COSYVOICE_CAMPPLUS_ONNX"
 ENV_TOKENIZER = "VOXLEDGER_COSYVOICE_SPEECH_TOKENIZER_ONNX"
 ENV_DEVICE = "VOXLEDGER_COSYVOICE_DEVICE"
 ENV_WORK = "VOXLEDGER_COSYVOICE_WORK_DIR"
+ENV_PYTHON = "VOXLEDGER_COSYVOICE_PYTHON"
 DEFAULT_MODEL_SUBDIR = "pretrained_models/Fun-CosyVoice3-0.5B"
 END_OF_PROMPT = "<|endofprompt|>"
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
@@ -44,6 +45,10 @@ class CosyVoice3Config(Frozen):
         device: ``cpu``, ``cuda`` or ``cuda:N`` for training (synthesis uses upstream's own
             choice: CUDA when available); see `torch_device`.
         work_dir: cache for prepared data (Kaldi files, parquet) and file digests.
+        python: another interpreter with upstream's own pins (torch 2.3.1, transformers 4.51.3,
+            Python 3.10) to run upstream in. A configuration hook only: running through it is
+            not implemented, so the backend refuses to start while it is set, and
+            ``voxledger cosyvoice3 preflight`` reports its versions.
     """
 
     checkout_dir: Path
@@ -52,6 +57,7 @@ class CosyVoice3Config(Frozen):
     speech_tokenizer_onnx: Path | None = None
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
     work_dir: Path | None = None
+    python: Path | None = None
 
     @property
     def campplus_path(self) -> Path:
@@ -87,7 +93,7 @@ class CosyVoice3Config(Frozen):
                 f"in <checkout>/{DEFAULT_MODEL_SUBDIR} or set {ENV_MODEL}"
             )
         values: dict[str, Any] = {"checkout_dir": Path(checkout), "model_dir": Path(env.get(ENV_MODEL) or Path(checkout) / DEFAULT_MODEL_SUBDIR)}
-        for key, var in (("campplus_onnx", ENV_CAMPPLUS), ("speech_tokenizer_onnx", ENV_TOKENIZER), ("work_dir", ENV_WORK)):
+        for key, var in (("campplus_onnx", ENV_CAMPPLUS), ("speech_tokenizer_onnx", ENV_TOKENIZER), ("work_dir", ENV_WORK), ("python", ENV_PYTHON)):
             if env.get(var):
                 values[key] = Path(env[var])
         if env.get(ENV_DEVICE):

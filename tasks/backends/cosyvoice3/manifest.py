@@ -21,6 +21,7 @@ import json
 from functools import cache
 from pathlib import Path
 
+from pydantic import Field
 from voxledger.schemas.base import Frozen
 
 MANIFEST_PATH = Path(__file__).with_name("upstream_manifest.json")
@@ -31,7 +32,7 @@ class ModuleFacts(Frozen):
 
     classes: dict[str, dict[str, tuple[str, ...]]]
     functions: dict[str, tuple[str, ...]]
-    imports_by_name: dict[str, str] = {}
+    imports_by_name: dict[str, str] = Field(default_factory=dict)
 
 
 class Incompatibility(Frozen):
@@ -40,6 +41,7 @@ class Incompatibility(Frozen):
     id: str
     package: str | None
     from_version: str | None
+    unless_installed: str | None = None
     where: str
     symptom: str
     fix: str

@@ -63,7 +63,8 @@ class UpstreamIdentity(Frozen):
         return canonical_digest({"sources": self.sources_sha256, "files": self.files_sha256})
 
 
-def _missing(config: CosyVoice3Config) -> list[str]:
+def missing_files(config: CosyVoice3Config) -> list[str]:
+    """Every missing file of the checkout and model folder (and a set ``onnx_path``), each with its fix."""
     problems: list[str] = []
     fetch = "clone it with `git clone --recursive https://github.com/FunAudioLLM/CosyVoice` (or run `git submodule update --init --recursive` in it)"
     get_model = (f"download Fun-CosyVoice3-0.5B into {config.model_dir} (default <checkout>/{DEFAULT_MODEL_SUBDIR}) "
@@ -122,7 +123,7 @@ def preflight(config: CosyVoice3Config) -> UpstreamIdentity:
     Raises:
         TrainingError: listing every missing file (and a set ``onnx_path``) with how to fix it.
     """
-    problems = _missing(config)
+    problems = missing_files(config)
     if problems:
         raise TrainingError("CosyVoice3 preflight failed:\n- " + "\n- ".join(problems))
     sources, count = source_digest(config.checkout_dir)

@@ -47,6 +47,7 @@ def _lm_input(llm: torch.nn.Module, n_text: int = 9, n_prompt: int = 6) -> torch
     text = torch.randint(1000, 150000, (1, n_text), generator=gen)
     prompt = torch.randint(0, 6561, (1, n_prompt), generator=gen)
     emb = llm.speech_embedding.weight
+    text, prompt = text.to(emb.device), prompt.to(emb.device)
     with torch.no_grad():
         return torch.cat([emb[llm.sos].reshape(1, 1, -1), llm.llm.model.model.embed_tokens(text), emb[llm.task_id].reshape(1, 1, -1),
                           llm.speech_embedding(prompt)], dim=1)  # fmt: skip
@@ -81,7 +82,7 @@ def test_fake_tree_and_model_folder_are_upstream_as_the_manifest_records_it(fake
     assert len(files) == 11 and all((folder / f).is_file() for f in files)
     dtypes: dict[str, str] = MANIFEST.model_folder["weight_dtypes"]  # type: ignore[assignment]
     with safe_open(str(qwen / "model.safetensors"), "pt") as f:
-        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {f"torch.{dtypes['CosyVoice-BlankEN/model.safetensors']}"}
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict) == {f"torch.{dtypes['CosyVoice-BlankEN/model.safetensors']}"}
     assert upstream.qwen_config_dtype(qwen) == "bfloat16"  # a 4.x config.json: "torch_dtype"
     assert {str(v.dtype) for v in upstream.read_llm_state(folder / "llm.pt").values()} == {f"torch.{dtypes['llm.pt']}"}
     yaml = (folder / "cosyvoice3.yaml").read_text()

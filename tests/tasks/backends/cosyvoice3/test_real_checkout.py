@@ -75,3 +75,58 @@ def test_real_checkout_trains_exports_and_speaks(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "ok" in proc.stdout
+
+
+GPU_SCRIPT = """
+import numpy as np
+import torch
+from pathlib import Path
+import sys
+from tests.tasks.backends.cosyvoice3.test_contract import _decode, _lm_input
+from voxledger.tasks.backends.cosyvoice3 import compat
+from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
+
+torch.backends.cuda.matmul.allow_tf32 = False  # TF32 alone moves fp32 logits by ~1e-3
+torch.backends.cudnn.allow_tf32 = False
+backend = CosyVoice3Backend()
+loaded = backend.load_for_inference(None, Path(sys.argv[1]), "base")
+llm = loaded.cosy.model.llm
+assert compat.lm_dtypes(llm) == {compat.LM_DTYPE}, compat.lm_dtypes(llm)
+lm_input = _lm_input(llm).to(next(llm.parameters()).device)
+tokens, cached = _decode(llm, lm_input, 16, 16)
+with torch.inference_mode():
+    seq = torch.cat([lm_input, llm.speech_embedding.weight[tokens[:-1]].unsqueeze(0)], dim=1)
+    hidden = llm.llm.model(inputs_embeds=seq, output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
+    ref = llm.llm_decoder(hidden[:, lm_input.shape[1] - 1:])[0]
+rel = float((torch.cat(cached) - ref).abs().max() / ref.abs().max())
+print("cached_vs_uncached_rel", rel)
+assert len(tokens) == 16 and rel <= 1e-4, (len(tokens), rel)
+short, _ = _decode(llm, lm_input, 5, 30, bias={6562: 1e4})
+assert len(short) == 5, short
+wav, rate = backend.synthesize(loaded, "The boat drifted toward the shore.", "any", 0,
+                               {"prompt_wav": sys.argv[2], "prompt_text": "You are a helpful assistant.<|endofprompt|>" + sys.argv[3]})
+print("seconds", wav.size / rate)
+assert rate == 24000 and wav.size > 0.5 * rate
+"""
+
+
+def _gpu_skip_reason() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not os.environ.get("VOXLEDGER_COSYVOICE_PROMPT_WAV"):
+        return "VOXLEDGER_COSYVOICE_PROMPT_WAV (a >= 16 kHz prompt) and VOXLEDGER_COSYVOICE_PROMPT_TEXT (its transcript) are not set"
+    return _skip_reason()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_skip_reason() is not None, reason=str(_gpu_skip_reason()))
+def test_real_model_on_gpu_meets_the_contract(tmp_path: Path) -> None:
+    """The real Fun-CosyVoice3-0.5B on CUDA: fp32 LM, cached decode == uncached (<= 1e-4), no stop
+    id in the minimum-length window, and a zero-shot sentence of more than 0.5 s."""
+    args = [str(tmp_path), os.environ["VOXLEDGER_COSYVOICE_PROMPT_WAV"], os.environ.get("VOXLEDGER_COSYVOICE_PROMPT_TEXT", "")]
+    proc = subprocess.run([sys.executable, "-c", GPU_SCRIPT, *args], cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "cached_vs_uncached_rel" in proc.stdout

@@ -1,0 +1,65 @@
+"""``voxledger cosyvoice3 preflight``: checkout, model folder and installed versions against the manifest."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from pydantic import ValidationError
+from voxledger.schemas.audit import AuditPolicy
+from voxledger.tasks.backends.cosyvoice3 import features
+from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
+from voxledger.tasks.backends.cosyvoice3.environment import check_environment
+from voxledger.tasks.backends.cosyvoice3.manifest import load_manifest
+
+from voxledger.cli import main
+
+from .fake_model import FAKE_TREE
+
+HANDLED = {"qwen-bf16-autodtype", "decode-short-mask", "torchaudio-torchcodec", "min-window-eos"}  # torch 2.13 / tf 5.24 / ta 2.11
+
+
+def test_fake_setup_has_no_file_or_source_findings_and_every_known_incompatibility_is_reported(fake_config: CosyVoice3Config) -> None:
+    report = check_environment(fake_config)
+    ids = {f.id for f in report.findings}
+    assert not ids & {"missing-file", "source-drift", "qwen-dtype"}
+    assert {i.id for i in load_manifest().incompatibilities} == HANDLED and HANDLED <= ids
+    assert all(f.fix for f in report.findings) and report.versions["transformers"] == "5.24.0"
+
+
+def test_drift_and_missing_weights_are_named(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FAKE_TREE, checkout, ignore=shutil.ignore_patterns("__pycache__"))
+    llm_py = checkout / "cosyvoice" / "llm" / "llm.py"
+    llm_py.write_text(llm_py.read_text().replace("def forward_one_step(self, xs", "def forward_one_step(self, inputs"))
+    model = tmp_path / "model"
+    shutil.copytree(fake_config.model_dir, model)
+    (model / "CosyVoice-BlankEN" / "model.safetensors").unlink()
+    found = check_environment(CosyVoice3Config(checkout_dir=checkout, model_dir=model)).findings
+    drift = [f.message for f in found if f.id == "source-drift"]
+    assert len(drift) == 1 and "Qwen2Encoder.forward_one_step(self, inputs, masks, cache)" in drift[0]
+    assert [f.message for f in found if f.id == "missing-file" and "model.safetensors" in f.message]
+
+
+def test_cli_prints_each_incompatibility_with_its_fix_and_fails_on_errors(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["cosyvoice3", "preflight", str(FAKE_TREE), str(tmp_path / "nowhere")])
+    assert result.exit_code != 0 and "missing-file" in result.output and "fix:" in result.output
+    assert "decode-short-mask" in result.output and "TrainingError: cosyvoice3 preflight" in result.output
+    js = runner.invoke(main, ["cosyvoice3", "preflight", str(FAKE_TREE), str(fake_config.model_dir), "--json", "--python", sys.executable])
+    assert '"interpreter-not-implemented"' in js.output and '"manifest_commit": "ace7c47"' in js.output
+    assert '"interpreter-pins"' in js.output  # this interpreter is not upstream's torch 2.3.1 / transformers 4.51.3
+
+
+def test_sixteen_khz_floor_in_the_audit_policy_and_channel_handling() -> None:
+    leak = [{"key": "speaker"}]
+    assert AuditPolicy(name="p", leakage=leak).min_sample_rate_hz is None  # default: no floor, as before
+    with pytest.raises(ValidationError, match="below min_sample_rate_hz 16000"):
+        AuditPolicy(name="p", leakage=leak, sample_rate_hz=8000, min_sample_rate_hz=16000)
+    stereo = torch.stack([torch.linspace(-1, 1, 24000), torch.zeros(24000)])
+    assert torch.equal(features.embedding_input_16k(stereo, 24000), features.to_16k(stereo[:1], 24000))  # channel 0, as extract_embedding.py
+    assert torch.allclose(features.token_input_16k(stereo, 24000), features.to_16k(stereo, 24000).mean(dim=0, keepdim=True))
