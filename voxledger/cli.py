@@ -90,6 +90,7 @@ def _register() -> None:
         cli_capabilities,
         cli_core,
         cli_corpus,
+        cli_cosyvoice3,
         cli_demo,
         cli_equivalence,
         cli_listening,
