@@ -118,28 +118,67 @@ class Blinding(Frozen):
     pad_to: Literal["none", "prompt_max"] = "prompt_max"
     pad_bucket_s: float = Field(default=0.25, gt=0)
     pseudonym_hex_chars: int = Field(default=16, ge=12, le=64)
+    # channels that identify a source without being part of what is judged (docs/listening.md)
+    high_pass_hz: float = Field(default=60.0, gt=0, le=200)  # one zero-phase high-pass for every clip: removes DC and rumble
+    trim_threshold_db: float = Field(default=-40.0, lt=0)  # silence = 10 ms frames this far below the clip's loudest frame
+    edge_silence_s: float = Field(default=0.15, ge=0, le=2)  # after trimming, every clip starts (and at least ends) with this
+    noise_floor_dbfs: float = Field(default=-66.0, ge=-100, le=-40)  # one white noise floor (RMS) under every clip
+    hidden_reference_gain_db: float = Field(default=-0.2, ge=-1, le=1)  # hidden reference vs open reference (inaudible)
+    hidden_reference_delay_samples: float = Field(default=0.5, ge=0, le=4)  # fractional delay of the hidden reference
+    leak_auc_max: float = Field(default=0.8, gt=0.5, le=1)  # a feature that separates candidates better fails the leak check
+    on_leak: Literal["fail", "warn"] = "fail"
 
 
 class ScreeningRules(Frozen):
-    """Versioned post-screening (BS.1534-3 reference rule, P.808 gold and variance rules)."""
+    """Versioned post-screening (BS.1534-3 reference and anchor rules, P.808 gold and variance rules).
+
+    ``min_rating_variance`` is compared with the population variance (ddof = 0) of a rater's ACR
+    stimulus ratings. ``mushra_anchor_max``: BS.1534-3 excludes an assessor who rates the mid-range
+    anchor above 90 on more than 15% of items; our screens carry only the 3.5 kHz low-range anchor,
+    so the rule is applied to it (a stricter sign of not listening).
+    """
 
     version: Literal["voxledger.screening/1"] = "voxledger.screening/1"
     mushra_reference_min: float = 90.0
     mushra_reference_max_fraction: float = Field(default=0.15, ge=0, le=1)
+    mushra_anchor_max: float = 90.0
+    mushra_anchor_max_fraction: float = Field(default=0.15, ge=0, le=1)
     gold_tolerance: int = Field(default=1, ge=0)
     gold_max_failures: int = Field(default=0, ge=0)
     attention_max_failures: int = Field(default=0, ge=0)
     min_rating_variance: float = Field(default=0.1, ge=0)
 
 
+class SubmissionChecks(Frozen):
+    """Plausibility of a submission's log, and what a submission missing screening items means."""
+
+    max_playback_rate: float = Field(default=1.0, ge=1, le=4)  # the page pins 1.0; a play may not end sooner than duration / rate
+    timing_slack_s: float = Field(default=0.25, ge=0, le=5)  # allowed early ``ended`` per play (event and clock jitter)
+    min_listening_fraction: float = Field(default=1.0, ge=0, le=1)  # total listening vs the sum of the durations that had to be heard
+    on_implausible: Literal["flag", "refuse"] = "refuse"  # an implausible log refuses the file, or is only recorded
+    missing_screening: Literal["refuse", "fail_screening"] = "refuse"  # a file lacking a gold/attention/hidden-reference item
+
+
+MIN_RATERS = 5
+MIN_LISTENING_PROMPTS = 5
+"""Fewest included raters and prompts an interval or test needs (df = min(raters, prompts) - 1 >= 4)."""
+
+
 class Statistics(Frozen):
-    """How the aggregate is computed."""
+    """How the aggregate is computed.
+
+    Intervals and tests use a two-way cluster-robust variance over raters and prompts (crossed
+    units) with a t reference on min(raters, prompts) - 1 degrees of freedom; with fewer than
+    ``MIN_RATERS`` included raters or ``MIN_LISTENING_PROMPTS`` prompts they are reported as not
+    estimable. ``bootstrap_resamples`` and ``seed`` are kept for plan compatibility and unused.
+    """
 
     bootstrap_resamples: int = Field(default=2000, ge=100)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     seed: int = 0
     bt_max_iterations: int = Field(default=2000, ge=10)
     bt_tolerance: float = Field(default=1e-9, gt=0)
+    method: Literal["two_way_cluster_t"] = "two_way_cluster_t"
 
 
 DEFAULT_INSTRUCTIONS = (
@@ -162,6 +201,7 @@ class ListeningProtocol(Frozen):
     blinding: Blinding = Blinding()
     screening: ScreeningRules = ScreeningRules()
     statistics: Statistics = Statistics()
+    checks: SubmissionChecks = SubmissionChecks()
 
     @model_validator(mode="after")
     def _check(self) -> ListeningProtocol:

@@ -49,6 +49,45 @@ class LoudnessReport(Frozen):
     durations_s: tuple[float, ...]  # distinct padded durations in the packets
 
 
+class StimulusFeatures(Frozen):
+    """Simple per-file features a listener (or a script) could tell candidates apart by."""
+
+    pseudonym: str
+    candidate: str
+    prompt_id: str
+    dc_lsb: float  # mean sample value, in 16-bit LSB
+    leading_silence_s: float  # before the first 10 ms frame above -60 dBFS
+    trailing_silence_s: float
+    leading_zeros: int  # exact zero samples in the first 10 ms
+    rms_dbfs: float
+    peak_dbfs: float
+    duration_s: float
+    max_correlation: float  # highest |normalised cross-correlation| (+-2 samples) with another file of the same packet
+
+
+class FeatureSeparation(Frozen):
+    """How well one feature separates two candidates: AUC folded to >= 0.5 (0.5 = chance, 1 = perfectly)."""
+
+    feature: str
+    a: str
+    b: str
+    auc: float
+    n_a: int
+    n_b: int
+
+
+class LeakCheck(Frozen):
+    """The blinding-leak check of a packet set: per-file features and the worst separation per feature."""
+
+    auc_max: float  # the threshold from the protocol
+    action: Literal["fail", "warn"]
+    passed: bool
+    worst: tuple[FeatureSeparation, ...]  # per feature, the candidate pair it separates best
+    leaks: tuple[str, ...]  # features above the threshold, with the pair and AUC
+    hidden_reference_correlation_max: float | None  # highest correlation of a hidden reference with its open reference
+    features: tuple[StimulusFeatures, ...]
+
+
 class PacketRef(Frozen):
     """One rater's packet."""
 
@@ -71,6 +110,7 @@ class PacketSetParameters(Frozen):
     balance: BalanceAudit
     loudness: LoudnessReport
     skipped: tuple[str, ...]  # trials that could not be built, with the reason
+    leak_check: LeakCheck | None = None  # absent in packet sets exported before the check existed
 
 
 class PacketSetReceipt(ReceiptBase):
@@ -90,6 +130,20 @@ class RowRejection(Frozen):
     reason: str
 
 
+class LogCheck(Frozen):
+    """Plausibility of a submission's presentation log (see ``tasks/listening/plausibility.py``)."""
+
+    plausible: bool
+    flags: tuple[str, ...]
+    plays: int
+    plays_finished: int
+    plays_too_short: int  # finished plays shorter than duration / fastest rate - slack
+    ended_without_play: int
+    listening_s: float
+    required_listening_s: float
+    shortest_play_fraction: float | None  # min over finished plays of play time / sample duration
+
+
 class SubmissionParameters(Frozen):
     """One accepted submission: who, which packet, what was kept and refused."""
 
@@ -102,6 +156,7 @@ class SubmissionParameters(Frozen):
     rejected_rows: tuple[RowRejection, ...]
     plays: int
     listening_s: float
+    log_check: LogCheck | None = None  # absent in receipts written before the check existed
 
 
 class SubmissionReceipt(ReceiptBase):
@@ -146,8 +201,9 @@ class RaterScreening(Frozen):
     reasons: tuple[str, ...]
     gold_failures: int
     attention_failures: int
-    rating_variance: float | None
+    rating_variance: float | None  # population variance (ddof = 0) of the rater's ACR stimulus ratings
     mushra_reference_low_fraction: float | None
+    mushra_anchor_high_fraction: float | None = None  # share of MUSHRA screens with the low anchor above the bound
 
 
 class MissingCell(Frozen):
@@ -168,11 +224,15 @@ class Attrition(Frozen):
     cells: tuple[MissingCell, ...]
 
 
+CrossedMethod = Literal["two_way_cluster_t"]
+
+
 class CandidateScore(Frozen):
-    """Mean score of a candidate on a criterion with a rater-clustered bootstrap interval.
+    """Mean score of a candidate on a criterion with an interval clustered on raters and prompts.
 
     For A/B criteria the mean is the candidate's CMOS advantage over its opponents (its own
     side's score, sign-flipped when it was A), so every comparison counts for both candidates.
+    ``ci_low``/``ci_high`` are None when not estimable; ``note`` says why.
     """
 
     criterion: str
@@ -180,35 +240,52 @@ class CandidateScore(Frozen):
     candidate: str
     ratings: int
     raters: int
+    prompts: int = 0
     mean: float
     ci_low: float | None
     ci_high: float | None
+    method: CrossedMethod = "two_way_cluster_t"
+    df: int | None = None
+    note: str | None = None
 
 
 class PairedDelta(Frozen):
-    """``b - a`` paired within (rater, prompt) (for A/B: the CMOS of b over a), Wilcoxon tested."""
+    """``b - a`` paired within (rater, prompt) (for A/B: the CMOS of b over a), tested at the level of
+    raters and prompts (two-way cluster-robust t, df = min(raters, prompts) - 1)."""
 
     criterion: str
     task: TaskType
     a: str
     b: str
     pairs: int
+    raters: int = 0
+    prompts: int = 0
     mean_delta: float
     ci_low: float | None
     ci_high: float | None
-    wilcoxon_statistic: float | None
+    method: CrossedMethod = "two_way_cluster_t"
+    t_statistic: float | None = None
+    df: int | None = None
     p_value: float | None
     better: str | None  # the candidate the interval favours under the criterion's direction
+    note: str | None = None
 
 
 class BradleyTerry(Frozen):
-    """Bradley-Terry strengths (MM algorithm, ties count half) from A/B preferences."""
+    """Bradley-Terry strengths (MM algorithm, ties count half) from A/B preferences.
+
+    ``strengths`` is None when the maximum-likelihood fit does not exist: a disconnected comparison
+    graph, or a candidate set that won (or lost) every comparison with the rest (separable data);
+    ``note`` says which. ``converged`` is only ever True for an identifiable fit.
+    """
 
     criterion: str
-    strengths: dict[str, float]  # normalised to sum 1
+    identifiable: bool = True
+    strengths: dict[str, float] | None  # normalised to sum 1
     comparisons: int
     iterations: int
     converged: bool
+    note: str | None = None
 
 
 class Agreement(Frozen):
@@ -254,6 +331,9 @@ class AggregateResult(Frozen):
     agreement: tuple[Agreement, ...]
     bias: tuple[RaterBias, ...]
     rating_rows: int  # rows of the ``ratings`` subject blob (a JSON list of RatingRow)
+    # agreement over candidate stimuli only: ``agreement`` also counts the MUSHRA hidden reference
+    # and low anchor, which raters agree on easily and which inflate alpha
+    agreement_candidates_only: tuple[Agreement, ...] = ()
 
 
 class AggregateReceipt(ReceiptBase):

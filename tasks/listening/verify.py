@@ -2,7 +2,10 @@
 
 A submission is refused whole when it is unreadable, foreign (its packet is not in the set),
 forged (the token is not the home's HMAC of the packet digest) or edited (the MAC over its
-canonical bytes no longer matches). Otherwise each rating row is checked on its own: the trial
+canonical bytes no longer matches). A file is also refused when it holds a number JSON cannot
+carry canonically (NaN, Infinity, an integer beyond +-2^53), when its log is implausible under the
+protocol's ``checks`` (see ``plausibility``), or when no row survives. A UTF-8 byte order mark is
+accepted. Otherwise each rating row is checked on its own: the trial
 and stimulus belong to the packet, the criterion was asked, the score is on the scale, the row
 is not a duplicate, and the log shows the trial presented and every needed sample played to the
 end before the rating, with the last logged rating equal to the exported score.
@@ -10,7 +13,10 @@ end before the rating, with the last logged rating equal to the exported score.
 
 from __future__ import annotations
 
+import io
 import json
+import math
+import wave
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -19,18 +25,22 @@ from pydantic import ValidationError
 from voxledger.schemas.canonical import sha256_hex
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import (
+    LogEvent,
     PacketManifest,
     PacketTrial,
     Scale,
     Submission,
+    SubmissionChecks,
     SubmissionRating,
 )
-from voxledger.schemas.listening_receipts import PacketSetReceipt, RowRejection
+from voxledger.schemas.listening_receipts import LogCheck, PacketSetReceipt, RowRejection
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.trees import build_manifest, load_manifest
 from voxledger.tasks.listening.keys import submission_mac, tokens_match
+from voxledger.tasks.listening.plausibility import check_log
 
 MAX_SUBMISSION_BYTES = 20_000_000
+MAX_JSON_INTEGER = 2**53 - 1  # RFC 8785 (I-JSON): larger integers have no exact canonical form
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class Packet:
     manifest: PacketManifest
     trials: dict[str, PacketTrial]
     scales: dict[str, Scale]
+    durations_s: dict[str, float] = field(default_factory=dict)  # pseudonym -> length of its audio file
 
 
 @dataclass
@@ -58,6 +69,7 @@ class Checked:
     rejected: list[RowRejection] = field(default_factory=list)
     plays: int = 0
     listening_s: float = 0.0
+    log_check: LogCheck | None = None
 
 
 def rated_stimuli(trial: PacketTrial) -> tuple[str, ...]:
@@ -74,9 +86,16 @@ def load_packets(blobs: LocalBlobStore, receipt: PacketSetReceipt) -> dict[str, 
         if sha256_hex(data) != ref.packet_sha256:
             raise PacketError(f"stored packet.json of rater {ref.rater_id} does not hash to {ref.packet_sha256}")
         manifest = PacketManifest.model_validate_json(data)
+        durations = {a.id: wav_duration_s(blobs.get_bytes(entries[a.file])) for a in manifest.audio if a.file in entries}
         out[ref.packet_sha256] = Packet(ref.rater_id, ref.packet_sha256, ref.tree_sha256, manifest,
-                                        {t.id: t for t in manifest.trials}, {c.name: c.scale for c in manifest.criteria})  # fmt: skip
+                                        {t.id: t for t in manifest.trials}, {c.name: c.scale for c in manifest.criteria}, durations)  # fmt: skip
     return out
+
+
+def wav_duration_s(data: bytes) -> float:
+    """Length in seconds of a packet's PCM WAV file (from its header)."""
+    with wave.open(io.BytesIO(data)) as w:
+        return w.getnframes() / w.getframerate()
 
 
 def verify_packet_dir(folder: Path) -> PacketManifest:
@@ -104,14 +123,47 @@ def verify_packet_dir(folder: Path) -> PacketManifest:
     return manifest
 
 
-def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret: bytes) -> Checked:
-    """File-level checks, then row checks. Raises PacketError with the reason for a refused file."""
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number a submission can hold")
+
+
+def parse_json(data: bytes) -> object:
+    """Decode UTF-8 JSON (a leading byte order mark is allowed); PacketError for NaN, Infinity or huge integers."""
     if len(data) > MAX_SUBMISSION_BYTES:
         raise PacketError(f"file is {len(data)} bytes, more than the {MAX_SUBMISSION_BYTES} a submission can be")
     try:
-        raw = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise PacketError(f"not UTF-8 JSON ({exc})") from exc
+    bad = _bad_number(raw, "$")
+    if bad:
+        raise PacketError(f"number out of range at {bad}: every number must be finite and integers within +-2^53; export the file again")
+    return raw
+
+
+def _bad_number(value: object, where: str) -> str | None:
+    """Path and value of the first number RFC 8785 cannot carry exactly, or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_JSON_INTEGER:
+        return f"{where} ({value})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} ({value})"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _bad_number(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+        if found:
+            return found
+    return None
+
+
+def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret: bytes, checks: SubmissionChecks | None = None) -> Checked:
+    """File-level checks, then row checks, then the log's plausibility under ``checks``.
+
+    Raises PacketError with the reason for a refused file (never another exception for bad content).
+    """
+    checks = checks or SubmissionChecks()
+    raw = parse_json(data)
     try:
         sub = Submission.model_validate(raw)
     except ValidationError as exc:
@@ -131,7 +183,19 @@ def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret:
         raise PacketError("the presentation log is out of order (timestamps go backwards)")
     checked = Checked(name, data, sha256_hex(data), sub, packet)
     _check_rows(checked)
+    if not checked.accepted:
+        first = f" (first: {checked.rejected[0].reason})" if checked.rejected else ""
+        raise PacketError(f"no valid rating rows: {len(checked.rejected)} row(s) refused{first}; nothing of this file can be used")
+    heard = {s for r in checked.accepted for s in _needed(packet.trials[r.trial], r.stimulus)}
+    checked.log_check = check_log(sub.log, packet.durations_s, heard, checks)
+    if not checked.log_check.plausible and checks.on_implausible == "refuse":
+        raise PacketError("implausible listening log: " + "; ".join(checked.log_check.flags))
     return checked
+
+
+def _needed(trial: PacketTrial, stimulus: str) -> tuple[str, ...]:
+    """The samples that must be played to the end before ``stimulus`` is rated in ``trial``."""
+    return trial.stimuli if trial.task == "ab" else (stimulus,)
 
 
 def _check_rows(c: Checked) -> None:
@@ -169,8 +233,7 @@ def _row_problem(packet: Packet, row: SubmissionRating, seen: set[tuple[str, str
     before = [e for e in log if e.trial == row.trial and e.t_ms <= row.t_ms]
     if not any(e.event == "present" for e in before):
         return f"the log never presented trial {row.trial} before this rating"
-    needed = trial.stimuli if trial.task == "ab" else (row.stimulus,)
-    for stim in needed:
+    for stim in _needed(trial, row.stimulus):
         events = [e.event for e in before if e.stimulus == stim]
         if "ended" not in events or "play" not in events[: events.index("ended")]:
             return f"sample {stim} was not played to the end before the rating"

@@ -81,15 +81,25 @@ def oracle_scorer(bias: float = 0.0) -> Scorer:
     return score
 
 
-def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scorer, *, skip_trials: int = 0, session: str = "a" * 32) -> dict[str, Any]:
-    """The submission the page would export after rating every trial (but the last ``skip_trials``)."""
+def durations_ms(packet_dir: Path, manifest: PacketManifest) -> dict[str, int]:
+    """Length of every audio file of a packet in whole milliseconds (rounded up)."""
+    return {a.id: -(-sf.info(str(packet_dir / a.file)).frames * 1000 // 16000) for a in manifest.audio}
+
+
+def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scorer, *, skip_trials: int = 0, session: str = "a" * 32,
+                        play_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The submission the page would export after rating every trial (but the last ``skip_trials``).
+
+    Each sample plays for its real duration, or ``play_ms`` when given (a fabricated log).
+    """
     manifest = PacketManifest.model_validate_json((packet_dir / "packet.json").read_bytes())
     binding = read_binding(packet_dir / "index.html")
+    lengths = durations_ms(packet_dir, manifest)
     t, log, ratings = 100, [], []
 
-    def note(event: str, trial: str | None = None, stimulus: str | None = None, detail: str | None = None) -> None:
+    def note(event: str, trial: str | None = None, stimulus: str | None = None, detail: str | None = None, after_ms: int = 700) -> None:
         nonlocal t
-        t += 700
+        t += after_ms
         log.append({"t_ms": t, "event": event, "trial": trial, "stimulus": stimulus, "detail": detail})
 
     note("start")
@@ -98,7 +108,7 @@ def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scor
         note("present", trial.id)
         for s in trial.stimuli:
             note("play", trial.id, s)
-            note("ended", trial.id, s)
+            note("ended", trial.id, s, after_ms=lengths[s] + 20 if play_ms is None else play_ms)
         versus = key[trial.stimuli[0]] if trial.task == "ab" else None
         for crit in trial.criteria:
             for s in rated_stimuli(trial):

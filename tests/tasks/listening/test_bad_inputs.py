@@ -73,18 +73,18 @@ def _key(ex: Exported, commitment: str):  # type: ignore[no-untyped-def]
 
 def test_bad_rows_refused_one_by_one(exported: Exported, tmp_path: Path) -> None:
     doc = doc_for(exported, "r01")
-    rows = doc["ratings"]
+    rows = [r for r in doc["ratings"] if exported.key[r["stimulus"]].role == "stimulus"]  # screening rows stay intact
     rows[0]["score"] = 7  # off the 1-5 scale
     rows[1]["score"] = 1 if rows[1]["score"] != 1 else 2  # on the scale but not what the log recorded
-    rows.append(dict(rows[2]))  # a duplicate
-    rows.append(rows[3] | {"stimulus": "s" + "0" * 16})  # not in this trial
+    doc["ratings"].append(dict(rows[2]))  # a duplicate
+    doc["ratings"].append(rows[3] | {"stimulus": "s" + "0" * 16})  # not in this trial
     unplayed = rows[4]["stimulus"]
     doc["log"] = [e for e in doc["log"] if not (e["event"] == "ended" and e["stimulus"] == unplayed)]
     out = aggregate_ratings(exported.home, exported.receipt_id, [write_json(tmp_path / "s.json", resealed(doc))])
     res = out.receipt.result
     assert res.submissions_accepted == 1 and res.rejected_rows == 5
     sub = exported.home.receipts.read(out.submission_receipts[0])
-    reasons = [r.reason for r in sub.parameters.rejected_rows]  # type: ignore[attr-defined]
+    reasons = sorted((r.reason for r in sub.parameters.rejected_rows), key=lambda r: not r.startswith("score 7"))  # type: ignore[attr-defined]
     assert reasons[0] == "score 7 is outside the scale [1, 5] step 1"
     assert reasons[1].startswith("score ") and "differs from the last rating the log recorded" in reasons[1]
     assert f"sample {unplayed} was not played to the end before the rating" in reasons
