@@ -63,6 +63,9 @@ class AuditPolicy(Frozen):
     name: str
     leakage: tuple[LeakageRule, ...] = Field(min_length=1)
     sample_rate_hz: int = Field(default=16000, gt=0)
+    # a floor the training backend needs (cosyvoice3: 16000, upstream drops anything below it);
+    # every audited file must have sample_rate_hz, so the floor is checked against it. None: no floor.
+    min_sample_rate_hz: int | None = Field(default=None, gt=0)
     channels: int = Field(default=1, ge=1)
     min_duration_s: float = Field(default=0.3, ge=0)
     max_duration_s: float = Field(default=30.0, gt=0)
@@ -83,6 +86,9 @@ class AuditPolicy(Frozen):
     def _check(self) -> AuditPolicy:
         if self.min_duration_s >= self.max_duration_s:
             raise ValueError(f"min_duration_s {self.min_duration_s} must be below max_duration_s {self.max_duration_s}")
+        if self.min_sample_rate_hz is not None and self.sample_rate_hz < self.min_sample_rate_hz:
+            raise ValueError(f"sample_rate_hz {self.sample_rate_hz} is below min_sample_rate_hz {self.min_sample_rate_hz}; "
+                             f"resample the corpus to at least {self.min_sample_rate_hz} Hz and set sample_rate_hz to match")
         keys = [r.key for r in self.leakage]
         if len(set(keys)) != len(keys):
             raise ValueError(f"leakage keys repeat: {keys}; give each key once")
