@@ -1,0 +1,58 @@
+"""Dashboard pieces on hand-made catalog rows: fast, no pipeline run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from voxledger.dashboards.html import interval
+from voxledger.dashboards.lineage_svg import Node, collapse_checkpoints, draw
+from voxledger.dashboards.runs import audit
+from voxledger.stores.catalog import Catalog
+
+from tests.factories import hexd
+
+
+def test_missing_interval_reads_no_ci_with_its_note_never_zero_width() -> None:
+    cell = interval(0.25, None, None, "2 prompt(s); cluster_t needs at least 5 (add prompts to the plan)")
+    assert "no CI" in cell and "needs at least 5" in cell
+    assert "[" not in cell  # no interval drawn, not even [0.25, 0.25]
+    notes: list[str] = []
+    assert "no CI<sup>1</sup>" in interval(0.5, None, None, "few prompts", notes)
+    assert "no CI<sup>1</sup>" in interval(0.6, None, None, "few prompts", notes)  # one footnote per distinct note
+    assert notes == ["few prompts"]
+    assert "[0.1, 0.3]" in interval(0.2, 0.1, 0.3, None)
+
+
+def test_checkpoint_series_collapse_into_one_box_per_run() -> None:
+    run = hexd(900)
+    ckpts = {hexd(i): (run, i) for i in range(9)}
+    nodes = {rid: Node(kind="checkpoint", name="", title=rid) for rid in ckpts}
+    nodes |= {hexd(100): Node(kind="audit", name="corpus demo", title=hexd(100)), hexd(101): Node(kind="training_run", name="tiny-base", title=hexd(101))}
+    edges = {(hexd(100), rid) for rid in ckpts} | {(rid, hexd(101)) for rid in ckpts}
+    out, merged = collapse_checkpoints(nodes, edges, ckpts, {run: 6})
+    assert len(out) == 3
+    box = out[f"checkpoints:{run}"]
+    assert (box["kind"], box["name"]) == ("checkpoints x9", "epochs 0-8, best = epoch 6")
+    assert merged == {(hexd(100), f"checkpoints:{run}"), (f"checkpoints:{run}", hexd(101))}
+    svg = draw(out, merged)
+    assert svg.count("<rect") == 3 and "corpus demo" in svg and "tiny-base" in svg
+    assert hexd(3) in svg  # every collapsed digest stays reachable in the box's tooltip
+
+
+def test_audit_section_counts_findings_by_code_and_severity(tmp_path: Path) -> None:
+    catalog, rid = Catalog(tmp_path / "catalog.duckdb"), hexd(1)
+    findings = [("split_leakage", "error", ["u1", "u2"], "speaker s1 in train and test"), ("clipping", "warning", ["u3"], "u3 clips"),
+                ("clipping", "warning", ["u4", "u5", "u6", "u7", "u8"], "5 files clip")]  # fmt: skip
+    with catalog.connect() as con:
+        con.execute("INSERT INTO receipts VALUES (?, 'audit', 1, 'f', 't', 'failed', now(), now(), NULL, ?)",
+                    [rid, json.dumps({"result": {"n_utterances": 40}})])  # fmt: skip
+        con.execute("INSERT INTO audits VALUES (?, 'demo', 'fail', ?)", [rid, hexd(2)])
+        for seq, (code, sev, ids, msg) in enumerate(findings):
+            con.execute("INSERT INTO audit_findings VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)", [rid, seq, code, sev, ids, msg])
+    with catalog.connect(read_only=True) as con:
+        html = audit(con)
+    assert "corpus <b>demo</b>: 40 utterances" in html and "3 findings" in html
+    assert "<td>clipping</td><td><span class=\"warn\">warning</span></td><td>2</td><td>6</td>" in html  # 2 findings naming 6 utterances
+    assert html.index("split_leakage") < html.index("clipping")  # errors first
+    assert "u4, u5, u6, u7 (+1)" in html
