@@ -56,7 +56,8 @@ def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
     return receipt
 
 
-def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, plan_sha: str, base_sha: str | None, backend_sha: str) -> TrainingInputs:
+def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, plan_sha: str, base_sha: str | None, backend_sha: str,
+                backend: Any = None) -> TrainingInputs:  # fmt: skip
     """Re-hash the corpus and refuse it if it is not exactly what the audit saw."""
     loaded = load_corpus(corpus)
     manifest_sha = canonical_digest(loaded.utterances)
@@ -65,16 +66,26 @@ def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, p
     for name, now, then in (("manifest", manifest_sha, audit.parameters.manifest_sha256), ("audio tree", tree_sha, audit.parameters.audio_tree_sha256)):
         if now != then:
             raise TrainingError(f"corpus {corpus} changed since audit {audit_rid}: {name} is {now}, the audit saw {then}; audit it again")
-    features = _features_tree(home, loaded)
+    features = _features_tree(home, loaded, backend)
     return TrainingInputs(audit_receipt=audit_rid, plan_sha256=plan_sha, base_sha256=base_sha, manifest_sha256=manifest_sha,
                           audio_tree_sha256=tree_sha, features_sha256=features, code_sha256=code_identity().source_sha256,
                           backend_sha256=backend_sha)  # fmt: skip
 
 
-def _features_tree(home: Home, loaded: Any) -> str:
-    """Digest of the per-utterance side files the backend reads (e.g. phoneme alignments)."""
+def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
+    """Digest of the per-utterance side files the backend trains on, each stored as a blob.
+
+    A backend that derives them (tiny: phoneme durations, from alignment files or forced
+    alignment) lists them through ``feature_files``; otherwise the corpus's own alignment files
+    are the features.
+    """
     from voxledger.stores.hashing import hash_files
 
+    derive = getattr(backend, "feature_files", None)  # optional part of the Backend protocol
+    if derive is not None:
+        files = derive(loaded)
+        entries = tuple(TreeEntry(path=rel, size_bytes=len(files[rel]), sha256=home.blobs.put_bytes(files[rel]), executable=False) for rel in sorted(files))
+        return home.blobs.put_bytes(manifest_bytes(TreeManifest(entries=entries)))
     rel = sorted({str(u.extra["alignment"]) for u in loaded.utterances.utterances if "alignment" in u.extra})
     paths = [loaded.root / r for r in rel]
     missing = [r for r, p in zip(rel, paths) if not p.is_file()]
@@ -99,7 +110,7 @@ def train_adapter_fn(
     backend = get_backend(plan.backend)
     if plan.mode == "lora" and base_sha is None and backend.needs_stored_base:
         raise TrainingError(f"plan {plan_name} is a LoRA plan for backend {plan.backend}: give the base model digest (a full-mode run's 'best' output)")
-    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()))
+    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()), backend)
     run_key = cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
     hit = reuse(home, run_key, TrainingRunReceipt, report=progress)
     if hit is not None:

@@ -18,12 +18,20 @@ import torch
 from peft import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 from voxledger.schemas.canonical import canonical_bytes
-from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.errors import CorpusError, TrainingError
 from voxledger.schemas.training import TrainingPlan
 from voxledger.tasks.backends.base import TrainingSetup
 from voxledger.tasks.backends.tiny import training as tt
+from voxledger.tasks.backends.tiny.align import durations_path
 from voxledger.tasks.backends.tiny.audio import NormStats, compute_norm_stats
-from voxledger.tasks.backends.tiny.data import TinyBatch, TinyDataset, load_utterances
+from voxledger.tasks.backends.tiny.data import (
+    CorpusExample,
+    TinyBatch,
+    TinyDataset,
+    corpus_durations,
+    load_examples,
+    to_utterance,
+)
 from voxledger.tasks.backends.tiny.model import (
     TinyTTS,
     TinyTTSConfig,
@@ -34,6 +42,7 @@ from voxledger.tasks.backends.tiny.model import (
 )
 from voxledger.tasks.backends.tiny.synth import synthesize as tiny_synthesize
 from voxledger.tasks.corpus.espeak import phoneme_inventory
+from voxledger.tasks.corpus.records import LoadedCorpus
 from voxledger.tasks.tensorio import save_deterministic
 
 MODEL_FILE = "model.safetensors"
@@ -69,40 +78,47 @@ class TinyBackend:
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
         self._plan = plan
+        train = self._examples(corpus_root, plan.train_splits, plan)
+        cv = self._examples(corpus_root, plan.cv_splits, plan)
         if plan.mode == "full":
-            model, config = self._fresh(corpus_root, plan)
+            model, config = self._fresh(train, plan)
         else:
             if base_dir is None:
                 raise TrainingError(f"plan {plan.name}: LoRA mode needs a base model (give the base run's model digest)")
             model, config = self._lora(base_dir, plan)
-        train = self._utterances(corpus_root, plan.train_splits, config, plan)
-        cv = self._utterances(corpus_root, plan.cv_splits, config, plan)
+        train_utts = [to_utterance(e, config) for e in train]
+        cv_utts = [to_utterance(e, config) for e in cv]
         if self._norm is None:
-            self._norm = compute_norm_stats(u.mel for u in train)
-        self._train = TinyDataset(train, config, self._norm, plan.frames_per_batch)
-        cv_set = TinyDataset(cv, config, self._norm, plan.frames_per_batch)
+            self._norm = compute_norm_stats(u.mel for u in train_utts)
+        self._train = TinyDataset(train_utts, config, self._norm, plan.frames_per_batch)
+        cv_set = TinyDataset(cv_utts, config, self._norm, plan.frames_per_batch)
+        sources = sorted({e.durations.source for e in (*train, *cv)})
         effective = {"model": config.model_dump(mode="json"), "frames_per_batch": plan.frames_per_batch,
-                     "train_utterances": len(train), "cv_utterances": len(cv)}  # fmt: skip
+                     "train_utterances": len(train), "cv_utterances": len(cv), "duration_sources": sources}  # fmt: skip
         return TrainingSetup(model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed))
 
-    def _utterances(self, root: Path, splits: tuple[str, ...], config: TinyTTSConfig, plan: TrainingPlan) -> list[Any]:
-        utts = load_utterances(root, splits, config)
-        if plan.speakers is not None:
-            utts = [u for u in utts if u.speaker in plan.speakers]
-        if not utts:
-            raise TrainingError(f"plan {plan.name}: no utterances in splits {list(splits)} for speakers {plan.speakers}")
-        return utts
+    def feature_files(self, loaded: LoadedCorpus) -> dict[str, bytes]:
+        """The per-utterance durations files training reads (relative path -> bytes): the features tree.
 
-    def _fresh(self, root: Path, plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
-        import json as _json
+        Utterances with an alignment file are converted from it; the others are force-aligned
+        against espeak-ng (`align`). ``setup`` reads the very same durations (memoised per process).
+        """
+        return {durations_path(uid): d.to_bytes(uid) for uid, d in corpus_durations(loaded).items()}
 
-        speakers: set[str] = set()
-        with open(root / "manifest.jsonl", encoding="utf-8") as f:
-            for line in f:
-                row = _json.loads(line)
-                if row["split"] in plan.train_splits and (plan.speakers is None or row["speaker"] in plan.speakers):
-                    speakers.add(row["speaker"])
-        config = TinyTTSConfig(phonemes=tuple(phoneme_inventory()), speakers=tuple(sorted(speakers)), **plan.model)  # type: ignore[arg-type]
+    def _examples(self, root: Path, splits: tuple[str, ...], plan: TrainingPlan) -> list[CorpusExample]:
+        try:
+            return load_examples(root, splits, plan.speakers)
+        except CorpusError as exc:
+            raise TrainingError(f"plan {plan.name}: {exc}") from None
+
+    def _fresh(self, train: list[CorpusExample], plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
+        languages = sorted({e.language for e in train})
+        if len(languages) != 1:
+            raise TrainingError(f"plan {plan.name}: training utterances mix languages {languages}; train one language per model (select speakers or splits)")
+        # the espeak English inventory keeps demo models comparable; other languages add their own phonemes
+        phonemes = sorted(set(phoneme_inventory()) | {p for e in train for p in e.durations.phonemes})
+        speakers = sorted({e.speaker for e in train})
+        config = TinyTTSConfig(phonemes=tuple(phonemes), speakers=tuple(speakers), language=languages[0], **plan.model)  # type: ignore[arg-type]
         torch.manual_seed(plan.seed)
         return TinyTTS(config), config
 

@@ -1,8 +1,11 @@
 """Corpus -> training examples for the tiny backend, and a resumable, seeded batch order.
 
-Reads the demo corpus layout: ``manifest.jsonl`` rows with ``id``, ``audio``, ``speaker``,
-``split`` and ``alignment`` (paths relative to the corpus root), 16 kHz wavs, and alignment JSON
-``{"sample_rate_hz": 16000, "phonemes": [{"phoneme", "start_sample", "end_sample"}]}``.
+Reads any corpus `load_corpus` reads (voxledger JSONL, Kaldi, the public layouts): text and
+audio in any format, rate and channel count (down-mixed and resampled to 16 kHz mono). Phoneme
+durations come from the utterance's own alignment file when the manifest names one (column
+``alignment``: JSON ``{"sample_rate_hz": 16000, "phonemes": [{"phoneme", "start_sample",
+"end_sample"}]}``, as the demo corpus writes) and otherwise from forced alignment against
+espeak-ng (`align`).
 
 Phoneme boundaries in samples become frame counts by rounding each boundary to the nearest hop
 (256 samples) and pinning the last boundary to the clip's frame count, so durations always sum
@@ -14,22 +17,22 @@ at epoch e, batch k replays the same batches from k on.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import soxr
 import torch
 from voxledger.schemas.errors import CorpusError
-from voxledger.tasks.backends.tiny.audio import (
-    HOP_LENGTH,
-    SAMPLE_RATE_HZ,
-    NormStats,
-    frame_count,
-    log_mel,
-)
+from voxledger.schemas.manifest import Utterance
+from voxledger.tasks.backends.tiny.align import Durations, durations_by_warp, durations_from_file
+from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, frame_count, log_mel
 from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTSConfig
+from voxledger.tasks.corpus.audio import DECODE_ERRORS, read_utterance
+from voxledger.tasks.corpus.manifests import load_corpus
+from voxledger.tasks.corpus.paths import resolve_audio_path
+from voxledger.tasks.corpus.records import LoadedCorpus
 
 DEFAULT_FRAMES_PER_BATCH = 3000
 LENGTH_JITTER = 0.1  # log-scale noise on lengths before sorting, so batches vary by epoch
@@ -65,66 +68,104 @@ class TinyBatch:
         return int(self.durations.sum())
 
 
-def frame_durations(end_samples: list[int], n_frames: int) -> np.ndarray:
-    """Frames per phoneme from phoneme end positions (samples), summing exactly to ``n_frames``."""
-    ends = np.floor(np.asarray(end_samples, dtype=np.float64) / HOP_LENGTH + 0.5).astype(np.int64)
-    ends = np.maximum.accumulate(np.clip(ends, 0, n_frames))
-    ends[-1] = n_frames
-    return np.diff(ends, prepend=0)
+@dataclass(frozen=True)
+class CorpusExample:
+    """One utterance read for training, before its phonemes are mapped to a model's ids."""
+
+    id: str
+    speaker: str
+    language: str
+    durations: Durations
+    mel: np.ndarray
 
 
-def read_manifest(corpus_dir: Path, splits: tuple[str, ...]) -> list[dict[str, object]]:
-    """Manifest rows whose ``split`` is in ``splits``, in file order."""
-    path = corpus_dir / "manifest.jsonl"
-    if not path.is_file():
-        raise CorpusError(f"{path} not found; build the corpus first (build_demo_corpus)")
-    rows = []
-    for line_no, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{line_no}: not JSON ({exc}); fix or rebuild") from None
-        if row.get("split") in splits:
-            rows.append(row)
-    return rows
+def read_audio_16k(loaded: LoadedCorpus, utt: Utterance) -> np.ndarray:
+    """The utterance's samples as mono float32 at 16 kHz (channels averaged, soxr VHQ resampling).
 
-
-def load_utterance(corpus_dir: Path, row: dict[str, object], config: TinyTTSConfig) -> TinyUtterance:
-    """Read one manifest row's audio and alignment into a `TinyUtterance`."""
-    wav_path = corpus_dir / str(row["audio"])
-    align_path = corpus_dir / str(row["alignment"])
-    wave, rate = sf.read(wav_path, dtype="float32", always_2d=False)
-    if rate != SAMPLE_RATE_HZ or wave.ndim != 1:
-        raise CorpusError(
-            f"{wav_path}: {rate} Hz, shape {wave.shape}; the tiny backend needs mono 16000 Hz"
-        )
-    alignment = json.loads(align_path.read_text())
-    if alignment.get("sample_rate_hz") != SAMPLE_RATE_HZ or not alignment.get("phonemes"):
-        raise CorpusError(f"{align_path}: needs sample_rate_hz 16000 and a non-empty phoneme list")
-    segments = alignment["phonemes"]
+    Raises:
+        CorpusError: the file cannot be decoded, or its segment lies outside the recording.
+    """
+    path = resolve_audio_path(loaded.root, utt.audio, loaded.audio_roots, where=loaded.origins.get(utt.id, ""))
     try:
-        ids = [config.phoneme_id(seg["phoneme"]) for seg in segments]
+        data, rng = read_utterance(path, utt)
+    except DECODE_ERRORS as exc:
+        raise CorpusError(f"{utt.id}: cannot decode {path} ({exc}); re-encode it as WAV or FLAC") from None
+    mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    if rng.sample_rate_hz != SAMPLE_RATE_HZ:
+        mono = soxr.resample(mono, rng.sample_rate_hz, SAMPLE_RATE_HZ, quality="VHQ")
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+# Durations of one process, keyed by what they are computed from: training binds the features
+# tree (`corpus_durations`) and then loads the same utterances, and must not align them twice.
+_DURATIONS: dict[tuple[object, ...], Durations] = {}
+
+
+def utterance_durations(loaded: LoadedCorpus, utt: Utterance, mel: np.ndarray | None = None) -> Durations:
+    """Frames per phoneme of ``utt``: from its alignment file when it has one, else by `align`."""
+    audio = resolve_audio_path(loaded.root, utt.audio, loaded.audio_roots)
+    side = loaded.root / str(utt.extra["alignment"]) if "alignment" in utt.extra else None
+    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in (audio, side) if f is not None and f.is_file()]
+    key = (tuple(stamp), utt.start_s, utt.end_s, utt.text, utt.language, str(side))
+    if key not in _DURATIONS:
+        if side is not None:
+            if not side.is_file():
+                raise CorpusError(f"{utt.id}: alignment file {side} not found; restore it or drop the 'alignment' column")
+            _DURATIONS[key] = durations_from_file(side, len(mel) if mel is not None else _frame_count(loaded, utt, audio))
+        else:
+            mel = log_mel(read_audio_16k(loaded, utt)) if mel is None else mel
+            _DURATIONS[key] = durations_by_warp(mel, utt.text, utt.language)
+    return _DURATIONS[key]
+
+
+def _frame_count(loaded: LoadedCorpus, utt: Utterance, audio: Path) -> int:
+    """Mel frames of ``utt`` without decoding it when the header says 16 kHz and it is whole."""
+    info = sf.info(str(audio))
+    if info.samplerate == SAMPLE_RATE_HZ and not utt.is_segment:
+        return frame_count(info.frames)
+    return frame_count(len(read_audio_16k(loaded, utt)))
+
+
+def corpus_durations(loaded: LoadedCorpus) -> dict[str, Durations]:
+    """Durations of every utterance of the corpus (the features tree of a tiny training run)."""
+    return {u.id: utterance_durations(loaded, u) for u in loaded.utterances.utterances}
+
+
+def load_examples(corpus_dir: str | Path, splits: tuple[str, ...], speakers: tuple[str, ...] | None = None) -> list[CorpusExample]:
+    """Every utterance of ``splits`` (and ``speakers``) in manifest order, any layout `load_corpus` reads.
+
+    Raises:
+        CorpusError: no utterance matches, or one cannot be read or aligned.
+    """
+    loaded = load_corpus(Path(corpus_dir))
+    chosen = [u for u in loaded.utterances.utterances if u.split in splits and (speakers is None or u.speaker in speakers)]
+    if not chosen:
+        raise CorpusError(f"{loaded.root}: no utterances in splits {list(splits)}"
+                          + (f" for speakers {list(speakers)}" if speakers is not None else "")
+                          + f" (splits present: {sorted(loaded.utterances.splits())})")  # fmt: skip
+    examples = []
+    for u in chosen:
+        mel = log_mel(read_audio_16k(loaded, u))
+        examples.append(CorpusExample(u.id, u.speaker, u.language, utterance_durations(loaded, u, mel), mel))
+    return examples
+
+
+def to_utterance(example: CorpusExample, config: TinyTTSConfig) -> TinyUtterance:
+    """Map an example's phonemes to ``config``'s ids; CorpusError names an unknown phoneme."""
+    try:
+        ids = [config.phoneme_id(p) for p in example.durations.phonemes]
     except KeyError as exc:
-        raise CorpusError(f"{align_path}: {exc.args[0]}") from None
-    mel = log_mel(wave)
-    durations = frame_durations([int(seg["end_sample"]) for seg in segments], frame_count(len(wave)))
-    return TinyUtterance(
-        id=str(row["id"]), speaker=str(row["speaker"]),
-        phoneme_ids=np.asarray(ids, dtype=np.int64), durations=durations, mel=mel,
-    )
+        raise CorpusError(f"{example.id}: {exc.args[0]}") from None
+    frames = example.durations.frames
+    if int(frames.sum()) != len(example.mel):
+        raise CorpusError(f"{example.id}: durations cover {int(frames.sum())} frames, the audio has {len(example.mel)}")
+    return TinyUtterance(id=example.id, speaker=example.speaker, phoneme_ids=np.asarray(ids, dtype=np.int64),
+                         durations=frames, mel=example.mel)  # fmt: skip
 
 
-def load_utterances(
-    corpus_dir: str | Path, splits: tuple[str, ...], config: TinyTTSConfig
-) -> list[TinyUtterance]:
-    """Every utterance of ``splits`` in manifest order; raises CorpusError when there are none."""
-    root = Path(corpus_dir)
-    utterances = [load_utterance(root, row, config) for row in read_manifest(root, splits)]
-    if not utterances:
-        raise CorpusError(f"{root}/manifest.jsonl has no rows in splits {list(splits)}")
-    return utterances
+def load_utterances(corpus_dir: str | Path, splits: tuple[str, ...], config: TinyTTSConfig) -> list[TinyUtterance]:
+    """Every utterance of ``splits`` in manifest order as model inputs; CorpusError when there are none."""
+    return [to_utterance(e, config) for e in load_examples(corpus_dir, splits)]
 
 
 class TinyDataset:

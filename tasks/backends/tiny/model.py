@@ -42,6 +42,7 @@ class TinyTTSConfig(BaseModel):
 
     phonemes: tuple[str, ...] = Field(min_length=1)
     speakers: tuple[str, ...] = Field(min_length=1)
+    language: str = Field(default="en", description="manifest language code; synthesis phonemizes text with its espeak-ng voice")
     n_mels: int = 80
     hidden_size: int = 256
     encoder_layers: int = 3

@@ -1,6 +1,7 @@
 """Text -> 16 kHz audio with a trained tiny TTS model.
 
-Text becomes phonemes through espeak-ng (`voxledger.tasks.corpus.espeak`, default voice), which
+Text becomes phonemes through espeak-ng (`voxledger.tasks.corpus.espeak`, the voice of the model's
+language, as in training), which
 also yields espeak's own timing for them. Two duration sources:
 
 - ``"predicted"`` (default): the model's duration predictor, conditioned on the speaker. It is
@@ -21,8 +22,8 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import nn
+from voxledger.tasks.backends.tiny.align import espeak_voice, frame_durations
 from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, frame_count, vocode
-from voxledger.tasks.backends.tiny.data import frame_durations
 from voxledger.tasks.backends.tiny.model import TinyTTS
 from voxledger.tasks.corpus import espeak
 
@@ -37,9 +38,9 @@ class Phonemized:
     espeak_durations: np.ndarray
 
 
-def phonemize(text: str) -> Phonemized:
-    """espeak-ng phonemes (leading silence first) and their frame counts for ``text``."""
-    spoken = espeak.resample_synthesis(espeak.synthesize(text), SAMPLE_RATE_HZ)
+def phonemize(text: str, language: str = "en") -> Phonemized:
+    """espeak-ng phonemes (leading silence first) and their frame counts for ``text`` in ``language``."""
+    spoken = espeak.resample_synthesis(espeak.synthesize(text, voice=espeak_voice(language)), SAMPLE_RATE_HZ)
     ends = [seg.end_sample for seg in spoken.phonemes]
     return Phonemized(
         phonemes=tuple(seg.phoneme for seg in spoken.phonemes),
@@ -70,7 +71,7 @@ def synthesize_mel(
     if durations not in ("predicted", "espeak"):
         raise ValueError(f"durations must be 'predicted' or 'espeak', got {durations!r}")
     base = _base(model)
-    spoken = phonemize(text)
+    spoken = phonemize(text, base.config.language)
     ids = torch.tensor([[base.config.phoneme_id(p) for p in spoken.phonemes]])
     speaker_ids = torch.tensor([base.speaker_index(speaker)])
     given = torch.from_numpy(spoken.espeak_durations).unsqueeze(0) if durations == "espeak" else None

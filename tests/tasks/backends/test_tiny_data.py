@@ -7,13 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from voxledger.schemas.errors import CorpusError
+from voxledger.tasks.backends.tiny.align import frame_durations
 from voxledger.tasks.backends.tiny.audio import compute_norm_stats, frame_count
-from voxledger.tasks.backends.tiny.data import (
-    TinyDataset,
-    TinyUtterance,
-    frame_durations,
-    load_utterances,
-)
+from voxledger.tasks.backends.tiny.data import TinyDataset, TinyUtterance, load_utterances
 from voxledger.tasks.backends.tiny.model import TinyTTSConfig
 from voxledger.tasks.corpus.demo import build_demo_corpus
 from voxledger.tasks.corpus.espeak import phoneme_inventory
@@ -52,7 +48,7 @@ def test_corpus_utterances_are_aligned_to_their_mels(corpus: Path) -> None:
 
 
 def test_unknown_speaker_and_missing_split_are_reported(corpus: Path) -> None:
-    with pytest.raises(CorpusError, match="no rows in splits"):
+    with pytest.raises(CorpusError, match="no utterances in splits"):
         load_utterances(corpus, ("nope",), config())
     target = load_utterances(corpus, ("target_train",), config())
     norm = compute_norm_stats(u.mel for u in target)
