@@ -35,7 +35,8 @@ def _run(cmd: list[str], cwd: Path) -> float:
 
 
 def _voxledger(home: Path, data: Path) -> list[str]:
-    return [sys.executable, "-m", "voxledger.cli", "--home", str(home), "store", "put", str(data)]
+    # what the ``voxledger`` script runs (``-m voxledger.cli`` would register commands on a second copy of ``main``)
+    return [sys.executable, "-c", "from voxledger.cli import main; main()", "--home", str(home), "store", "put", str(data)]
 
 
 def bench_store_dvc(work: Path, n: int) -> list[Figure]:
