@@ -62,7 +62,7 @@ class StimulusFeatures(Frozen):
     rms_dbfs: float
     peak_dbfs: float
     duration_s: float
-    max_correlation: float  # highest |normalised cross-correlation| (+-2 samples) with another file of the same packet
+    reference_correlation: float  # highest |normalised cross-correlation| (any lag) with a labelled reference of its prompt in its packet
 
 
 class FeatureSeparation(Frozen):
@@ -74,6 +74,7 @@ class FeatureSeparation(Frozen):
     auc: float
     n_a: int
     n_b: int
+    gated: bool = True  # False for intrinsic features (measured, never failing the export)
 
 
 class LeakCheck(Frozen):
@@ -85,6 +86,7 @@ class LeakCheck(Frozen):
     worst: tuple[FeatureSeparation, ...]  # per feature, the candidate pair it separates best
     leaks: tuple[str, ...]  # features above the threshold, with the pair and AUC
     hidden_reference_correlation_max: float | None  # highest correlation of a hidden reference with its open reference
+    reference_links: int = 0  # files outside MUSHRA screens correlating > 0.9 with a labelled reference of their packet
     features: tuple[StimulusFeatures, ...]
 
 

@@ -119,6 +119,53 @@ def degrade(audio: np.ndarray, rate: int, seed: int) -> np.ndarray:
     return muffled + np.random.default_rng(seed).normal(0.0, rms, muffled.size)
 
 
+def high_pass(audio: np.ndarray, rate: int, cutoff_hz: float) -> np.ndarray:
+    """DC removed, then a zero-phase Butterworth high-pass (2nd order run forward and back: 24 dB/octave)."""
+    centred = audio - float(np.mean(audio))
+    return sosfiltfilt(butter(2, cutoff_hz, btype="highpass", fs=rate, output="sos"), centred)
+
+
+FRAME_S = 0.01
+FADE_S = 0.005
+
+
+def speech_bounds(audio: np.ndarray, rate: int, threshold_db: float) -> tuple[int, int]:
+    """First and one-past-last sample of the 10 ms frames within ``threshold_db`` of the loudest frame."""
+    frame = max(1, round(FRAME_S * rate))
+    n = audio.size // frame
+    if n == 0:
+        return 0, audio.size
+    power = np.mean(audio[: n * frame].reshape(n, frame) ** 2, axis=1)
+    if not np.any(power > 0):
+        return 0, audio.size
+    with np.errstate(divide="ignore"):
+        level = 10 * np.log10(power / power.max())
+    loud = np.flatnonzero(level > threshold_db)
+    return int(loud[0]) * frame, min(audio.size, (int(loud[-1]) + 1) * frame)
+
+
+def trim_silence(audio: np.ndarray, rate: int, threshold_db: float, lead_s: float) -> np.ndarray:
+    """The speech between ``speech_bounds`` with 5 ms raised-cosine fades, after ``lead_s`` of digital silence.
+
+    Every clip then starts the same way whatever silence (or noise, or DC) its source began with.
+    """
+    start, end = speech_bounds(audio, rate, threshold_db)
+    core = audio[start:end].copy()
+    fade = min(round(FADE_S * rate), core.size // 2)
+    if fade:
+        ramp = 0.5 - 0.5 * np.cos(np.linspace(0, np.pi, fade))
+        core[:fade] *= ramp
+        core[-fade:] *= ramp[::-1]
+    return np.concatenate([np.zeros(round(lead_s * rate)), core])
+
+
+def fractional_delay(audio: np.ndarray, rate: int, delay_samples: float) -> np.ndarray:
+    """``audio`` delayed by a (sub-)sample amount, as a linear phase shift (circular: clips end in silence)."""
+    spectrum = np.fft.rfft(audio)
+    freqs = np.fft.rfftfreq(audio.size, 1 / rate)
+    return np.fft.irfft(spectrum * np.exp(-2j * np.pi * freqs * delay_samples / rate), n=audio.size)
+
+
 def padded_length(samples: int, rate: int, bucket_s: float) -> int:
     """``samples`` rounded up to a whole number of ``bucket_s`` buckets."""
     bucket = max(1, round(bucket_s * rate))
@@ -130,13 +177,22 @@ def pad(audio: np.ndarray, samples: int) -> np.ndarray:
     return np.concatenate([audio, np.zeros(max(0, samples - audio.size))])
 
 
-def encode_pcm16(audio: np.ndarray, rate: int) -> bytes:
-    """A bare 16-bit PCM mono WAV (44-byte header, no metadata chunks)."""
-    pcm = np.clip(np.round(audio * 32767.0), -32768, 32767).astype("<i2")
+def to_pcm16(audio: np.ndarray) -> np.ndarray:
+    """Float samples (full scale 1.0) rounded to clipped 16-bit integers."""
+    return np.clip(np.round(audio * 32767.0), -32768, 32767).astype("<i2")
+
+
+def encode_int16(pcm: np.ndarray, rate: int) -> bytes:
+    """A bare 16-bit PCM mono WAV of integer samples (44-byte header, no metadata chunks)."""
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
+        w.writeframes(pcm.astype("<i2").tobytes())
     return buf.getvalue()
+
+
+def encode_pcm16(audio: np.ndarray, rate: int) -> bytes:
+    """A bare 16-bit PCM mono WAV (44-byte header, no metadata chunks)."""
+    return encode_int16(to_pcm16(audio), rate)

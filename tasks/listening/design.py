@@ -158,8 +158,10 @@ class _Builder:
         if check is None:
             return []
         out: list[TrialPlan] = []
-        with_ref = [p for p in mine if self.ref in self.by_prompt[p] and check.applies_to(self.by_prompt[p][self.ref].category)]
-        with_ref = with_ref or [p for p in self.by_prompt if self.ref in self.by_prompt[p] and check.applies_to(self.by_prompt[p][self.ref].category)]
+        usable = [p for p in self.by_prompt if self.ref in self.by_prompt[p] and check.applies_to(self.by_prompt[p][self.ref].category)]
+        # gold items come from prompts the rater does not otherwise hear, so they cannot be linked to
+        # the same recording elsewhere in the packet (e.g. a labelled MUSHRA reference)
+        with_ref = [p for p in usable if p not in mine] or [p for p in usable if p in mine]
         for i in range(self.protocol.design.gold_items):
             if not with_ref:
                 self.skipped.append(f"gold items: no prompt has the reference candidate {self.ref!r} under criterion {check.name!r}")

@@ -31,7 +31,9 @@ from voxledger.schemas.listening_receipts import PacketRef, PacketSetParameters,
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
 from voxledger.tasks.listening.design import DesignPlan, Slot, plan_packets
+from voxledger.tasks.listening.audio import encode_int16
 from voxledger.tasks.listening.keys import home_secret, pseudonym, rater_token, seal_key
+from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
 from voxledger.tasks.listening.page import render_page
 from voxledger.tasks.listening.render import AudioRenderer
 from voxledger.tasks.plans import register_plan
@@ -85,6 +87,10 @@ def export_packets(home: Home, protocol: ListeningProtocol, stimuli: StimulusSet
     writer = _PacketWriter(home, protocol, protocol_sha, renderer, out_dir)
     for rater, plans in design.trials.items():
         writer.write(rater, plans)
+    leaks = check_leaks(writer.files, protocol.sample_rate_hz, protocol.blinding)
+    if leaks.leaks and protocol.blinding.on_leak == "fail":
+        raise PacketError(f"blinding leak: {'; '.join(leaks.leaks)}. Nothing was recorded; delete {out_dir}, "
+                          "fix the stimuli or the blinding settings, or set blinding.on_leak: warn to record it instead")  # fmt: skip
     commitment = seal_key(home, BlindingKey(
         packet_set_id=writer.set_id, nonce=secrets.token_hex(32), protocol_sha256=protocol_sha,
         evaluation_plan_sha256=stimuli.evaluation_plan_sha256, entries=tuple(writer.entries)))  # fmt: skip
@@ -99,7 +105,7 @@ def export_packets(home: Home, protocol: ListeningProtocol, stimuli: StimulusSet
         inputs=[InputRef(role="protocol", sha256=plan_rid, ref="receipt"),
                 InputRef(role="stimuli", sha256=stimuli_sha, ref="artifact"),
                 *(InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli}))],
-        parameters=_parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment),
+        parameters=_parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment).model_copy(update={"leak_check": leaks}),
     )  # fmt: skip
     return PacketSetOutcome(home.record(receipt), receipt, writer.dirs, cached=False)
 
@@ -134,6 +140,7 @@ class _PacketWriter:
         self.rows: list[tuple[str, ...]] = []
         self.packets: list[PacketRef] = []
         self.dirs: dict[str, Path] = {}
+        self.files: list[PacketFile] = []  # every rendered file, for the leak check
 
     def _name(self, rater: str, slot_key: str) -> str:
         return pseudonym(self.secret, self.set_id, rater, slot_key, self.protocol.blinding.pseudonym_hex_chars)
@@ -148,7 +155,9 @@ class _PacketWriter:
             names = {}
             for slot_key, slot in labelled:
                 name = self._name(rater, f"{tid}/{slot_key}")
-                data = self.renderer.wav(slot.source, f"{self.set_id}|{name}")
+                pcm = self.renderer.samples(slot.source, f"{self.set_id}|{name}", hidden_reference=slot.role == "hidden_reference")
+                data = encode_int16(pcm, self.renderer.rate)
+                self.files.append(PacketFile(rater, name, tid, plan.task, slot.role, slot.candidate, slot.prompt_id, pcm))
                 (folder / "audio" / f"{name}.wav").write_bytes(data)
                 audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
                 entries.append(self._entry(name, rater, tid, slot, sha256_hex(data)))

@@ -2,11 +2,23 @@
 
 A source is a stimulus (``stim:<prompt>:<candidate>``), a MUSHRA low anchor
 (``anchor:<prompt>:<cutoff>``), a degraded gold item (``gold_bad:<prompt>``) or a spoken
-attention check (``attention:<n>``). All sources get one gain each to a single loudness (the
-protocol's target, lowered for every clip alike if one would pass the peak ceiling), then
-trailing silence to the longest clip of their prompt, rounded up to the duration bucket. Each
-copy handed to a rater gets its own +-1 LSB TPDF dither, so no two files in any packet are
-byte-identical (a MUSHRA hidden reference cannot be found by comparing it with the open one).
+attention check (``attention:<n>``). Every source goes through one chain, so nothing but the
+speech itself tells candidates apart:
+
+1. DC removal and one zero-phase high-pass (``blinding.high_pass_hz``): recordings carry DC
+   offsets and rumble that synthesis does not;
+2. leading and trailing silence trimmed (frames ``trim_threshold_db`` below the loudest) and
+   replaced by ``edge_silence_s`` of silence in front: no source keeps its own lead-in;
+3. one gain per source to a single loudness (the protocol's target, lowered for every clip alike
+   if one would pass the peak ceiling), then trailing silence to the longest clip of its prompt,
+   rounded up to the duration bucket;
+4. per copy handed to a rater: an independent white noise floor at ``noise_floor_dbfs`` under the
+   whole clip (no digital silence anywhere) and +-1 LSB TPDF dither before 16-bit rounding.
+
+The MUSHRA hidden reference is the reference delayed by ``hidden_reference_delay_samples`` (a
+linear-phase fractional delay) at ``hidden_reference_gain_db``: with its own noise floor it is
+never sample-identical to the open reference. It still sounds (and correlates) like the
+reference: MUSHRA raters are told it is there (measured numbers in docs/listening.md).
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ class AudioRenderer:
     def __init__(self, home: Home, protocol: ListeningProtocol, stimuli: dict[tuple[str, str], Stimulus], sources: set[str]) -> None:
         self.home, self.protocol, self.rate = home, protocol, protocol.sample_rate_hz
         self.stimuli = stimuli
-        loaded = {src: self._load(src) for src in sorted(sources)}
+        loaded = {src: self._prepared(src) for src in sorted(sources)}
         lengths = self._lengths({src: a.size for src, (a, _) in loaded.items()})
         padded = {src: au.pad(a, lengths[src]) for src, (a, _) in loaded.items()}  # measured as heard
         loudness = {src: au.integrated_loudness(a, self.rate) for src, a in padded.items()}
@@ -90,14 +102,21 @@ class AudioRenderer:
         sha = self.home.blobs.put_bytes(au.encode_pcm16(speech, self.rate))
         return speech, sha
 
+    def _prepared(self, source: str) -> tuple[np.ndarray, str]:
+        audio, sha = self._load(source)
+        b = self.protocol.blinding
+        clean = au.high_pass(audio, self.rate, b.high_pass_hz)
+        return au.trim_silence(clean, self.rate, b.trim_threshold_db, b.edge_silence_s), sha
+
     def _lengths(self, sizes: dict[str, int]) -> dict[str, int]:
         b = self.protocol.blinding
+        edge = round(b.edge_silence_s * self.rate)  # at least this much silence after the speech, too
         if b.pad_to == "none":
-            return sizes
+            return {src: n + edge for src, n in sizes.items()}
         groups: dict[str, int] = {}
         for src, n in sizes.items():
             group = self._group(src)
-            groups[group] = max(groups.get(group, 0), n)
+            groups[group] = max(groups.get(group, 0), n + edge)
         return {src: au.padded_length(groups[self._group(src)], self.rate, b.pad_bucket_s) for src in sizes}
 
     @staticmethod
@@ -107,9 +126,21 @@ class AudioRenderer:
             return "prompt:" + rest.split(":")[0]
         return "prompt:" + rest if kind == "gold_bad" else source
 
-    def wav(self, source: str, dither_key: str) -> bytes:
-        """One rater's copy of a source: the levelled, padded audio plus its own TPDF dither."""
-        rng = np.random.default_rng(_seed(dither_key))
+    def samples(self, source: str, copy_key: str, *, hidden_reference: bool = False) -> np.ndarray:
+        """One rater's copy of a source as 16-bit sample values: own noise floor and dither.
+
+        ``hidden_reference`` applies the hidden reference's sub-sample delay and gain change.
+        """
+        b = self.protocol.blinding
+        rng = np.random.default_rng(_seed(copy_key))
+        audio = self.sources[source].audio
+        if hidden_reference:
+            audio = au.fractional_delay(audio, self.rate, b.hidden_reference_delay_samples) * 10 ** (b.hidden_reference_gain_db / 20)
+        floor = rng.normal(0.0, 10 ** (b.noise_floor_dbfs / 20), audio.size)
         lsb = 1.0 / 32767.0
-        dither = (rng.random(self.sources[source].audio.size) - rng.random(self.sources[source].audio.size)) * lsb
-        return au.encode_pcm16(self.sources[source].audio + dither, self.rate)
+        dither = (rng.random(audio.size) - rng.random(audio.size)) * lsb
+        return au.to_pcm16(audio + floor + dither)
+
+    def wav(self, source: str, copy_key: str, *, hidden_reference: bool = False) -> bytes:
+        """One rater's copy of a source as a bare PCM WAV (see ``samples``)."""
+        return au.encode_int16(self.samples(source, copy_key, hidden_reference=hidden_reference), self.rate)

@@ -55,7 +55,8 @@ def test_audio_is_levelled_and_padded_per_prompt(exported: Exported) -> None:
     for a in manifest.audio:
         audio, rate = sf.read(folder / a.file)
         assert rate == 16000 and audio.ndim == 1
-        loudness.append(integrated_loudness(audio, rate))
+        hidden = exported.key[a.id].role == "hidden_reference"  # set hidden_reference_gain_db (-0.2 dB) apart on purpose
+        loudness.append(integrated_loudness(audio, rate) + (0.2 if hidden else 0.0))
     applied = exported.receipt.parameters.loudness.applied_lufs
     assert max(abs(x - applied) for x in loudness) < 0.05, loudness  # 16-bit rounding and dither only
     for t in manifest.trials:
@@ -125,3 +126,63 @@ def test_cli_export_and_verify(tmp_path: Path, stimuli: StimulusSet, home: Home)
     (tmp_path / "bad.json").write_text('{"evaluation_plan_sha256": "nope", "stimuli": []}')
     res = runner.invoke(main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "bad.json"), str(tmp_path / "o2")])
     assert res.exit_code != 0 and "2 problem(s)" in res.output and "evaluation_plan_sha256" in res.output
+
+
+# --- issue 19, items 5 and 6: the audio must not identify its source ------------------------------
+
+
+def test_rendering_removes_dc_and_leading_silence_differences() -> None:
+    from voxledger.tasks.listening import audio as au
+
+    rate, rng = 16000, np.random.default_rng(0)
+    speech = np.sin(2 * np.pi * 220 * np.arange(rate) / rate) * np.hanning(rate) * 0.5
+    recording = np.concatenate([rng.normal(0, 1e-3, 1600), speech]) + 40 / 32768  # room noise and a 40 LSB DC offset
+    synthetic = np.concatenate([np.zeros(4000), speech])  # 250 ms of digital silence in front
+    rendered = [au.trim_silence(au.high_pass(x, rate, 60.0), rate, -40.0, 0.15) for x in (recording, synthetic)]
+    assert all(abs(float(np.mean(r)) * 32768) < 0.5 for r in rendered)  # DC gone (was 40 LSB)
+    starts = [au.speech_bounds(r, rate, -40.0)[0] for r in rendered]
+    assert abs(starts[0] - starts[1]) <= 160  # both start speaking 150 ms in, to within one 10 ms frame
+
+
+def test_leak_check_fails_a_separating_feature() -> None:
+    from voxledger.schemas.listening import Blinding
+    from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
+
+    rng = np.random.default_rng(1)
+
+    def clip(dc: float) -> np.ndarray:
+        return (rng.normal(0, 300, 8000) + dc).astype("<i2")
+
+    files = [PacketFile("r01", f"s{c}{i}", f"t{i}", "acr", "stimulus", c, f"p{i}", clip(30.0 if c == "recordings" else 0.0))
+             for i in range(8) for c in ("recordings", "tts")]  # fmt: skip
+    leak = check_leaks(files, 16000, Blinding())
+    assert not leak.passed and leak.leaks[0].startswith("dc_lsb separates recordings from tts (AUC 1.000 > 0.8)")
+    assert len(leak.features) == 16
+
+
+def test_packet_set_records_leak_features_and_passes(exported: Exported) -> None:
+    leak = exported.receipt.parameters.leak_check
+    assert leak is not None and leak.passed and not leak.leaks, leak.leaks if leak else None
+    files = sum(len(PacketManifest.model_validate_json((exported.packets / r.rater_id / "packet.json").read_bytes()).audio)
+                for r in exported.receipt.parameters.packets)  # fmt: skip
+    assert len(leak.features) == files
+    gated = {w.feature: w.auc for w in leak.worst if w.gated}
+    assert set(gated) == {"dc_lsb", "leading_silence_s", "leading_zeros", "duration_s", "reference_correlation"}
+    assert all(v <= leak.auc_max for v in gated.values())
+
+
+def test_hidden_reference_is_not_the_open_reference(exported: Exported) -> None:
+    # landed code: the hidden reference differed from the open one by dither only (max 2 LSB, r > 0.999)
+    screens = 0
+    for ref in exported.receipt.parameters.packets:
+        folder = exported.packets / ref.rater_id
+        for t in PacketManifest.model_validate_json((folder / "packet.json").read_bytes()).trials:
+            if t.task != "mushra":
+                continue
+            hidden = next(s for s in t.stimuli if exported.key[s].role == "hidden_reference")
+            a, _ = sf.read(folder / "audio" / f"{t.reference}.wav", dtype="int16")
+            b, _ = sf.read(folder / "audio" / f"{hidden}.wav", dtype="int16")
+            assert np.max(np.abs(a.astype(int) - b.astype(int))) > 100 and np.corrcoef(a, b)[0, 1] < 0.999
+            screens += 1
+    assert screens == 9  # demo plan: 3 news prompts x 3 raters
+    assert exported.receipt.parameters.leak_check.hidden_reference_correlation_max < 0.999  # type: ignore[union-attr]
