@@ -106,10 +106,11 @@ def top_findings(con: duckdb.DuckDBPyConnection, audit_sha256: str, limit: int =
 
 
 def main_evaluation(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The evaluation the newest pipeline run reported (its ``evaluate`` stage), else the newest one."""
+    """The newest evaluation that is not a promotion's gate evaluation, else the newest one."""
     row = con.execute("""
-        SELECT s.stage_receipt FROM pipeline_stages s JOIN receipts r ON r.receipt_sha256 = s.stage_receipt
-        WHERE s.stage = 'evaluate' AND r.kind = 'evaluation' ORDER BY s.finished_at DESC LIMIT 1""").fetchone()  # fmt: skip
+        SELECT receipt_sha256 FROM receipts WHERE kind = 'evaluation' AND receipt_sha256 NOT IN
+            (SELECT doc->>'$.parameters.evaluation' FROM receipts WHERE kind = 'promotion')
+        ORDER BY finished_at DESC LIMIT 1""").fetchone()  # fmt: skip
     if row is None:
         row = con.execute("SELECT receipt_sha256 FROM receipts WHERE kind = 'evaluation' ORDER BY finished_at DESC LIMIT 1").fetchone()
     return str(row[0]) if row else None

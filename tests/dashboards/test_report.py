@@ -4,6 +4,7 @@ audio plays from the page itself, and nothing refers to the network."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def _check_sections(browser: Chromium) -> None:
 
 
 def _check_audio(browser: Chromium) -> None:
-    counts = browser.evaluate("Object.fromEntries(%s.map(c => [c, document.querySelectorAll(`audio[data-candidate='${c}']`).length]))" % list(CANDIDATES))
+    js = "Object.fromEntries(" + json.dumps(CANDIDATES) + ".map(c => [c, document.querySelectorAll(`audio[data-candidate='${c}']`).length]))"
+    counts = browser.evaluate(js)
     assert counts == dict.fromkeys(CANDIDATES, PROMPTS)
     assert browser.evaluate("[...document.querySelectorAll('audio')].every(a => a.src.startsWith('data:audio/'))")
     browser.evaluate("document.querySelectorAll('audio').forEach(a => { a.preload = 'metadata'; a.load(); })")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from voxledger.dashboards.html import interval
@@ -56,3 +57,10 @@ def test_audit_section_counts_findings_by_code_and_severity(tmp_path: Path) -> N
     assert "<td>clipping</td><td><span class=\"warn\">warning</span></td><td>2</td><td>6</td>" in html  # 2 findings naming 6 utterances
     assert html.index("split_leakage") < html.index("clipping")  # errors first
     assert "u4, u5, u6, u7 (+1)" in html
+
+
+def test_dashboards_read_the_catalog_only_through_query_functions() -> None:
+    files = sorted((Path(__file__).resolve().parents[2] / "dashboards").glob("*.py"))
+    assert len(files) == 8  # __init__, audio, charts, decisions, html, lineage_svg, report, runs
+    with_sql = [f.name for f in files if ".execute(" in f.read_text() or re.search(r"\bSELECT\b|\bFROM \w+ WHERE\b", f.read_text())]
+    assert not with_sql, f"SQL belongs in stores/dashboard_queries.py, found in {with_sql}"
