@@ -31,6 +31,11 @@ INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
 CANDIDATE_ROLES = ("stimulus", "hidden_reference")
 SILENCE_DBFS = -60.0  # a 10 ms frame below this RMS counts as silence for the silence features
 LINK_CORRELATION = 0.9  # an item this correlated with a labelled reference can be linked to it
+# differences finer than these are noise (dither, noise floor), not a channel: values are compared
+# after rounding to them, so sub-resolution jitter ties instead of "separating" a handful of files
+RESOLUTION = {"dc_lsb": 1.0, "leading_silence_s": 0.01, "leading_zeros": 20.0, "duration_s": 0.01,
+              "reference_correlation": 0.05, "trailing_silence_s": 0.01, "rms_dbfs": 0.25, "peak_dbfs": 0.25}  # fmt: skip
+MIN_FILES = 6  # fewer files of a candidate than this: the AUC is recorded but gates nothing
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,11 @@ def _correlations(files: list[PacketFile]) -> tuple[dict[str, float], list[float
     return best, hidden
 
 
+def _values(feats: list[StimulusFeatures], name: str) -> list[float]:
+    step = RESOLUTION[name]
+    return [round(getattr(f, name) / step) * step for f in feats]
+
+
 def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakCheck:
     """Measure every file, then every feature's best separation of a candidate pair."""
     corr, hidden = _correlations(files)
@@ -126,13 +136,13 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
     worst, leaks = [], []
     for name in (*GATED, *INTRINSIC):
         pairs = [FeatureSeparation(feature=name, a=a, b=b, gated=name in GATED, n_a=len(by_cand[a]), n_b=len(by_cand[b]),
-                                   auc=round(auc([getattr(x, name) for x in by_cand[a]], [getattr(x, name) for x in by_cand[b]]), 4))
+                                   auc=round(auc(_values(by_cand[a], name), _values(by_cand[b], name)), 4))
                  for a, b in combinations(sorted(by_cand), 2)]  # fmt: skip
         if not pairs:
             continue
         top = max(pairs, key=lambda p: p.auc)
         worst.append(top)
-        if top.gated and top.auc > blinding.leak_auc_max:
+        if top.gated and top.auc > blinding.leak_auc_max and min(top.n_a, top.n_b) >= MIN_FILES:
             leaks.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f} > {blinding.leak_auc_max:g})")
     return LeakCheck(
         auc_max=blinding.leak_auc_max, action=blinding.on_leak, passed=not leaks, worst=tuple(worst), leaks=tuple(leaks),

@@ -18,6 +18,13 @@
   let sessionId = hex(crypto.getRandomValues(new Uint8Array(16)));
   let clockOffset = 0; // a resumed session continues its clock, so the log stays in order
   const STORE = "voxledger:" + BIND.packet_sha256;
+  const HOW = {
+    acr: "Play the sample to the end, then choose the score that fits it best.",
+    ab: "Play A and B, each to the end (in any order, as often as you like), then say how B compares with A.",
+    mushra: "Play the Reference, then every sample, each to the end. One of the samples is the reference itself, hidden: " +
+      "find it and give it 100. One is a deliberately muffled version (a low-pass anchor): rate it for what it is. " +
+      "Rate every sample with its slider; a slider counts only once you have moved or clicked it.",
+  };
   const now = () => Math.max(0, Math.round(clockOffset + performance.now()));
 
   function note(event, trial, stimulus, detail) {
@@ -120,16 +127,17 @@
   // ---- trials ----
   function stopAll() { players.forEach((a) => { if (!a.paused) a.pause(); }); }
 
-  function player(trial, stim, label) {
+  function player(trial, stim, label, name) {
     const audio = new Audio(FILE[stim]);
     audio.preload = "auto";
     players.push(audio);
-    const btn = el("button", { type: "button", class: "play", "data-trial": trial.id, "data-stimulus": stim }, label);
+    const btn = el("button", { type: "button", class: "play", "data-trial": trial.id, "data-stimulus": stim, "data-name": name, "aria-label": "Play " + name }, label);
     audio.addEventListener("ended", () => {
       note("ended", trial.id, stim);
       ended.add(trial.id + "|" + stim);
       btn.classList.remove("playing");
       btn.classList.add("done");
+      btn.setAttribute("aria-label", "Play " + name + " again (played to the end)");
       refresh(trial);
     });
     audio.addEventListener("error", () => {
@@ -167,7 +175,7 @@
   function radios(trial, stim, crit) {
     const scale = CRIT[crit].scale;
     const labels = Object.fromEntries(scale.anchors.map((a) => [a.value, a.label]));
-    const box = el("div", { class: "scale" });
+    const box = el("div", { class: "scale", role: "radiogroup", "aria-label": CRIT[crit].question, "aria-describedby": "hint" });
     for (let v = scale.min; v <= scale.max; v += scale.step) {
       const input = el("input", { type: "radio", name: trial.id + "|" + stim + "|" + crit, value: v, "data-stimulus": stim, "data-criterion": crit, disabled: true });
       input.addEventListener("change", () => setRating(trial, stim, crit, v));
@@ -176,11 +184,21 @@
     return box;
   }
 
-  function slider(trial, stim, crit) {
+  function slider(trial, stim, crit, label) {
     const scale = CRIT[crit].scale;
-    const out = el("output", { class: "score" }, "–");
-    const input = el("input", { type: "range", min: scale.min, max: scale.max, step: scale.step, value: Math.round((scale.min + scale.max) / 2), "data-stimulus": stim, "data-criterion": crit, disabled: true });
-    input.addEventListener("input", () => { out.textContent = input.value; setRating(trial, stim, crit, Number(input.value)); });
+    const out = el("output", { class: "score", "aria-live": "polite" }, "not rated");
+    // no value looks recorded before the rater sets one: the thumb stays hidden until the first move or click
+    const input = el("input", { type: "range", class: "unset", min: scale.min, max: scale.max, step: scale.step, value: Math.round((scale.min + scale.max) / 2),
+      "data-stimulus": stim, "data-criterion": crit, disabled: true, "aria-label": label + ": score " + scale.min + " to " + scale.max,
+      "aria-valuetext": "not rated", "aria-describedby": "hint" });
+    const take = () => {
+      input.classList.remove("unset");
+      out.textContent = input.value;
+      input.setAttribute("aria-valuetext", input.value);
+      setRating(trial, stim, crit, Number(input.value));
+    };
+    input.addEventListener("input", take);
+    input.addEventListener("change", () => { if (!ratings.has(trial.id + "|" + stim + "|" + crit) || ratings.get(trial.id + "|" + stim + "|" + crit).score !== Number(input.value)) take(); });
     const ticks = el("div", { class: "ticks" }, ...scale.anchors.map((a) => el("span", {}, a.label)));
     return el("div", { class: "slider" }, input, out, ticks);
   }
@@ -192,6 +210,11 @@
     const done = trial.criteria.every((c) => rated(trial).every((s) => ratings.has(trial.id + "|" + s + "|" + c)));
     const next = document.getElementById("next");
     if (next) next.disabled = !done;
+    const unplayed = Array.from(app.querySelectorAll("button.play")).filter((b) => !b.classList.contains("done") && b.dataset.stimulus !== trial.reference);
+    const hint = document.getElementById("hint");
+    const text = unplayed.length ? "Rating is disabled until you play " + unplayed.map((b) => b.dataset.name).join(", ") + " to the end."
+      : !done ? "Now rate every sample to continue." : "All rated: press " + (next ? next.textContent.replace(" ›", "") : "Next") + ".";
+    if (hint && hint.textContent !== text) hint.textContent = text;
   }
 
   function show(i) {
@@ -201,25 +224,28 @@
     if (i >= P.trials.length) return finish();
     const trial = P.trials[i];
     const body = el("section", { class: "trial " + trial.task, "data-trial": trial.id });
-    body.append(el("p", { class: "progress" }, `Item ${i + 1} of ${P.trials.length}`));
+    body.append(el("p", { class: "progress", id: "progress", tabindex: "-1" }, `Item ${i + 1} of ${P.trials.length}`));
+    body.append(el("p", { class: "how" }, HOW[trial.task]));
     if (trial.task === "acr") {
-      body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play sample")));
+      body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play sample", "the sample")));
       trial.criteria.forEach((c) => body.append(el("h2", {}, CRIT[c].question), radios(trial, trial.stimuli[0], c)));
     } else if (trial.task === "ab") {
-      body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play A"), player(trial, trial.stimuli[1], "▶ Play B")));
+      body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play A", "A"), player(trial, trial.stimuli[1], "▶ Play B", "B")));
       trial.criteria.forEach((c) => body.append(el("h2", {}, CRIT[c].question), radios(trial, trial.stimuli[1], c)));
     } else {
       const c = trial.criteria[0];
       body.append(el("h2", {}, CRIT[c].question));
-      if (trial.reference) body.append(el("div", { class: "players" }, player(trial, trial.reference, "▶ Reference")));
-      trial.stimuli.forEach((s, k) => body.append(el("div", { class: "row" }, player(trial, s, `▶ Sample ${k + 1}`), slider(trial, s, c))));
+      if (trial.reference) body.append(el("div", { class: "players" }, player(trial, trial.reference, "▶ Reference", "the reference")));
+      trial.stimuli.forEach((s, k) => body.append(el("div", { class: "row" }, player(trial, s, `▶ Sample ${k + 1}`, `sample ${k + 1}`), slider(trial, s, c, `Sample ${k + 1}`))));
     }
+    body.append(el("p", { class: "hint", id: "hint", role: "status", "aria-live": "polite" }, ""));
     const next = el("button", { type: "button", id: "next", class: "next", disabled: true }, i + 1 < P.trials.length ? "Next ›" : "Finish");
     next.addEventListener("click", () => { note("next", trial.id); show(i + 1); });
     body.append(next);
     app.replaceChildren(body);
     note("present", trial.id);
     refresh(trial);
+    document.getElementById("progress").focus(); // a new item starts at its top for keyboard and screen-reader users
   }
 
   function submission() {

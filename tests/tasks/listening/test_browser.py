@@ -126,3 +126,42 @@ def test_rater_completes_packet_in_chromium(tmp_path: Path, home: Home) -> None:
     with pytest.raises(PacketError, match="edited after export"):
         aggregate_ratings(home, outcome.receipt_id, [tampered])
     assert time.monotonic() - t0 < 60
+
+
+A11Y_STATE = """(() => {
+  const sec = document.querySelector('section.trial');
+  return {trial: sec.dataset.trial, focus_in_trial: sec.contains(document.activeElement), focus_id: document.activeElement.id,
+          how: sec.querySelector('p.how')?.textContent || '', hint: document.getElementById('hint')?.textContent || '',
+          hint_live: document.getElementById('hint')?.getAttribute('aria-live'),
+          unlabelled_buttons: Array.from(sec.querySelectorAll('button.play')).filter((b) => !b.getAttribute('aria-label')).length,
+          unlabelled_inputs: Array.from(sec.querySelectorAll('input[type=range]')).filter((i) => !i.getAttribute('aria-label')).length
+            + Array.from(sec.querySelectorAll('.scale')).filter((g) => g.getAttribute('role') !== 'radiogroup' || !g.getAttribute('aria-label')).length,
+          slider_text: Array.from(sec.querySelectorAll('input[type=range]')).map((i) => i.getAttribute('aria-valuetext'))};
+})()"""
+
+
+def test_page_is_accessible_and_explains_itself(tmp_path: Path, home: Home) -> None:
+    stimuli = make_stimuli(home, prompts=dict(list(SHORT.items())[:1]), voices={"recordings": ("en-us", 50), "sys_a": ("en+f3", 65)})
+    protocol = PROTOCOL.model_copy(update={"design": Design(raters=1, raters_per_prompt=1, gold_items=0, attention_checks=0, seed=3)})
+    outcome = export_packets(home, protocol, stimuli, tmp_path / "packets", protocol_name="a11y-test")
+    key = {e.pseudonym: e for e in open_sealed_key(home, outcome.receipt.parameters.key_commitment_sha256)[0].entries}
+    packet = outcome.packet_dirs["r01"]
+    manifest = PacketManifest.model_validate_json((packet / "packet.json").read_bytes())
+    with Chromium(tmp_path / "profile", tmp_path) as browser:
+        browser.navigate((packet / "index.html").as_uri())
+        browser.evaluate("document.getElementById('start').click()")
+        tasks_seen = set()
+        while (state := browser.wait_for(TRIAL_STATE)) != "finish":
+            a11y = browser.evaluate(A11Y_STATE)
+            task = next(t.task for t in manifest.trials if t.id == a11y["trial"])
+            tasks_seen.add(task)
+            assert a11y["focus_in_trial"] and a11y["focus_id"] == "progress", a11y  # focus moved to the new item
+            assert a11y["unlabelled_buttons"] == 0 and a11y["unlabelled_inputs"] == 0, a11y
+            assert a11y["hint_live"] == "polite" and a11y["hint"].startswith("Rating is disabled until you play "), a11y
+            if task == "mushra":
+                assert "hidden" in a11y["how"] and "anchor" in a11y["how"]
+                assert set(a11y["slider_text"]) == {"not rated"}  # nothing looks recorded before the rater moves a slider
+            _rate(browser, state["trial"], manifest, key, oracle_scorer())
+            assert browser.evaluate("document.getElementById('hint').textContent").startswith("All rated: press ")
+            browser.evaluate("document.getElementById('next').click()")
+        assert tasks_seen == {"acr", "mushra", "ab"} and not browser.errors, browser.errors
