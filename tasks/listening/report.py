@@ -1,0 +1,51 @@
+"""How an aggregate's statistics are shown (CLI, docs, dashboards): honest about what they can say.
+
+- p-values in scientific notation; a value stored as 0 (below the stored precision) is shown as a
+  bound, never as ``0.0``;
+- a Bradley-Terry fit that does not exist (one side won every comparison, or a disconnected
+  graph) is shown as not identifiable, never as strengths of 1.0 and 0.0;
+- inter-rater agreement is labelled with what it counts: ``agreement`` includes the MUSHRA hidden
+  reference and anchor (easy to agree on), ``agreement_candidates_only`` does not.
+"""
+
+from __future__ import annotations
+
+from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry
+
+P_VALUE_FLOOR = 5e-7  # stats stores p rounded to 6 decimals: a stored 0 means p < 5e-7
+
+
+def format_p(p: float | None) -> str:
+    """``p = 3.1e-04``, ``p < 5e-07`` for a stored zero, ``p n/a`` when there is none."""
+    if p is None:
+        return "p n/a"
+    return f"p < {P_VALUE_FLOOR:.0e}" if p < P_VALUE_FLOOR else f"p = {p:.2e}"
+
+
+def format_bradley_terry(bt: BradleyTerry) -> str:
+    """One line per A/B criterion; strengths only when the fit exists."""
+    strengths = bt.strengths or {}
+    separable = any(v <= 1e-6 or v >= 1 - 1e-6 for v in strengths.values()) and len(strengths) > 1
+    if not bt.identifiable or not strengths or separable:
+        why = bt.note or "a candidate won or lost every comparison (separable data)"
+        return f"{bt.criterion}: Bradley-Terry not identifiable ({why}); {bt.comparisons} comparisons"
+    state = "converged" if bt.converged else f"not converged after {bt.iterations} iterations"
+    ranked = ", ".join(f"{k} {v:.3f}" for k, v in sorted(strengths.items(), key=lambda kv: -kv[1]))
+    return f"{bt.criterion}: Bradley-Terry {ranked} ({state}; {bt.comparisons} comparisons)"
+
+
+def format_agreement(a: Agreement, *, candidates_only: bool) -> str:
+    """Krippendorff's alpha with what it counts."""
+    scope = "candidates only" if candidates_only else "incl. hidden reference and anchor" if a.level == "interval" else "all rated items"
+    value = "n/a" if a.alpha is None else f"{a.alpha:.2f}"
+    return f"{a.criterion}: alpha {value} ({a.level}, {scope}, {a.units} units)" + (f"; {a.note}" if a.note and a.alpha is None else "")
+
+
+def summary_lines(result: AggregateResult) -> list[str]:
+    """The statistics of an aggregate as printable lines (after the score table)."""
+    lines = [f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {format_p(d.p_value)}"
+             + (f", favours {d.better}" if d.better else "") for d in result.deltas]  # fmt: skip
+    lines += [format_bradley_terry(bt) for bt in result.bradley_terry]
+    lines += [format_agreement(a, candidates_only=False) for a in result.agreement]
+    lines += [format_agreement(a, candidates_only=True) for a in result.agreement_candidates_only]
+    return lines
