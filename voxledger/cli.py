@@ -93,6 +93,7 @@ def _register() -> None:
         cli_cosyvoice3,
         cli_demo,
         cli_equivalence,
+        cli_init,
         cli_listening,
         cli_package,
         cli_provenance,
