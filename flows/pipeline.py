@@ -30,7 +30,13 @@ from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import PlanError, VoxledgerError
 from voxledger.schemas.evaluation import EvaluationPlan
 from voxledger.schemas.listening import ListeningProtocol
-from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, StageName, StageRecord
+from voxledger.schemas.pipeline import (
+    PipelineParameters,
+    PipelinePlan,
+    PipelineRunReceipt,
+    StageName,
+    StageRecord,
+)
 from voxledger.schemas.promotion import PromotionPolicy
 from voxledger.schemas.training import TrainingPlan
 from voxledger.stores.home import Home

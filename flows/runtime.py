@@ -52,7 +52,11 @@ def _writable(path: Path) -> bool:
 def prefect_session(home_root: Path | None = None) -> Iterator[str]:
     """Run flows against the chosen API with quiet consoles; yields the mode used."""
     offline_defaults()
-    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        temporary_settings,
+    )
 
     mode = api_mode()
     settings: dict[object, object] = {}

@@ -83,7 +83,7 @@ def _write_state(home_root: Path, state: ServerState) -> None:
 def healthy(api_url: str, timeout_s: float = 2.0) -> bool:
     """True when the API answers its health endpoint."""
     try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=timeout_s) as r:  # noqa: S310 (127.0.0.1 only)
+        with urllib.request.urlopen(f"{api_url}/health", timeout=timeout_s) as r:
             return bool(r.status == 200)
     except OSError:
         return False

@@ -1,13 +1,15 @@
 """Code and environment identity recorded in every receipt.
 
-The code digest is the tree digest of voxledger's own source files (the ``.py`` files of its
-packages), so two checkouts with the same code agree whatever their paths, and any edit changes
-every cache key downstream.
+The code digest is the tree digest of voxledger's own source files (the ``.py`` files and page
+assets of its packages, found where Python imports them from, so an editable checkout and an
+installed wheel of the same code agree whatever their paths), and any edit changes every cache
+key downstream.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import platform
 import subprocess
 import sys
@@ -24,6 +26,8 @@ KEY_PACKAGES = (
 )  # fmt: skip
 
 PACKAGE_ROOTS = ("voxledger", "schemas", "stores", "tasks", "flows", "dashboards")
+SUBPACKAGES = ("voxledger.schemas", "voxledger.stores", "voxledger.tasks", "voxledger.flows", "voxledger.dashboards")
+CODE_SUFFIXES = (".py", ".html", ".js", ".css")
 
 
 def repo_root() -> Path:
@@ -33,17 +37,28 @@ def repo_root() -> Path:
     return Path(voxledger.__file__).resolve().parent.parent
 
 
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"package {name} is not importable")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 @cache
 def source_digest() -> str:
-    """sha256 over (relative path, file sha256) of every package source file."""
-    root = repo_root()
-    entries = []
-    for top in PACKAGE_ROOTS:
-        for path in sorted((root / top).rglob("*.py")):
-            if "__pycache__" in path.parts:
+    """sha256 over (package-relative path, file sha256) of every source file of the packages."""
+    entries: dict[str, str] = {}
+    for name in ("voxledger", *SUBPACKAGES):
+        base = _package_dir(name)
+        prefix = name.replace(".", "/")
+        nested = {_package_dir(s).resolve() for s in SUBPACKAGES if s != name and s.startswith(name + ".")}
+        for path in sorted(base.rglob("*")):
+            if path.suffix not in CODE_SUFFIXES or "__pycache__" in path.parts or not path.is_file():
                 continue
-            entries.append([path.relative_to(root).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest()])
-    return canonical_digest(entries)
+            if any(path.resolve().is_relative_to(n) for n in nested):
+                continue  # counted under its own package name
+            entries[f"{prefix}/{path.relative_to(base).as_posix()}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return canonical_digest(sorted(entries.items()))
 
 
 @cache

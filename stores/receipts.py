@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import jsonschema
 from pydantic import ValidationError
@@ -95,7 +95,12 @@ class ReceiptStore:
         validate_document(doc, source=f"receipt {rid}")
         return doc  # type: ignore[no-any-return]
 
-    def read(self, rid: str, kind: type[R] | None = None) -> R:
+    @overload
+    def read(self, rid: str) -> ReceiptBase: ...
+    @overload
+    def read(self, rid: str, kind: type[R]) -> R: ...
+
+    def read(self, rid: str, kind: type[ReceiptBase] | None = None) -> ReceiptBase:
         """Read and parse a receipt into its model; with ``kind``, refuse any other kind.
 
         Raises ReceiptError naming the id, the kind found and the kind expected.
@@ -104,7 +109,7 @@ class ReceiptStore:
         if kind is not None and not isinstance(receipt, kind):
             want = kind.model_fields["kind"].default
             raise ReceiptError(f"receipt {rid} is a {receipt.kind} receipt, not {want!r}; give the id of a {want} receipt")  # type: ignore[attr-defined]
-        return receipt  # type: ignore[return-value]
+        return receipt
 
     def ids(self) -> Iterator[str]:
         """Every receipt id listed in the store, sorted (deterministic rebuilds)."""

@@ -10,6 +10,7 @@ receipt, and ``Home.record`` refuses one that names a missing or damaged output.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -50,9 +51,12 @@ def reuse(home: Home, key: str | None, kind: type[R], *, report: Callable[[str],
         return None
     try:
         receipt = home.receipts.read(rid, kind)
-    except (BlobMissingError, DigestMismatchError, ReceiptError):
-        home.blobs.quarantine(rid)
-        _say(report, f"receipt {rid[:12]} is damaged; running the stage again")
+    except (BlobMissingError, DigestMismatchError) as exc:
+        home.blobs.quarantine(rid)  # damaged bytes: kept aside, never served
+        _say(report, f"receipt {rid[:12]} is missing or damaged ({exc}); running the stage again")
+        return None
+    except ReceiptError as exc:  # intact bytes this code no longer accepts: not reusable, not damaged
+        _say(report, f"receipt {rid[:12]} does not validate under this code ({exc}); running the stage again")
         return None
     bad = damaged_outputs(home, receipt)
     for sha in bad:
@@ -69,6 +73,7 @@ def record(home: Home, receipt: R) -> StageOutcome[R]:
 
 
 def _say(report: Callable[[str], None] | None, message: str) -> None:
+    logging.getLogger("voxledger.stage").warning(message)
     if report is not None:
         report(message)
 

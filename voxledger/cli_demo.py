@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from voxledger.cli import main, open_home, run_flow
-from voxledger.cli_stages import PLANS, print_stages
+from voxledger.cli_stages import PLANS, _iv, print_stages
 
 console = Console()
 
@@ -70,8 +70,8 @@ def _final_table(home: Any, summary: Any, dash: Path, t_corpus: float, total: fl
     for s in doc["result"]["summaries"]:
         o = s["overall"]
 
-        def f(m: str, o: dict = o) -> str:  # type: ignore[type-arg]
-            return "-" if m not in o else f"{o[m]['mean']:.3f} [{o[m]['low']:.3f}, {o[m]['high']:.3f}]"
+        def f(m: str, o: dict[str, Any] = o) -> str:
+            return _iv(o.get(m))
 
         table.add_row(s["candidate"], f("wer:whisper_en"), f("speaker_sim"), f("predicted_mos_ovrl"), f("content_gate_pass"))
     console.print(table)

@@ -94,26 +94,37 @@ def eval_report(ctx: click.Context, receipt_id: str, as_json: bool) -> None:
         _print_report(doc)
 
 
-SHOWN = ("wer:whisper_en", "cer:basic", "speaker_sim", "predicted_mos_ovrl", "content_gate_pass", "rtf")
+def _iv(iv: dict[str, Any] | None, signed: bool = False) -> str:
+    """An interval cell: mean [low, high], or the mean and why there is no interval."""
+    if iv is None:
+        return "-"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    if iv.get("low") is None or iv.get("high") is None:
+        return f"{f.format(iv['mean'])} [no CI]"
+    return f"{f.format(iv['mean'])} [{f.format(iv['low'])}, {f.format(iv['high'])}]"
 
 
 def _print_report(doc: dict[str, Any]) -> None:
+    from voxledger.tasks.metrics.registry import shown_metrics
+
     result = doc["result"]
+    SHOWN = shown_metrics(sorted({m for s in result["summaries"] for m in s["overall"]}))
     table = Table("candidate", "invalid", "gate fail", *SHOWN, title=f"evaluation {doc['parameters']['plan_name']} (predicted MOS is a model's prediction)")
     for s in result["summaries"]:
-        cells = []
-        for m in SHOWN:
-            iv = s["overall"].get(m)
-            cells.append("-" if iv is None else f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]")
-        table.add_row(s["candidate"], f"{s['invalid_rate']:.0%}", f"{s['content_gate_fail_rate']:.0%}", *cells)
+        table.add_row(s["candidate"], f"{s['invalid_rate']:.0%}", f"{s['content_gate_fail_rate']:.0%}", *(_iv(s["overall"].get(m)) for m in SHOWN))
     console.print(table)
-    comp = Table("candidate - baseline", "metric", "delta [CI]", "Wilcoxon p", "pairs", title="paired comparisons")
+    comp = Table("candidate - baseline", "metric", "delta [CI]", "test", "p", "units", title="paired comparisons (unit: prompt; seeds averaged within a prompt)")
+    notes: set[str] = set()
     for c in result["comparisons"]:
         if c["metric"] in SHOWN:
-            d = c["delta"]
-            p = "-" if c["wilcoxon_p"] is None else f"{c['wilcoxon_p']:.3g}"
-            comp.add_row(f"{c['candidate']} - {c['baseline']}", c["metric"], f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]", p, str(c["n_pairs"]))
+            t = c["test"]
+            p = "-" if t["p_value"] is None else f"{t['p_value']:.2e}"
+            comp.add_row(f"{c['candidate']} - {c['baseline']}", c["metric"], _iv(c["delta"], signed=True), f"{t['method']}", p,
+                         f"{t['units']} prompts / {c['n_pairs']} pairs")  # fmt: skip
+            notes.update(n for n in (c["delta"].get("note"), t.get("note")) if n)
     console.print(comp)
+    for n in sorted(notes):
+        console.print(f"note: {n}")
 
 
 @main.group("alias")

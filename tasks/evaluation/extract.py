@@ -21,35 +21,24 @@ from voxledger.stores.home import Home
 from voxledger.stores.identity import code_identity
 from voxledger.tasks.evaluation.generate import to_16k
 from voxledger.tasks.evaluation.journal import Journal
-from voxledger.tasks.metrics.normalise import basic
+from voxledger.tasks.metrics.builtin import gate
+from voxledger.tasks.metrics.registry import EXTRACTORS, ExtractorDef, Measurement
+
+
+def _registered(plan: EvaluationPlan) -> list[tuple[ExtractorDef, str, Any]]:
+    """(extractor, key, spec) for every registered extractor the plan's suite switches on, in order."""
+    return [(e, key, spec) for e in EXTRACTORS.values() for key, spec in e.specs(plan.metrics).items()]
 
 
 def extractor_specs(plan: EvaluationPlan) -> dict[str, dict[str, Any]]:
     """Each extractor's spec as JSON (so the catalog can answer "which evaluations used X")."""
-    m = plan.metrics
-    specs: dict[str, Any] = {"asr": m.asr, "validity": m.validity, "content_gate": m.content_gate}
-    specs |= {f"text:{t.normaliser}": t for t in m.text}
-    if m.speaker is not None:
-        specs["speaker"] = m.speaker
-    if m.mos is not None:
-        specs["mos"] = m.mos
-    return {k: v.model_dump(mode="json") for k, v in specs.items()}
+    return {key: spec.model_dump(mode="json") for _, key, spec in _registered(plan)}
 
 
 def extractor_ids(plan: EvaluationPlan) -> dict[str, str]:
-    """Identity of each extractor: sha256 of its spec plus the code digest."""
-    m = plan.metrics
+    """Identity of each extractor: sha256 of its spec, the specs it depends on, and the code digest."""
     code = code_identity().source_sha256
-    ids = {"asr": canonical_digest({"spec": m.asr, "code": code}),
-           "validity": canonical_digest({"spec": m.validity, "code": code}),
-           "content_gate": canonical_digest({"spec": m.content_gate, "asr": m.asr, "code": code})}  # fmt: skip
-    for t in m.text:
-        ids[f"text:{t.normaliser}"] = canonical_digest({"spec": t, "asr": m.asr, "code": code})
-    if m.speaker is not None:
-        ids["speaker"] = canonical_digest({"spec": m.speaker, "code": code})
-    if m.mos is not None:
-        ids["mos"] = canonical_digest({"spec": m.mos, "code": code})
-    return ids
+    return {key: canonical_digest({"spec": spec, **e.depends(plan.metrics), "code": code}) for e, key, spec in _registered(plan)}
 
 
 class Extractors:
@@ -80,51 +69,15 @@ class Extractors:
         return self._refs[rel]
 
     def observe(self, gen: Generation, prompt: Prompt, wav: np.ndarray) -> list[Observation]:
-        from voxledger.tasks.metrics.content_gate import content_gate
-        from voxledger.tasks.metrics.textmetrics import score_text
-        from voxledger.tasks.metrics.validity import audio_stats
-
-        m = self.plan.metrics
+        """Every registered extractor's metrics for one generation; gated ones only past the content gate."""
+        m = Measurement(wav=wav, sample_rate_hz=16000, text=prompt.text, prompt=prompt, generation=gen, suite=self.plan.metrics, models=self)
         out: list[Observation] = []
-
-        def add(metric: str, value: float, extractor: str) -> None:
-            out.append(Observation(candidate=gen.candidate, prompt_id=prompt.id, category=prompt.category, seed=gen.seed,
-                                   metric=metric, value=float(value), extractor_sha256=self.ids[extractor]))  # fmt: skip
-
-        stats = audio_stats(wav, 16000, m.validity, text=prompt.text)
-        add("duration_s", stats.duration_s, "validity")
-        add("silence_fraction", stats.silence_fraction, "validity")
-        add("clipping_fraction", stats.clipping_fraction, "validity")
-        if stats.expected_duration_ratio is not None:
-            add("expected_duration_ratio", stats.expected_duration_ratio, "validity")
-        hyp = self.asr.transcribe(wav)
-        for t in m.text:
-            score = score_text(prompt.text, hyp, t)
-            add(f"wer:{t.normaliser}", score.wer, f"text:{t.normaliser}")
-            add(f"cer:{t.normaliser}", score.cer, f"text:{t.normaliser}")
-            add(f"word_errors:{t.normaliser}", score.substitutions + score.deletions + score.insertions, f"text:{t.normaliser}")
-            add(f"ref_words:{t.normaliser}", score.hits + score.substitutions + score.deletions, f"text:{t.normaliser}")
-        if prompt.anchors:
-            heard = f" {basic(hyp)} "
-            hits = sum(any(f" {basic(a)} " in heard for a in anchor.accepted) for anchor in prompt.anchors)
-            add("anchor_hit_rate", hits / len(prompt.anchors), "asr")
-        gate = content_gate(prompt.text, hyp, prompt.instruction, m.content_gate)
-        add("content_gate_pass", 1.0 if gate.passed else 0.0, "content_gate")
-        if gate.passed:
-            if m.speaker is not None:
-                ref = self.plan.speaker_references[f"{prompt.id}:{gen.seed}"]
-                from voxledger.tasks.metrics.speaker import cosine
-
-                add("speaker_sim", cosine(self.speaker.embed(wav), self.reference_embedding(ref)), "speaker")
-            if m.mos is not None:
-                from voxledger.tasks.metrics.mos import predict_mos
-
-                mos = predict_mos(wav, m.mos)
-                add("predicted_mos_ovrl", mos.predicted_ovrl, "mos")
-                add("predicted_mos_sig", mos.predicted_sig, "mos")
-                add("predicted_mos_bak", mos.predicted_bak, "mos")
-        if gen.rtf is not None:
-            add("rtf", gen.rtf, "validity")
+        for e, key, spec in _registered(self.plan):
+            if e.gated and not gate(m).passed:
+                continue
+            for metric, value in e.measure(m, key, spec).items():
+                out.append(Observation(candidate=gen.candidate, prompt_id=prompt.id, category=prompt.category, seed=gen.seed,
+                                       metric=metric, value=float(value), extractor_sha256=self.ids[key]))  # fmt: skip
         return out
 
 

@@ -10,7 +10,6 @@ from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
-    LOWER_IS_BETTER,
     CandidateSummary,
     Comparison,
     EvaluationParameters,
@@ -22,15 +21,15 @@ from voxledger.schemas.evaluation import (
     ResolvedCandidate,
 )  # fmt: skip
 from voxledger.stores.home import Home
+from voxledger.stores.queries import alias_target
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
 from voxledger.tasks.evaluation.generate import generate_all
 from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
+from voxledger.tasks.metrics.registry import is_count, lower_is_better
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
-
-COUNT_METRICS = ("word_errors:", "ref_words:")
 
 
 def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str) -> str | None:
@@ -43,11 +42,10 @@ def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str
             raise EvaluationError(f"{what} needs input {name!r}; bind it (bound: {sorted(bindings)})")
         ref = bindings[name]
     elif ref.startswith("alias:"):
-        with home.catalog.connect(read_only=True) as con:
-            row = con.execute("SELECT target_sha256 FROM aliases WHERE alias = ?", [ref[6:]]).fetchone()
-        if row is None:
+        target = alias_target(home.catalog, ref[6:])
+        if target is None:
             raise EvaluationError(f"{what}: unknown alias {ref[6:]!r}; aliases move only through promotion receipts")
-        ref = row[0]
+        ref = target
     if not is_sha256_hex(ref):
         raise EvaluationError(f"{what}: {ref!r} is not a sha256, alias:NAME or input:NAME")
     if not home.blobs.has(ref):
@@ -120,7 +118,7 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
         gate = [o.value for o in metrics.get("content_gate_pass", [])]
         overall, cats = {}, defaultdict(dict)  # type: ignore[var-annotated]
         for metric, items in sorted(metrics.items()):
-            if metric.startswith(COUNT_METRICS):
+            if is_count(metric):
                 continue
             overall[metric] = clustered_interval([o.value for o in items], [o.prompt_id for o in items], **ci)  # type: ignore[arg-type]
             for cat in sorted({o.category for o in items}):
@@ -143,7 +141,7 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
         if c.name == plan.baseline:
             continue
         for metric in sorted(set(by[c.name]) | set(base)):
-            if metric.startswith(COUNT_METRICS):
+            if is_count(metric):
                 continue
             label = f"{c.name}/{metric}"
             if metric not in by[c.name] or metric not in base:
@@ -158,5 +156,5 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
                 continue
             delta, test, n = paired_delta(cand, ref, st, what=label)
             comparisons.append(Comparison(candidate=c.name, baseline=plan.baseline, metric=metric, delta=delta, test=test,
-                                          n_pairs=n, lower_is_better=metric.split(":")[0] in LOWER_IS_BETTER))  # fmt: skip
+                                          n_pairs=n, lower_is_better=lower_is_better(metric)))  # fmt: skip
     return EvaluationResult(summaries=tuple(summaries), comparisons=tuple(comparisons), not_compared=not_compared)

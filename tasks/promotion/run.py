@@ -22,7 +22,7 @@ from voxledger.schemas.promotion import (
 )  # fmt: skip
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
-from voxledger.stores.queries import promotion_that_moved
+from voxledger.stores.queries import latest_alias_move, promotion_that_moved
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.plans import plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
@@ -40,22 +40,19 @@ class AliasState:
 
 def alias_state(home: Home, alias: str) -> AliasState | None:
     """The current target of ``alias`` (latest move), or None."""
-    with home.catalog.connect(read_only=True) as con:
-        row = con.execute(
-            "SELECT target_sha256, base_sha256, receipt_sha256 FROM alias_history WHERE alias = ? ORDER BY moved_at DESC LIMIT 1", [alias]
-        ).fetchone()
+    row = latest_alias_move(home.catalog, alias)
     return AliasState(*row) if row else None
 
 
 def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPolicy) -> list[tuple[str, CheckpointReceipt]]:
     """Best-k epochs by CV loss plus the last epoch (deduplicated), as (receipt id, receipt)."""
     ids = [r.sha256 for r in run.inputs if r.role.startswith("checkpoint:")]
-    ckpts = [(rid, home.receipts.read(rid)) for rid in ids]
-    ranked = sorted(ckpts, key=lambda c: (c[1].parameters.cv_loss, c[1].parameters.epoch))  # type: ignore[attr-defined]
+    ckpts = [(rid, home.receipts.read(rid, CheckpointReceipt)) for rid in ids]
+    ranked = sorted(ckpts, key=lambda c: (c[1].parameters.cv_loss, c[1].parameters.epoch))
     chosen = ranked[: policy.best_k]
     if policy.include_last and ckpts[-1] not in chosen:
         chosen.append(ckpts[-1])
-    return sorted(chosen, key=lambda c: c[1].parameters.epoch)  # type: ignore[return-value,attr-defined]
+    return sorted(chosen, key=lambda c: c[1].parameters.epoch)
 
 
 def gate_plan_for(template: GatePlan, incumbent: Candidate, challengers: list[Candidate]) -> EvaluationPlan:
@@ -104,12 +101,13 @@ def promote_adapter_fn(
     progress: Callable[[str], None] | None = None,
 ) -> StageOutcome[PromotionReceipt]:  # fmt: skip
     """Evaluate best-k + last against the champion (or the base model) and move aliases."""
-    from voxledger.schemas.errors import TrainingError
+    from voxledger.schemas.errors import ReceiptError, TrainingError
 
     started = utc_now()
-    run = home.receipts.read(training_run_rid)
-    if not isinstance(run, TrainingRunReceipt):
-        raise TrainingError(f"receipt {training_run_rid} is not a training run")
+    try:
+        run = home.receipts.read(training_run_rid, TrainingRunReceipt)
+    except ReceiptError as exc:
+        raise TrainingError(f"{exc}; pass the id `voxledger train` printed") from exc
     policy_rid, policy_sha = register_plan(home, policy, source_name=policy_name, flow=flow)
     base_sha = run.parameters.bound.base_sha256
     champion = alias_state(home, policy.alias)
@@ -121,9 +119,9 @@ def promote_adapter_fn(
     backend = run.parameters.backend
     challengers = select_challengers(home, run, policy)
     speaker = str(run.parameters.effective_config["plan"].get("new_speaker") or policy.baseline_speaker)  # type: ignore[union-attr]
-    cands = [Candidate(name=f"epoch{c.parameters.epoch}", backend=backend, runtime="adapter", artifact=f"input:epoch{c.parameters.epoch}",  # type: ignore[attr-defined]
+    cands = [Candidate(name=f"epoch{c.parameters.epoch}", backend=backend, runtime="adapter", artifact=f"input:epoch{c.parameters.epoch}",
                        base="input:base", speaker=speaker) for _, c in challengers]  # fmt: skip
-    bindings = {f"epoch{c.parameters.epoch}": c.subject("checkpoint").sha256 for _, c in challengers}  # type: ignore[attr-defined]
+    bindings = {f"epoch{c.parameters.epoch}": c.subject("checkpoint").sha256 for _, c in challengers}
     if base_sha:
         bindings["base"] = base_sha
     if champion is None:

@@ -17,6 +17,7 @@ from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import TrainingError
 from voxledger.schemas.prune import PruneEntry, PruneParameters, PrunePlan, PruneReceipt
 from voxledger.stores.home import Home
+from voxledger.stores.queries import checkpoint_rows, references_for_pruning
 from voxledger.stores.trees import load_manifest
 from voxledger.tasks.receipting import build_receipt
 
@@ -25,10 +26,8 @@ PROTECTING_KINDS = ("promotion", "package")
 
 def _protected(home: Home, exclude: set[str]) -> set[str]:
     """Digests referenced by any receipt other than the checkpoints being removed, plus tree contents."""
-    with home.catalog.connect(read_only=True) as con:
-        rows = con.execute("SELECT src, dst FROM edges").fetchall()
-        checkpoint_ids = {r[0] for r in con.execute("SELECT receipt_sha256 FROM checkpoints").fetchall()}
-        docs = [json.loads(r[0]) for r in con.execute(f"SELECT doc FROM receipts WHERE kind IN {PROTECTING_KINDS}").fetchall()]
+    rows, checkpoint_ids, raw = references_for_pruning(home.catalog, PROTECTING_KINDS)
+    docs = [json.loads(r) for r in raw]
     refs: set[str] = set()
     for src, dst in rows:
         if src in exclude or dst in exclude:
@@ -48,8 +47,7 @@ def _protected(home: Home, exclude: set[str]) -> set[str]:
 
 def make_plan(home: Home, keep_best: int = 1) -> PrunePlan:
     """Decide keep/remove for every checkpoint in the catalog."""
-    with home.catalog.connect(read_only=True) as con:
-        rows = con.execute("SELECT receipt_sha256, run_key, epoch, cv_loss, tree_sha256 FROM checkpoints ORDER BY run_key, epoch").fetchall()
+    rows = checkpoint_rows(home.catalog)
     by_run: dict[str, list[tuple[str, str, int, float, str]]] = {}
     for r in rows:
         by_run.setdefault(r[1], []).append(r)

@@ -12,7 +12,7 @@ import torch
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
-from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.errors import ReceiptError, TrainingError
 from voxledger.schemas.training import (
     CheckpointParameters,
     CheckpointReceipt,
@@ -45,9 +45,10 @@ from voxledger.tasks.training.loop import run_loop
 
 def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
     """The audit receipt, which must exist and pass; TrainingError otherwise."""
-    receipt = home.receipts.read(audit_rid)
-    if not isinstance(receipt, AuditReceipt):
-        raise TrainingError(f"receipt {audit_rid} is a {receipt.kind} receipt, not an audit")  # type: ignore[attr-defined]
+    try:
+        receipt = home.receipts.read(audit_rid, AuditReceipt)
+    except ReceiptError as exc:
+        raise TrainingError(f"{exc}; pass the id `voxledger audit` printed") from exc
     if receipt.result.verdict != "pass":
         raise TrainingError(
             f"audit {audit_rid} of corpus {receipt.parameters.corpus_name} failed "
@@ -155,9 +156,9 @@ def train_adapter_fn(
 
         result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
     st = result.state
-    ckpts = [home.receipts.read(r) for r in st.epoch_receipts]
-    best = ckpts[st.best_epoch].subject("checkpoint")  # type: ignore[attr-defined]
-    last = ckpts[-1].subject("checkpoint")  # type: ignore[attr-defined]
+    ckpts = [home.receipts.read(r, CheckpointReceipt) for r in st.epoch_receipts]
+    best = ckpts[st.best_epoch].subject("checkpoint")
+    last = ckpts[-1].subject("checkpoint")
     receipt = build_receipt(
         TrainingRunReceipt, flow=flow, task="train_adapter", started_at=started, key=run_key,
         subjects=[best.model_copy(update={"role": "best"}), last.model_copy(update={"role": "last"})],

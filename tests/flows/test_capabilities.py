@@ -16,7 +16,6 @@ from voxledger.stores.capabilities import ANY, capability_matrix, grid
 from voxledger.stores.home import Home
 from voxledger.tasks.equivalence.record import record_equivalence
 
-from tests.flows.test_pipeline import corpus, first_run  # noqa: F401  (module fixtures reused)
 from voxledger.cli import main
 
 # 2 backend-independent rows + per backend: 2 training, promote, 4 evaluate, package, 4 equivalence, listening
@@ -53,7 +52,7 @@ def _red_comparison(home: Home, tmp: Path, runtime: str, parents: tuple[InputRef
 
 
 @pytest.mark.slow
-def test_matrix_of_a_real_pipeline_run(first_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_matrix_of_a_real_pipeline_run(first_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     home_dir, _, summary, _ = first_run
     home = Home(home_dir)
     ids = {s["stage"]: s["receipt_id"] for s in summary["stages"]}

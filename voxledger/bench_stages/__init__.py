@@ -20,11 +20,11 @@ from voxledger.bench_stages.common import (
     train_plan,
 )
 from voxledger.bench_stages.evaluation import bench_eval
-from voxledger.bench_stages.orchestration import bench_demo, bench_prefect, prefect_child
+from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
 from voxledger.bench_stages.train import bench_train
 
 STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc")
-__all__ = ["STAGE_SECTIONS", "audit_policy", "bench_audit", "bench_demo", "bench_eval", "bench_prefect", "bench_train",
+__all__ = ["STAGE_SECTIONS", "audit_policy", "bench_audit", "bench_cli_audit", "bench_demo", "bench_eval", "bench_prefect", "bench_train",
            "build_noise_corpus", "in_child", "peak_rss_mb", "prefect_child", "run_stages", "stage_timers", "train_plan"]  # fmt: skip
 
 
@@ -39,6 +39,7 @@ def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str 
         figures += bench_eval(work, quick)
     if "prefect" in sections:
         figures += bench_prefect(work, 20 if quick else 200)
+        figures += bench_cli_audit(work, "tiny" if quick else "full")
     if "demo" in sections:
         figures += bench_demo(home)
     if "stats" in sections:

@@ -19,11 +19,10 @@ def prefect_child(n_tasks: int) -> dict[str, float]:
     """Time flows of trivial tasks (stage task options, heartbeat off) and the plain calls."""
     from prefect import flow, task
 
-    import voxledger.flows  # noqa: F401  (offline defaults before prefect loads)
-    from voxledger.flows.runtime import quiet_prefect
-    from voxledger.flows.stages import RETRIES
+    from voxledger.flows.common import STAGE_TASK
+    from voxledger.flows.runtime import prefect_session
 
-    @task(name="bench_noop", **RETRIES)
+    @task(name="bench_noop", **STAGE_TASK)
     def noop(i: int) -> int:
         return i
 
@@ -41,7 +40,7 @@ def prefect_child(n_tasks: int) -> dict[str, float]:
         return time.perf_counter() - t0
 
     direct = timed(lambda: [noop.fn(i) for i in range(n_tasks)])
-    with quiet_prefect():
+    with prefect_session(None):  # Prefect's temporary server: what a process without a server pays
         first = timed(lambda: empty_flow(0))
         empty = min(timed(lambda: empty_flow(0)) for _ in range(3))
         full = min(timed(lambda: tasks_flow(n_tasks)) for _ in range(2))
@@ -50,7 +49,8 @@ def prefect_child(n_tasks: int) -> dict[str, float]:
 
 def bench_prefect(work: Path, n_tasks: int) -> list[Figure]:
     """Orchestration cost per task; a subprocess (not a pool worker) so the temporary server exits cleanly."""
-    env = {**os.environ, "PREFECT_HOME": str(work / "prefect-home")}  # never the user's Prefect database
+    env = {**os.environ, "PREFECT_HOME": str(work / "prefect-home"), "VOXLEDGER_PREFECT": "ephemeral"}  # never the user's Prefect database
+    env.pop("PREFECT_API_URL", None)
     code = "import json, sys; from voxledger.bench_stages.orchestration import prefect_child; print('BENCH', json.dumps(prefect_child(int(sys.argv[1]))))"
     proc = subprocess.run([sys.executable, "-c", code, str(n_tasks)], env=env, capture_output=True, text=True, timeout=600, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("BENCH ")), None)
@@ -64,6 +64,50 @@ def bench_prefect(work: Path, n_tasks: int) -> list[Figure]:
         Figure(f"prefect: flow of {n_tasks} trivial tasks, per task", per_task * 1000, "ms/task"),
         Figure("direct call of the same function", r["direct_s"] / n_tasks * 1e6, "us/call"),
         Figure("prefect task / direct call", per_task / max(r["direct_s"] / n_tasks, 1e-9), "x"),
+    ]
+
+
+DIRECT_AUDIT = (
+    "import sys; from pathlib import Path; from voxledger.stores.home import Home; from voxledger.schemas.audit import AuditPolicy;"
+    "from voxledger.tasks.plans import load_plan; from voxledger.tasks.audit.run import audit_corpus_fn;"
+    "out = audit_corpus_fn(Home(sys.argv[1]), Path(sys.argv[2]), load_plan(Path(sys.argv[3]), AuditPolicy), policy_name=Path(sys.argv[3]).name);"
+    "assert out.cached"
+)
+
+
+def bench_cli_audit(work: Path, size: str) -> list[Figure]:
+    """A cached ``voxledger audit`` (a flow on this home's long-lived server) against the plain
+    audit function, each as a whole process on the same corpus and home."""
+    from voxledger.flows.server import stop_server
+    from voxledger.tasks.corpus.demo import build_demo_corpus
+
+    corpus, home = work / "cli-corpus", work / "cli-home"
+    build_demo_corpus(corpus, size=size)
+    policy = Path(__file__).resolve().parents[2] / "plans" / "audit-demo.yaml"
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "VOXLEDGER_PREFECT")}
+    cli = [sys.executable, "-m", "voxledger.cli", "--home", str(home), "audit", str(corpus), "--policy", str(policy), "--json"]
+    direct = [sys.executable, "-c", DIRECT_AUDIT, str(home), str(corpus), str(policy)]
+
+    def timed_run(cmd: list[str], extra: dict[str, str] | None = None) -> float:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env={**env, **(extra or {})}, capture_output=True, text=True, timeout=900, check=False)
+        if proc.returncode != 0:
+            raise VoxledgerError(f"bench command {' '.join(cmd[:6])} ... exited {proc.returncode}: {proc.stderr[-1500:]}")
+        return time.perf_counter() - t0
+
+    try:
+        t_first = timed_run(cli)  # audits and starts the home's server
+        t_cli = min(timed_run(cli) for _ in range(3))
+        t_direct = min(timed_run(direct) for _ in range(3))
+        t_ephemeral = timed_run(cli, {"VOXLEDGER_PREFECT": "ephemeral"})
+    finally:
+        stop_server(home)
+    return [
+        Figure("cli audit, first command (audits, starts the home's Prefect server)", t_first, "s"),
+        Figure("cli audit, cached, home server warm (process wall)", t_cli, "s"),
+        Figure("audit function called directly, cached (process wall)", t_direct, "s"),
+        Figure("cli audit cached - direct call", t_cli - t_direct, "s", "<= 2"),
+        Figure("cli audit cached, Prefect's temporary server instead (process wall)", t_ephemeral, "s"),
     ]
 
 

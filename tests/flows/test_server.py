@@ -1,0 +1,98 @@
+"""The home's long-lived Prefect server: started on demand, reused, survives a killed command
+without leaving a process of that command behind, replaced when it dies, stopped on request."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from voxledger.flows.server import healthy, read_state
+
+from tests.corpus_factory import build_small_corpus
+from tests.flows.conftest import write_plans
+
+
+def _env() -> dict[str, str]:
+    # no PREFECT_API_URL: the commands use the home's own server, as a user's would
+    return {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "VOXLEDGER_PREFECT")}
+
+
+def _cli(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "voxledger.cli", "--home", str(home), *args], env=_env(), capture_output=True,
+                          text=True, timeout=timeout, check=False)  # fmt: skip
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, pgid, command line) of every process we can read."""
+    out: dict[int, tuple[int, int, str]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        out[int(d.name)] = (int(stat[1]), int(stat[2]), cmd)
+    return out
+
+
+def _flow_running(api_url: str, name: str) -> bool:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    async def check() -> bool:
+        async with get_client() as client:
+            flows = {f.id: f.name for f in await client.read_flows()}
+            return any(flows.get(r.flow_id) == name and r.state_type and r.state_type.value == "RUNNING" for r in await client.read_flow_runs(limit=50))
+
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        return asyncio.run(check())
+
+
+def test_killed_command_leaves_nothing_and_the_next_one_works(tmp_path: Path) -> None:
+    home, corpus = tmp_path / "home", build_small_corpus(tmp_path / "corpus")
+    plans = write_plans(tmp_path / "plans")
+    first = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"), "--json")
+    assert first.returncode == 0, first.stderr
+    state = read_state(home)
+    assert state is not None and healthy(state.api_url)
+    # a long command, killed with SIGKILL while its flow runs
+    proc = subprocess.Popen([sys.executable, "-m", "voxledger.cli", "--home", str(home), "pipeline", "run", str(plans / "pipeline.yaml"),
+                             "--corpus", str(corpus)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own process group: everything it starts is findable  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not _flow_running(state.api_url, "pipeline"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the pipeline flow never reached RUNNING"
+        time.sleep(0.5)
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(1.0)
+    procs = _processes()
+    orphans = [cmd for pid, (ppid, pgid, cmd) in procs.items() if (ppid == proc.pid or pgid == proc.pid) and pid != proc.pid]
+    assert orphans == [], f"processes of the killed command remain: {orphans}"
+    assert [pid for pid, (_, pgid, _) in procs.items() if pgid == state.pid], "the home's server must still run"
+    # the next command finds the same server and works
+    again = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["receipt"] == json.loads(first.stdout)["receipt"]
+    assert read_state(home) == state
+    # a dead server is replaced cleanly
+    os.killpg(state.pid, signal.SIGKILL)
+    time.sleep(0.5)
+    third = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"), "--json")
+    assert third.returncode == 0, third.stderr
+    new = read_state(home)
+    assert new is not None and new.pid != state.pid and healthy(new.api_url)
+    stopped = _cli(home, "server", "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    time.sleep(0.5)
+    assert not [pid for pid, (_, pgid, _) in _processes().items() if pgid == new.pid]
