@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from voxledger.schemas.base import Artifact, InputRef, Producer, ReceiptBase, utc_now
 from voxledger.schemas.canonical import canonical_digest
@@ -18,7 +18,7 @@ def artifact(store: LocalBlobStore, role: str, sha256: str, media_type: str) -> 
     return Artifact(role=role, sha256=sha256, size_bytes=store.size_of(sha256), media_type=media_type)
 
 
-def cache_key(stage: str, inputs: dict[str, str], plan_sha256: str | None, parameters: Any) -> str:
+def cache_key(stage: str, inputs: dict[str, Any], plan_sha256: str | None, parameters: Any) -> str:
     """The whole truth of a stage's work: stage, input digests, plan, parameters and code."""
     return canonical_digest(
         {
@@ -40,7 +40,7 @@ def build_receipt(
     subjects: list[Artifact] | tuple[Artifact, ...] = (),
     inputs: list[InputRef] | tuple[InputRef, ...] = (),
     key: str | None = None,
-    status: str = "succeeded",
+    status: Literal["succeeded", "failed"] = "succeeded",
     error: str | None = None,
     **fields: Any,
 ) -> R:

@@ -77,10 +77,3 @@ def _say(report: Callable[[str], None] | None, message: str) -> None:
     if report is not None:
         report(message)
 
-
-def cached_receipt(home: Home, key: str) -> tuple[str, dict[str, object]] | None:
-    """(id, document) of a verified reusable receipt for ``key``; None means run the stage."""
-    from voxledger.schemas.registry import RECEIPT_ADAPTER  # noqa: F401  (any kind)
-
-    hit = reuse(home, key, ReceiptBase)
-    return (hit.receipt_id, hit.receipt.model_dump(mode="json")) if hit else None

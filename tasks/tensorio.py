@@ -25,7 +25,8 @@ def deterministic_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, st
     canon = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     if len(canon) > n:
         raise ValueError("canonical safetensors header is longer than the original; cannot rewrite in place")
-    return raw[:8] + canon + b" " * (n - len(canon)) + raw[8 + n :]
+    out: bytes = raw[:8] + canon + b" " * (n - len(canon)) + raw[8 + n :]
+    return out
 
 
 def save_deterministic(tensors: dict[str, torch.Tensor], path: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:

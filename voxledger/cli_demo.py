@@ -59,7 +59,7 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path) -> None:
             build_demo_corpus(corpus, size="full")
     t_corpus = time.perf_counter() - t0
     summary = run_flow(ctx, pipeline, str(home.root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS), str((out / "packets").absolute()))
-    dash = build_dashboard(home.catalog, out / "dashboard.html")
+    dash = build_dashboard(home.catalog, out / "dashboard.html", blobs=home.blobs.get_bytes)
     print_stages(summary.stages)
     _final_table(home, summary, dash, t_corpus, time.perf_counter() - t0)
 
@@ -89,7 +89,8 @@ def dashboard(ctx: click.Context, output: Path) -> None:
     """
     from voxledger.dashboards.report import build_dashboard
 
-    console.print(f"wrote {build_dashboard(open_home(ctx).catalog, output)}")
+    home = open_home(ctx)
+    console.print(f"wrote {build_dashboard(home.catalog, output, blobs=home.blobs.get_bytes)}")
 
 
 @main.command("serve")

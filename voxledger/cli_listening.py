@@ -112,4 +112,8 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
                f"missing raters {list(r.attrition.missing_raters)}; missing cells {r.attrition.missing_cells}")  # fmt: skip
     if excluded:
         click.echo("excluded by screening: " + ", ".join(excluded))
+    from voxledger.tasks.listening.report import summary_lines
+
+    for line in summary_lines(r):
+        click.echo(line)
     click.echo(f"receipt {outcome.receipt_id}")

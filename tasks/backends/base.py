@@ -81,14 +81,20 @@ class Backend(Protocol):
         ...
 
 
+BACKENDS: dict[str, str] = {
+    "tiny": "voxledger.tasks.backends.tiny.backend:TinyBackend",
+    "cosyvoice3": "voxledger.tasks.backends.cosyvoice3.backend:CosyVoice3Backend",
+}
+"""The closed registry: ``BackendName`` (in the plan schema) lists exactly these keys, and a test
+checks both agree. Backends are imported on first use (each pulls in its own heavy stack)."""
+
+
 def get_backend(name: BackendName) -> Backend:
-    """The backend registered under ``name`` (a closed registry: the plan schema lists them)."""
-    if name == "tiny":
-        from voxledger.tasks.backends.tiny.backend import TinyBackend
+    """The backend registered under ``name``; ValueError naming the registered ones otherwise."""
+    import importlib
 
-        return TinyBackend()
-    if name == "cosyvoice3":
-        from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
-
-        return CosyVoice3Backend()
-    raise ValueError(f"unknown backend {name!r}; registered: tiny, cosyvoice3")
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; registered: {', '.join(BACKENDS)}")
+    module, _, cls = BACKENDS[name].partition(":")
+    backend: Backend = getattr(importlib.import_module(module), cls)()
+    return backend

@@ -42,7 +42,7 @@ from voxledger.tasks.corpus.manifests import LoadedCorpus, load_corpus
 from voxledger.tasks.corpus.sources import audio_digests, audio_tree
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import reuse
 
 MANIFEST_MEDIA_TYPE = "application/vnd.voxledger.manifest+json"
 MANIFEST_FILE_MEDIA_TYPE = "application/x-ndjson"
@@ -144,11 +144,10 @@ def prepare_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, pol
     source_tree = home.blobs.put_bytes(manifest_bytes(audio_tree(corpus, digests, paths)))
     key = cache_key("corpus_prepare", {"manifest": source_manifest, "audio_tree": source_tree}, policy_sha, transform.model_dump(mode="json"))
     out = out_dir or home.root / "corpora" / f"{_UNSAFE.sub('_', corpus.utterances.name)}-{key[:12]}"
-    hit = cached_receipt(home, key)
+    hit = reuse(home, key, PrepareReceipt)
     if hit is not None:
-        receipt = PrepareReceipt.model_validate(hit[1])
-        _materialise(home, receipt, out)
-        return PrepareOutcome(hit[0], receipt, True, out)
+        _materialise(home, hit.receipt, out)
+        return PrepareOutcome(hit.receipt_id, hit.receipt, True, out)
     if out.exists():
         raise CorpusError(f"{out} exists and is not this preparation's output; choose another --out (nothing overwritten)")
     tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"

@@ -74,12 +74,12 @@ def compare_stage(
         "cand_len": int(cand.shape[0]),
     }
     if kind == "tokens":
-        return StageResult(**common, **_token_fields(ref, cand))
+        return StageResult.model_validate({**common, **_token_fields(ref, cand)})
     ref, cand = _aligned(name, kind, ref, cand, allow_length_mismatch)
     fields = _float_fields(name, ref, cand, bands)
     if drift_windows > 0:
         fields["drift_rel"] = tuple(length_drift(ref, cand, min(drift_windows, ref.shape[0])))
-    return StageResult(**common, **fields)
+    return StageResult.model_validate({**common, **fields})
 
 
 def length_drift(ref: np.ndarray, cand: np.ndarray, n_windows: int) -> list[float]:
@@ -131,7 +131,10 @@ def compare_dirs(
         except EquivalenceError as exc:
             problems.append(str(exc))
             continue
-        (skipped if isinstance(outcome, SkippedStage) else results).append(outcome)
+        if isinstance(outcome, SkippedStage):
+            skipped.append(outcome)
+        else:
+            results.append(outcome)
     if problems:
         listing = "\n".join(f"- {problem}" for problem in problems)
         raise EquivalenceError(f"{len(problems)} stage(s) cannot be compared:\n{listing}")

@@ -33,7 +33,7 @@ def to_16k(wav: np.ndarray, sr: int) -> np.ndarray:
     if sr != SAMPLE_RATE_HZ:
         g = gcd(SAMPLE_RATE_HZ, sr)
         wav = resample_poly(wav, SAMPLE_RATE_HZ // g, sr // g).astype(np.float32)
-    return np.clip(wav, -1.0, 1.0)
+    return np.asarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
 
 
 def wav_bytes(wav: np.ndarray) -> bytes:

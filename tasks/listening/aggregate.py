@@ -43,20 +43,17 @@ from voxledger.tasks.listening.verify import (
     rated_stimuli,
 )
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import StageOutcome, reuse
 
 RATINGS_MEDIA_TYPE = "application/vnd.voxledger.ratings+json"
 SCREENING_ROLES = ("gold", "attention", "hidden_reference")
 
 
 @dataclass(frozen=True)
-class AggregateOutcome:
-    """The aggregate receipt, the accepted submissions' receipt ids, and whether it was cached."""
+class AggregateOutcome(StageOutcome[AggregateReceipt]):
+    """An aggregate stage outcome plus the accepted submissions' receipt ids."""
 
-    receipt_id: str
-    receipt: AggregateReceipt
-    submission_receipts: tuple[str, ...]
-    cached: bool
+    submission_receipts: tuple[str, ...] = ()
 
 
 def load_packet_set(home: Home, receipt_id: str) -> PacketSetReceipt:
@@ -83,11 +80,10 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
     files = [(p.name, _read(p)) for p in submissions]
     key = cache_key("aggregate", {"packet_set": packet_set_id, **{f"submission:{i}": sha256_hex(d) for i, (_, d) in enumerate(files)}},
                     ps.parameters.protocol_sha256, {})  # fmt: skip
-    hit = cached_receipt(home, key)
+    hit = reuse(home, key, AggregateReceipt)
     if hit is not None:
-        receipt = AggregateReceipt.model_validate(hit[1])
-        subs = tuple(i.sha256 for i in receipt.inputs if i.role == "submission")
-        return AggregateOutcome(hit[0], receipt, subs, cached=True)
+        subs = tuple(i.sha256 for i in hit.receipt.inputs if i.role == "submission")
+        return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs)
     blinding, key_bytes = open_sealed_key(home, ps.parameters.key_commitment_sha256)
     verdicts = _verify_all(home, packet_set_id, files, packets, home_secret(home), protocol, {e.pseudonym: e for e in blinding.entries})
     if not verdicts.accepted:
@@ -113,7 +109,7 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
     ids = home.record_many([*fresh.values(), receipt])
     if ids[:-1] != [_receipt_id(r) for r in fresh.values()]:
         raise ReceiptError("submission receipt ids changed while recording; run the aggregation again")
-    return AggregateOutcome(ids[-1], receipt, sub_ids, cached=False)
+    return AggregateOutcome(ids[-1], receipt, False, sub_ids)
 
 
 def _receipt_id(receipt: SubmissionReceipt) -> str:
@@ -202,9 +198,9 @@ def _submission_receipts(home: Home, packet_set_id: str, accepted: list[Checked]
     for c in accepted:
         started = utc_now()
         key = cache_key("submission", {"packet_set": packet_set_id, "submission": c.sha256}, c.packet.manifest.protocol_sha256, {})
-        hit = cached_receipt(home, key)
+        hit = reuse(home, key, SubmissionReceipt)
         if hit:
-            known[c.sha256] = hit[0]
+            known[c.sha256] = hit.receipt_id
             continue
         sub_sha = home.blobs.put_bytes(c.data)
         fresh[c.sha256] = build_receipt(

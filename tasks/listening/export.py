@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
@@ -38,19 +38,16 @@ from voxledger.tasks.listening.page import render_page
 from voxledger.tasks.listening.render import AudioRenderer
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import cached_receipt
+from voxledger.tasks.stage import StageOutcome, reuse
 
 CSV_COLUMNS = ("rater_id", "packet_sha256", "trial", "position", "task", "criteria", "slot", "stimulus", "file", "reference_file")
 
 
 @dataclass(frozen=True)
-class PacketSetOutcome:
-    """The receipt, where each rater's folder was written, and whether it came from cache."""
+class PacketSetOutcome(StageOutcome[PacketSetReceipt]):
+    """A packet-set stage outcome plus where each rater's folder was written."""
 
-    receipt_id: str
-    receipt: PacketSetReceipt
-    packet_dirs: dict[str, Path]
-    cached: bool
+    packet_dirs: dict[str, Path] = field(default_factory=dict)
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -76,10 +73,9 @@ def export_packets(home: Home, protocol: ListeningProtocol, stimuli: StimulusSet
     stimuli_sha = home.blobs.put_bytes(canonical_bytes(stimuli))
     _check_blobs(home, stimuli)
     key = cache_key("packet_set", {"stimuli": stimuli_sha}, protocol_sha, {"evaluation_plan_sha256": stimuli.evaluation_plan_sha256})
-    hit = cached_receipt(home, key)
+    hit = reuse(home, key, PacketSetReceipt)
     if hit is not None:
-        receipt = PacketSetReceipt.model_validate(hit[1])
-        return PacketSetOutcome(hit[0], receipt, _materialize(home, receipt, out_dir), cached=True)
+        return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir))
     design = plan_packets(protocol, stimuli)
     by_key = {(s.prompt_id, s.candidate): s for s in stimuli.stimuli}
     sources = {s.source for plans in design.trials.values() for t in plans for s in (*t.slots, *([t.reference] if t.reference else []))}
@@ -107,7 +103,7 @@ def export_packets(home: Home, protocol: ListeningProtocol, stimuli: StimulusSet
                 *(InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli}))],
         parameters=_parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment).model_copy(update={"leak_check": leaks}),
     )  # fmt: skip
-    return PacketSetOutcome(home.record(receipt), receipt, writer.dirs, cached=False)
+    return PacketSetOutcome(home.record(receipt), receipt, False, writer.dirs)
 
 
 def _parameters(writer: _PacketWriter, design: DesignPlan, renderer: AudioRenderer, protocol_sha: str, stimuli: StimulusSet, stimuli_sha: str, commitment: str) -> PacketSetParameters:

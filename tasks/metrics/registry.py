@@ -90,9 +90,16 @@ def unregister(name: str) -> None:
     EXTRACTORS.pop(name, None)
 
 
+def extractors() -> dict[str, ExtractorDef]:
+    """The registry with the shipped extractors loaded (they register on import)."""
+    from voxledger.tasks.metrics import builtin  # noqa: F401
+
+    return EXTRACTORS
+
+
 def metric_def(metric: str) -> MetricDef | None:
     """The definition of an observed metric id (a family member resolves to its family)."""
-    for e in EXTRACTORS.values():
+    for e in extractors().values():
         for m in e.metrics:
             if m.id == metric or (m.id.endswith(":") and metric.startswith(m.id)):
                 return m
@@ -114,7 +121,7 @@ def is_count(metric: str) -> bool:
 def shown_metrics(observed: list[str]) -> list[str]:
     """The observed metric ids a report shows by default, in registry order."""
     out = []
-    for e in EXTRACTORS.values():
+    for e in extractors().values():
         for m in e.metrics:
             if m.shown:
                 out += [o for o in observed if o == m.id or (m.id.endswith(":") and o.startswith(m.id))]

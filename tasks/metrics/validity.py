@@ -111,7 +111,8 @@ def _silent_frames(wav: np.ndarray, frame: int, threshold_dbfs: float) -> np.nda
     counts = np.full(n_frames, frame, dtype=np.float64)
     counts[-1] = wav.size - (n_frames - 1) * frame
     power = (padded.reshape(n_frames, frame) ** 2).sum(axis=1) / counts
-    return power < 10.0 ** (threshold_dbfs / 10.0)
+    quiet: np.ndarray = power < 10.0 ** (threshold_dbfs / 10.0)
+    return quiet
 
 
 def _edge_run(flags: np.ndarray) -> int:

@@ -64,7 +64,7 @@ def read_receipt(receipts: ReceiptStore, rid: str, kind: str, role: str) -> dict
         raise ReceiptError(f"{role} receipt {rid} is a {doc['kind']!r} receipt, expected {kind!r}")
     if doc["status"] != "succeeded":
         raise ReceiptError(f"{role} receipt {rid} has status {doc['status']} ({doc.get('error')}); only succeeded work is packaged")
-    return doc  # type: ignore[no-any-return]
+    return doc
 
 
 def refers_to(doc: dict[str, Any], tree_sha: str) -> bool:

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     stages = probe_package(args.package, args.base_dir, args.text, args.seed)
     with open(args.out, "xb") as f:
-        np.savez(f, **stages)
+        np.savez(f, allow_pickle=False, **stages)
     return 0
 
 

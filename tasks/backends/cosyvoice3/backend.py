@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ def choose_prompt(examples: list[data.Example], min_duration_s: float) -> data.E
 class CosyVoice3Backend:
     """Backend ``cosyvoice3`` (configured from ``VOXLEDGER_COSYVOICE_*`` unless given a config)."""
 
-    name = "cosyvoice3"
+    name: Literal["cosyvoice3"] = "cosyvoice3"
     needs_stored_base = False  # upstream's llm.pt is the base; its digest is part of identity()
 
     def __init__(self, config: CosyVoice3Config | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ class TinyLoaded:
 class TinyBackend:
     """Backend ``tiny``: a small Qwen2-backbone TTS that trains on CPU."""
 
-    name = "tiny"
+    name: Literal["tiny"] = "tiny"
     needs_stored_base = True
 
     def __init__(self) -> None:
