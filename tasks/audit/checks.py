@@ -97,7 +97,8 @@ def file_findings(utt: Utterance, f: FileFacts, policy: AuditPolicy) -> list[Fin
     out: list[Finding] = []
 
     def add(code: str, severity: str, message: str, value: float | None = None, bound: float | None = None) -> None:
-        out.append(Finding(code=code, severity=severity, utterance_ids=one, message=f"{utt.audio}: {message}", value=value, bound=bound, file=utt.audio))  # type: ignore[arg-type]
+        where = f"{f.origin}: " if f.origin else ""
+        out.append(Finding(code=code, severity=severity, utterance_ids=one, message=f"{where}{utt.audio}: {message}", value=value, bound=bound, file=utt.audio))  # type: ignore[arg-type]
 
     if f.sample_rate_hz != policy.sample_rate_hz:
         add("sample_rate_mismatch", "error", f"{f.sample_rate_hz} Hz, policy requires {policy.sample_rate_hz} Hz; resample with voxledger corpus prepare", f.sample_rate_hz, policy.sample_rate_hz)

@@ -29,6 +29,7 @@ class FileFacts:
     stats: AudioStats | None = None
     code: bytes | None = None
     samples: SampleRange | None = None
+    origin: str = ""  # manifest ``file:line`` the utterance came from, for messages
 
 
 def resolve_audio(root: Path, utt: Utterance, audio_roots: tuple[Path, ...] = (), *, where: str = "") -> Path:
@@ -59,4 +60,4 @@ def measure_file(root: Path, utt: Utterance, policy: AuditPolicy, *, audio_roots
     mono = data.mean(axis=1) if channels > 1 else data[:, 0]
     stats = audio_stats(mono, sr, policy.validity, text=utt.text or None)
     code = fingerprint(mono, sr) if mono.size and np.isfinite(mono).all() else None
-    return FileFacts(utt.id, path, None, None, sr, channels, stats, code, rng)
+    return FileFacts(utt.id, path, None, None, sr, channels, stats, code, rng, where)

@@ -62,7 +62,8 @@ def test_prepare_makes_a_corpus_that_meets_the_policy(tmp_path: Path, home: Home
     policy = POLICY.model_copy(update={"loudness_lufs": -23.0})
     before = audit_corpus_fn(home, data, policy, policy_name="t", audio_roots=roots).receipt.result
     assert before.counts_by_code.get("sample_rate_mismatch") == 5 and before.counts_by_code.get("channel_mismatch") == 3
-    assert "voxledger corpus prepare" in next(f.message for f in before.findings if f.code == "sample_rate_mismatch")
+    mismatch = next(f.message for f in before.findings if f.code == "sample_rate_mismatch")
+    assert mismatch.startswith("train/segments:1: ") and "44100 Hz, policy requires 16000 Hz; resample with voxledger corpus prepare" in mismatch
 
     out = prepare_corpus_fn(home, data, policy, policy_name="t", audio_roots=roots, out_dir=tmp_path / "prepared")
     r = out.receipt.result
