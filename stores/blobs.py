@@ -93,6 +93,7 @@ class LocalBlobStore:
         self.tmp = root / "tmp"
         self.objects.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self._verified: dict[str, tuple[int, int, int]] = {}
 
     def path_of(self, sha256: str) -> Path:
         """Where the object with this digest lives (it may not exist)."""
@@ -124,12 +125,33 @@ class LocalBlobStore:
             self.quarantine(sha256)  # the bytes in hand hash right: they replace the damaged copy
             os.link(tmp_path, final)
         fsync_dir(final.parent)
+        self._remember(sha256)  # just written from bytes that hashed to this name
         return sha256
 
     def intact(self, sha256: str) -> bool:
-        """True when the object exists and its bytes hash to its name."""
+        """True when the object exists and its bytes hash to its name.
+
+        An object this process wrote or hashed is not hashed again while its inode, size and
+        mtime are unchanged (a new process always re-hashes): repeated checks of one tree cost
+        a stat each, and any rewrite of the file is caught.
+        """
         path = self.path_of(sha256)
-        return path.is_file() and sha256_stream(path)[0] == sha256
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._verified.get(sha256) == stamp:
+            return True
+        if sha256_stream(path)[0] != sha256:
+            self._verified.pop(sha256, None)
+            return False
+        self._verified[sha256] = stamp
+        return True
+
+    def _remember(self, sha256: str) -> None:
+        st = self.path_of(sha256).stat()
+        self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def quarantine(self, sha256: str) -> Path | None:
         """Move a damaged object out of ``objects/`` into ``quarantine/`` (kept as evidence).
@@ -142,6 +164,7 @@ class LocalBlobStore:
         qdir = self.root / "quarantine"
         qdir.mkdir(exist_ok=True)
         dest = qdir / f"{sha256}.{os.getpid()}-{secrets.token_hex(4)}"
+        self._verified.pop(sha256, None)
         os.replace(path, dest)
         fsync_dir(path.parent)
         return dest

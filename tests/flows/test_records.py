@@ -71,6 +71,11 @@ def test_a_failing_stage_is_recorded_as_itself(first_run, corpus: Path, monkeypa
     upto = ORDER.index(stage)
     assert names == ORDER[: upto + 1], "later stages must be absent"
     for s in receipt.stages[:upto]:  # earlier stages: succeeded and untouched (the first run's receipts, from cache)
+        if s.receipt_id != first[s.stage]["receipt_id"]:
+            h = Home(home_dir)
+            a, b = h.receipts.read_document(first[s.stage]["receipt_id"]), h.receipts.read_document(s.receipt_id or "")
+            diff = {k: (a["parameters"].get(k), b["parameters"].get(k)) for k in a["parameters"] if a["parameters"].get(k) != b["parameters"].get(k)}
+            print("DIFF", s.stage, a.get("cache_key"), b.get("cache_key"), json.dumps(diff, default=str)[:3000])
         assert (s.status, s.receipt_id, s.cached) == ("succeeded", first[s.stage]["receipt_id"], True)
     failed = receipt.stages[upto]
     assert failed.status == "failed" and "injected" in failed.detail

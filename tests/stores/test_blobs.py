@@ -62,9 +62,19 @@ def test_tampered_object_is_detected_on_read_and_verify(tmp_path: Path) -> None:
     assert d in str(exc.value) and bad in str(exc.value)
     with pytest.raises(DigestMismatchError, match=bad):
         store.verify(d)
-    # re-putting the original bytes must not silently accept the corrupt object
-    with pytest.raises(DigestMismatchError):
-        store.put_bytes(b"original bytes")
+    # re-putting the original bytes never accepts the corrupt object: they replace it, and the
+    # damaged copy is kept in quarantine as evidence
+    assert store.put_bytes(b"original bytes") == d
+    store.verify(d)
+    assert [q.read_bytes() for q in (tmp_path / "quarantine").iterdir()] == [b"evil bytes"]
+
+
+def test_a_rewrite_is_caught_even_right_after_a_verified_check(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    d = store.put_bytes(b"x" * 1000)
+    assert store.intact(d)
+    _tamper(store, d, b"y" * 1000)  # same size: the remembered stamp (inode, size, mtime) no longer matches
+    assert not store.intact(d)
 
 
 def test_missing_and_malformed_digests(tmp_path: Path) -> None:
