@@ -25,8 +25,6 @@ bench: install
 	$(BIN)/voxledger bench
 
 lint: install
-	$(BIN)/ruff check schemas stores flows dashboards voxledger
-	rm -rf build/typecheck && mkdir -p build/typecheck/voxledger
-	cp voxledger/__init__.py build/typecheck/voxledger/
-	for d in schemas stores tasks flows dashboards; do ln -s ../../../$$d build/typecheck/voxledger/$$d; done
-	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml --follow-imports=silent -p voxledger.schemas -p voxledger.stores
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p voxledger

@@ -1,23 +1,9 @@
-"""Maps the design card's top-level folders onto one importable namespace, ``voxledger.*``."""
+"""The one package is ``voxledger``; the design card's top-level folders (schemas/, stores/, tasks/,
+flows/, dashboards/, plans/) are links into it, so imports, static tools and wheels see one tree."""
 
 from setuptools import find_packages, setup
 
-ROOTS = {
-    "voxledger": "voxledger",
-    "voxledger.schemas": "schemas",
-    "voxledger.stores": "stores",
-    "voxledger.tasks": "tasks",
-    "voxledger.flows": "flows",
-    "voxledger.dashboards": "dashboards",
-}
-
-packages = []
-for name, folder in ROOTS.items():
-    packages.append(name)
-    packages += [f"{name}.{sub}" for sub in find_packages(folder)]
-
 setup(
-    packages=packages,
-    package_dir=ROOTS,
-    package_data={"": ["*.json", "*.yaml", "*.txt", "*.html", "*.js", "*.css", "data/*", "json/*"]},
+    packages=find_packages(include=["voxledger", "voxledger.*"]),
+    package_data={"voxledger": ["plans/*.yaml"], "": ["*.json", "*.yaml", "*.txt", "*.html", "*.js", "*.css", "data/*", "json/*"]},
 )

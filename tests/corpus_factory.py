@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import soundfile as sf
+
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 
 SENTENCES = [

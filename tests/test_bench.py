@@ -97,10 +97,9 @@ def test_unknown_section_is_refused() -> None:
 
 
 def test_noise_corpus_is_valid_distinct_and_passes_the_audit(tmp_path: Path) -> None:
+    from voxledger.bench_stages import audit_policy, build_noise_corpus
     from voxledger.stores.home import Home
     from voxledger.tasks.audit.run import audit_corpus_fn
-
-    from voxledger.bench_stages import audit_policy, build_noise_corpus
 
     corpus = build_noise_corpus(tmp_path / "c", 120)
     rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines()]
@@ -115,9 +114,8 @@ def test_noise_corpus_is_valid_distinct_and_passes_the_audit(tmp_path: Path) -> 
 def test_stage_timers_time_real_calls_and_restore_them() -> None:
     import time
 
-    from voxledger.tasks.metrics import textmetrics
-
     from voxledger.bench_stages import stage_timers
+    from voxledger.tasks.metrics import textmetrics
 
     original = textmetrics.score_text
     with stage_timers((("text", "time", "sleep"), ("text", "voxledger.tasks.metrics.textmetrics", "score_text"))) as totals:

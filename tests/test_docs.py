@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from voxledger.tasks.corpus import demo_plans
-
 from voxledger import docgen
+from voxledger.tasks.corpus import demo_plans
 
 
 def test_cli_reference_is_current() -> None:
@@ -21,4 +20,6 @@ def test_demo_plans_match_their_generator() -> None:
     texts = demo_plans.render()
     assert len(texts) == 2
     for name, text in texts.items():
-        assert (docgen.OUT.parent.parent / "plans" / name).read_text() == text, f"plans/{name} is stale: python -m voxledger.tasks.corpus.demo_plans --write"
+        assert (docgen.OUT.parent.parent / "plans" / name).read_text() == text, (
+            f"plans/{name} is stale: python -m voxledger.tasks.corpus.demo_plans --write"
+        )

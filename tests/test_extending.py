@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.evaluation import Candidate, EvaluationPlan, Generation, Prompt
-from voxledger.schemas.registry import KINDS, RECEIPT_TYPES, kind_of, schema_files
+from voxledger.schemas.registry import KINDS, RECEIPT_TYPES, schema_files
 from voxledger.schemas.training import BackendName
 from voxledger.stores.migrations import MIGRATIONS
 from voxledger.stores.projections import PROJECTORS
@@ -23,7 +24,16 @@ UNPROJECTED = {"ingest", "plan", "prune", "packet_set", "submission", "corpus_pr
 
 def test_the_page_names_every_registry() -> None:
     text = DOC.read_text()
-    for name in ("BACKENDS", "BackendName", "EXTRACTORS", "register(", "RECEIPT_TYPES", "PROJECTORS", "MIGRATIONS", "receipt schemas --write"):
+    for name in (
+        "BACKENDS",
+        "BackendName",
+        "EXTRACTORS",
+        "register(",
+        "RECEIPT_TYPES",
+        "PROJECTORS",
+        "MIGRATIONS",
+        "receipt schemas --write",
+    ):
         assert name in text, f"docs/extending.md does not mention {name}"
 
 
@@ -41,7 +51,17 @@ def test_receipt_kinds_are_listed_once_with_schema_and_projection() -> None:
     assert projected <= set(KINDS), projected - set(KINDS)
     assert set(KINDS) - projected == UNPROJECTED, "a new kind needs a projector (and its migration) or a place in UNPROJECTED"
     created = " ".join(sql for _, sql in MIGRATIONS)
-    for table in ("audits", "training_epochs", "checkpoints", "observations", "evaluation_comparisons", "alias_history", "ratings", "packages", "pipeline_stages"):
+    for table in (
+        "audits",
+        "training_epochs",
+        "checkpoints",
+        "observations",
+        "evaluation_comparisons",
+        "alias_history",
+        "ratings",
+        "packages",
+        "pipeline_stages",
+    ):
         assert f"CREATE TABLE {table}" in created
 
 

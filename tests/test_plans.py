@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.equivalence import EquivalencePlan
 from voxledger.schemas.evaluation import EvaluationPlan

@@ -46,7 +46,9 @@ def bench_hash_large(work: Path, size_mib: int) -> list[Figure]:
     with open(path, "wb") as f:
         f.writelines(block for _ in range(size_mib))
     subprocess.run(["openssl", "dgst", "-sha256", str(path)], capture_output=True, check=True)  # warm cache
-    t_ssl = min(_timed(lambda: subprocess.run(["openssl", "dgst", "-sha256", str(path)], capture_output=True, check=True))[0] for _ in range(2))
+    t_ssl = min(
+        _timed(lambda: subprocess.run(["openssl", "dgst", "-sha256", str(path)], capture_output=True, check=True))[0] for _ in range(2)
+    )
     t_ours = min(_timed(lambda: sha256_stream(path))[0] for _ in range(2))
     path.unlink()
     mb = size_mib * (1 << 20) / 1e6
@@ -131,7 +133,9 @@ def bench_catalog(work: Path, n_receipts: int, n_edges: int) -> list[Figure]:
     n_chains = n_edges // chain_len
     src = [f"{c:032x}{k:032x}" for c in range(n_chains) for k in range(chain_len)]
     dst = [f"{c:032x}{k + 1:032x}" for c in range(n_chains) for k in range(chain_len)]
-    table = pa.table({"src": src, "dst": dst, "role": ["r"] * len(src), "direction": ["output"] * len(src), "src_ref": ["receipt"] * len(src)})
+    table = pa.table(
+        {"src": src, "dst": dst, "role": ["r"] * len(src), "direction": ["output"] * len(src), "src_ref": ["receipt"] * len(src)}
+    )
     with big.connect() as con:
         con.register("incoming", table)
         con.execute("INSERT INTO edges SELECT * FROM incoming")

@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
-from voxledger.dashboards.report import SECTIONS, build_dashboard
-from voxledger.stores.home import Home
 
 from tests.tasks.listening.cdp import CHROMIUM, Chromium
+from voxledger.dashboards.report import SECTIONS, build_dashboard
+from voxledger.stores.home import Home
 
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
 CANDIDATES = ("base", "adapter", "recordings")  # the evaluation plan of tests/flows/conftest.py
@@ -31,7 +31,14 @@ def test_dashboard_renders_offline_in_chromium(first_run, tmp_path: Path) -> Non
     assert not urls, f"the dashboard refers to the network: {urls}"
     links = re.findall(r"""(?:src|href)=["']([^"']*)""", html) + re.findall(r"url\(([^)]*)\)", html)
     assert links and all(u.startswith(("data:", "#")) for u in links), {u[:40] for u in links if not u.startswith(("data:", "#"))}
-    for name in ("p-base (full, tiny)", "p-lora (lora, tiny)", "checkpoints x2", "epochs 0-1, best = epoch", "no CI", "cluster_t needs at least"):
+    for name in (
+        "p-base (full, tiny)",
+        "p-lora (lora, tiny)",
+        "checkpoints x2",
+        "epochs 0-1, best = epoch",
+        "no CI",
+        "cluster_t needs at least",
+    ):
         assert name in html, name  # panels and boxes named by plan, collapsed checkpoints, missing CIs said so with their note
     assert not re.search(r"\[(-?[\d.e-]+), \1\]", html), "an interval rendered with zero width"
     if not CHROMIUM.exists():
@@ -53,7 +60,9 @@ def _check_sections(browser: Chromium) -> None:
     assert stage_rows == 1 + 7  # header + one row per stage
     times = browser.evaluate("[...document.querySelectorAll('#pipeline ~ table')][0].innerText")
     assert "wall time" in times and "train_base" in times and re.search(r"\+\d+\.\d s", times)
-    gate = browser.evaluate("(() => { const t = document.querySelector('table.gate-rules'); return t ? [...t.rows].map(r => r.innerText) : null })()")
+    gate = browser.evaluate(
+        "(() => { const t = document.querySelector('table.gate-rules'); return t ? [...t.rows].map(r => r.innerText) : null })()"
+    )
     assert gate and all(h in gate[0] for h in ("rule", "statistic", "value", "threshold", "passed", "detail")), gate
     assert len(gate) >= 2 and "content_gate_pass" in gate[1] and "challenger_mean" in gate[1]
     bands = browser.evaluate("[...document.querySelectorAll('table.equivalence-bands .band')].map(b => b.textContent)")
@@ -64,7 +73,9 @@ def _check_sections(browser: Chromium) -> None:
 
 
 def _check_audio(browser: Chromium) -> None:
-    js = "Object.fromEntries(" + json.dumps(CANDIDATES) + ".map(c => [c, document.querySelectorAll(`audio[data-candidate='${c}']`).length]))"
+    js = (
+        "Object.fromEntries(" + json.dumps(CANDIDATES) + ".map(c => [c, document.querySelectorAll(`audio[data-candidate='${c}']`).length]))"
+    )
     counts = browser.evaluate(js)
     assert counts == dict.fromkeys(CANDIDATES, PROMPTS)
     assert browser.evaluate("[...document.querySelectorAll('audio')].every(a => a.src.startsWith('data:audio/'))")

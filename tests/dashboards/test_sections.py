@@ -6,12 +6,11 @@ import json
 import re
 from pathlib import Path
 
+from tests.factories import hexd
 from voxledger.dashboards.html import interval
 from voxledger.dashboards.lineage_svg import Node, collapse_checkpoints, draw
 from voxledger.dashboards.runs import audit
 from voxledger.stores.catalog import Catalog
-
-from tests.factories import hexd
 
 
 def test_missing_interval_reads_no_ci_with_its_note_never_zero_width() -> None:
@@ -29,7 +28,10 @@ def test_checkpoint_series_collapse_into_one_box_per_run() -> None:
     run = hexd(900)
     ckpts = {hexd(i): (run, i) for i in range(9)}
     nodes = {rid: Node(kind="checkpoint", name="", title=rid) for rid in ckpts}
-    nodes |= {hexd(100): Node(kind="audit", name="corpus demo", title=hexd(100)), hexd(101): Node(kind="training_run", name="tiny-base", title=hexd(101))}
+    nodes |= {
+        hexd(100): Node(kind="audit", name="corpus demo", title=hexd(100)),
+        hexd(101): Node(kind="training_run", name="tiny-base", title=hexd(101)),
+    }
     edges = {(hexd(100), rid) for rid in ckpts} | {(rid, hexd(101)) for rid in ckpts}
     out, merged = collapse_checkpoints(nodes, edges, ckpts, {run: 6})
     assert len(out) == 3
@@ -54,7 +56,7 @@ def test_audit_section_counts_findings_by_code_and_severity(tmp_path: Path) -> N
     with catalog.connect(read_only=True) as con:
         html = audit(con)
     assert "corpus <b>demo</b>: 40 utterances" in html and "3 findings" in html
-    assert "<td>clipping</td><td><span class=\"warn\">warning</span></td><td>2</td><td>6</td>" in html  # 2 findings naming 6 utterances
+    assert '<td>clipping</td><td><span class="warn">warning</span></td><td>2</td><td>6</td>' in html  # 2 findings naming 6 utterances
     assert html.index("split_leakage") < html.index("clipping")  # errors first
     assert "u4, u5, u6, u7 (+1)" in html
 

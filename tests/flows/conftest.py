@@ -8,35 +8,98 @@ from pathlib import Path
 
 import pytest
 import yaml
-from voxledger.flows.pipeline import pipeline
 
 from tests.corpus_factory import build_small_corpus
+from voxledger.flows.pipeline import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128, "postnet_channels": 64, "encoder_layers": 2}
+TINY = {
+    "hidden_size": 64,
+    "backbone_layers": 2,
+    "attention_heads": 4,
+    "kv_heads": 2,
+    "ffn_size": 128,
+    "postnet_channels": 64,
+    "encoder_layers": 2,
+}
 
 
 def write_plans(d: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "plans" / "audit-demo.yaml", d / "audit.yaml")
-    base = {"kind": "training_plan", "name": "p-base", "mode": "full", "train_splits": ["train"], "cv_splits": ["dev"], "max_epochs": 2,
-            "steps_per_epoch": 3, "frames_per_batch": 800, "checkpoint_every_steps": 2, "threads": 1, "model": TINY, "optim": {"warmup_steps": 2}}
-    lora = {"kind": "training_plan", "name": "p-lora", "mode": "lora", "train_splits": ["target_train"], "cv_splits": ["target_dev"],
-            "new_speaker": "spk_t", "max_epochs": 2, "frames_per_batch": 800, "checkpoint_every_steps": 2, "threads": 1,
-            "lora": {"r": 8, "alpha": 16}, "optim": {"warmup_steps": 2, "weight_decay": 0.0}}
-    prompts = [{"id": "p0", "category": "short", "text": "Kick the ball straight and follow through.", "recording": "wavs/spk_t_0.wav"},
-               {"id": "p1", "category": "short", "text": "Help the woman get back to her feet.", "recording": "wavs/spk_t_1.wav"}]
+    base = {
+        "kind": "training_plan",
+        "name": "p-base",
+        "mode": "full",
+        "train_splits": ["train"],
+        "cv_splits": ["dev"],
+        "max_epochs": 2,
+        "steps_per_epoch": 3,
+        "frames_per_batch": 800,
+        "checkpoint_every_steps": 2,
+        "threads": 1,
+        "model": TINY,
+        "optim": {"warmup_steps": 2},
+    }
+    lora = {
+        "kind": "training_plan",
+        "name": "p-lora",
+        "mode": "lora",
+        "train_splits": ["target_train"],
+        "cv_splits": ["target_dev"],
+        "new_speaker": "spk_t",
+        "max_epochs": 2,
+        "frames_per_batch": 800,
+        "checkpoint_every_steps": 2,
+        "threads": 1,
+        "lora": {"r": 8, "alpha": 16},
+        "optim": {"warmup_steps": 2, "weight_decay": 0.0},
+    }
+    prompts = [
+        {"id": "p0", "category": "short", "text": "Kick the ball straight and follow through.", "recording": "wavs/spk_t_0.wav"},
+        {"id": "p1", "category": "short", "text": "Help the woman get back to her feet.", "recording": "wavs/spk_t_1.wav"},
+    ]
     refs = {"p0:0": "wavs/spk_t_4.wav", "p1:0": "wavs/spk_t_4.wav"}
-    promo = {"kind": "promotion_policy", "name": "p-promo", "best_k": 1, "baseline_speaker": "spk_a",
-             "gate_plan": {"name": "g", "prompts": prompts, "seeds": [0], "speaker_references": refs, "metrics": {"mos": None}},
-             "rules": [{"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.0}]}
-    ev = {"kind": "evaluation_plan", "name": "p-eval", "seeds": [0], "baseline": "base", "prompts": prompts, "speaker_references": refs,
-          "metrics": {"mos": None},
-          "candidates": [{"name": "base", "backend": "tiny", "runtime": "base", "artifact": "input:base", "speaker": "spk_a"},
-                         {"name": "adapter", "backend": "tiny", "runtime": "adapter", "artifact": "input:adapter", "base": "input:base", "speaker": "spk_t"},
-                         {"name": "recordings", "backend": "recordings", "runtime": "recordings"}]}
-    pipe = {"kind": "pipeline_plan", "name": "p", "audit_policy": "audit.yaml", "base_training": "base.yaml", "adapter_training": "lora.yaml",
-            "promotion_policy": "promo.yaml", "evaluation": "eval.yaml", "package": True, "listening_protocol": "listening.yaml"}
+    promo = {
+        "kind": "promotion_policy",
+        "name": "p-promo",
+        "best_k": 1,
+        "baseline_speaker": "spk_a",
+        "gate_plan": {"name": "g", "prompts": prompts, "seeds": [0], "speaker_references": refs, "metrics": {"mos": None}},
+        "rules": [{"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.0}],
+    }
+    ev = {
+        "kind": "evaluation_plan",
+        "name": "p-eval",
+        "seeds": [0],
+        "baseline": "base",
+        "prompts": prompts,
+        "speaker_references": refs,
+        "metrics": {"mos": None},
+        "candidates": [
+            {"name": "base", "backend": "tiny", "runtime": "base", "artifact": "input:base", "speaker": "spk_a"},
+            {
+                "name": "adapter",
+                "backend": "tiny",
+                "runtime": "adapter",
+                "artifact": "input:adapter",
+                "base": "input:base",
+                "speaker": "spk_t",
+            },
+            {"name": "recordings", "backend": "recordings", "runtime": "recordings"},
+        ],
+    }
+    pipe = {
+        "kind": "pipeline_plan",
+        "name": "p",
+        "audit_policy": "audit.yaml",
+        "base_training": "base.yaml",
+        "adapter_training": "lora.yaml",
+        "promotion_policy": "promo.yaml",
+        "evaluation": "eval.yaml",
+        "package": True,
+        "listening_protocol": "listening.yaml",
+    }
     listening = yaml.safe_load((ROOT / "plans" / "listening-demo.yaml").read_text())
     listening["design"] |= {"raters": 2, "raters_per_prompt": 2}
     for c in listening["criteria"]:
@@ -67,5 +130,3 @@ def first_run(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> tuple[P
     t0 = time.perf_counter()
     summary = run(root / "h", corpus, plans)
     return root / "h", plans, summary, time.perf_counter() - t0
-
-

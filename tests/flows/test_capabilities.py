@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
+from voxledger.cli import main
 from voxledger.schemas.base import InputRef
 from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor, StageSpec
 from voxledger.stores import capabilities as caps
 from voxledger.stores.capabilities import ANY, capability_matrix, grid
 from voxledger.stores.home import Home
 from voxledger.tasks.equivalence.record import record_equivalence
-
-from voxledger.cli import main
 
 # 2 backend-independent rows + per backend: 2 training, promote, 4 evaluate, package, 4 equivalence, listening
 N_ROWS = 2 + 2 * 13

@@ -10,15 +10,15 @@ import pytest
 import soundfile as sf
 import yaml
 from click.testing import CliRunner
+
+from tests.flows.conftest import TINY, run
+from voxledger.cli import main
 from voxledger.schemas.errors import CorpusError
 from voxledger.schemas.training import TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.trees import load_manifest
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 from voxledger.tasks.plans_init import init_plans
-
-from tests.flows.conftest import TINY, run
-from voxledger.cli import main
 
 TRAIN = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
          "It is easy to tell the depth of a well.", "These days a chicken leg is a rare dish.", "Rice is often served in round bowls."]  # fmt: skip
@@ -35,7 +35,12 @@ def build_own_corpus(root: Path, with_dev: bool = True) -> Path:
         lines = [(t, "mine_train") for t in TRAIN] + [(t, "mine_dev" if with_dev else "mine_train") for t in DEV[speaker]]
         for i, (text, split) in enumerate(lines):
             uid = f"{speaker}-{i:02d}"
-            sf.write(root / "audio" / f"{uid}.wav", resample_synthesis(synthesize(text, voice=voice, pitch=pitch), 16000).audio, 16000, subtype="PCM_16")
+            sf.write(
+                root / "audio" / f"{uid}.wav",
+                resample_synthesis(synthesize(text, voice=voice, pitch=pitch), 16000).audio,
+                16000,
+                subtype="PCM_16",
+            )
             rows.append({"id": uid, "audio": f"audio/{uid}.wav", "text": text, "speaker": speaker, "split": split, "language": "en"})
     (root / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
@@ -78,7 +83,15 @@ def test_own_corpus_end_to_end(own_corpus: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["init", str(own_corpus), "--out", str(plans), "--target", "alice"])
     assert result.exit_code == 0, result.output
     written = sorted(p.name for p in plans.iterdir())
-    assert written == ["audit.yaml", "eval.yaml", "listening.yaml", "pipeline.yaml", "promote.yaml", "train-adapter.yaml", "train-base.yaml"]
+    assert written == [
+        "audit.yaml",
+        "eval.yaml",
+        "listening.yaml",
+        "pipeline.yaml",
+        "promote.yaml",
+        "train-adapter.yaml",
+        "train-base.yaml",
+    ]
     for name in written:
         text = (plans / name).read_text()
         assert text.startswith("# voxledger "), name
@@ -89,7 +102,9 @@ def test_own_corpus_end_to_end(own_corpus: Path, tmp_path: Path) -> None:
     shrink(plans)
     summary = run(tmp_path / "h", own_corpus, plans)
     stages = [(s["stage"], s["status"]) for s in summary["stages"]]
-    assert stages == [(s, "succeeded") for s in ("audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets")]
+    assert stages == [
+        (s, "succeeded") for s in ("audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets")
+    ]
 
     home = Home(tmp_path / "h")
     receipt = home.receipts.read(summary["train_base"]["receipt_id"], TrainingRunReceipt)

@@ -10,15 +10,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from voxledger.schemas.errors import AuditFailedError
-from voxledger.stores.home import Home
 
 from tests.flows.conftest import run, write_plans
+from voxledger.schemas.errors import AuditFailedError
+from voxledger.stores.home import Home
 
 
 def test_pipeline_runs_then_is_served_from_cache(first_run, corpus: Path) -> None:  # type: ignore[no-untyped-def]
     home_dir, plans, first, t_first = first_run
-    assert [s["stage"] for s in first["stages"]] == ["audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets"]
+    assert [s["stage"] for s in first["stages"]] == [
+        "audit",
+        "train_base",
+        "train_adapter",
+        "promote",
+        "evaluate",
+        "package",
+        "export_packets",
+    ]
     assert not any(s["cached"] for s in first["stages"])
     t0 = time.perf_counter()
     second = run(home_dir, corpus, plans)
@@ -67,7 +75,10 @@ def test_provenance_recipes(first_run) -> None:  # type: ignore[no-untyped-def]
     used = cli(home_dir, "provenance", "normaliser", "voxledger-basic:1")
     assert {r["evaluation"] for r in used} >= {summary["evaluate"]["receipt_id"]}  # type: ignore[union-attr]
     assert cli(home_dir, "provenance", "normaliser", "no-such-normaliser:9") == []
-    runs = [r["receipt_sha256"] for r in cli(home_dir, "query", "SELECT receipt_sha256 FROM receipts WHERE kind = 'training_run' ORDER BY finished_at")]  # type: ignore[union-attr]
+    runs = [
+        r["receipt_sha256"]
+        for r in cli(home_dir, "query", "SELECT receipt_sha256 FROM receipts WHERE kind = 'training_run' ORDER BY finished_at")
+    ]  # type: ignore[union-attr]
     diff = cli(home_dir, "provenance", "diff", runs[0], runs[1])
     assert any(d["path"].startswith("parameters.mode") for d in diff)  # type: ignore[union-attr]
     assert not any(d["volatile"] for d in diff)  # type: ignore[union-attr]
@@ -76,7 +87,12 @@ def test_provenance_recipes(first_run) -> None:  # type: ignore[no-untyped-def]
 def test_catalog_rebuild_reproduces_every_table(first_run) -> None:  # type: ignore[no-untyped-def]
     home = Home(first_run[0])
     with home.catalog.connect(read_only=True) as con:
-        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'").fetchall()]
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'"
+            ).fetchall()
+        ]
         before = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
     assert len(tables) >= 20
     home.rebuild_catalog()

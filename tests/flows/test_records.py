@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from voxledger.schemas.errors import TrainingError, VoxledgerError
-from voxledger.schemas.pipeline import PipelineRunReceipt
-from voxledger.stores.home import Home
 
 from tests.flows.conftest import run
 from voxledger.cli import main
+from voxledger.schemas.errors import TrainingError, VoxledgerError
+from voxledger.schemas.pipeline import PipelineRunReceipt
+from voxledger.stores.home import Home
 
 ORDER = ["audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets"]
 # where each stage's work is looked up by its flow module (the task calls it from there)
@@ -48,7 +48,9 @@ def _inject(monkeypatch: pytest.MonkeyPatch, stage: str, exc: Exception) -> None
 
 def _latest_failed_run(home: Home) -> PipelineRunReceipt:
     with home.catalog.connect(read_only=True) as con:
-        rid = con.execute("SELECT receipt_sha256 FROM receipts WHERE kind = 'pipeline_run' AND status = 'failed' ORDER BY finished_at DESC LIMIT 1").fetchone()
+        rid = con.execute(
+            "SELECT receipt_sha256 FROM receipts WHERE kind = 'pipeline_run' AND status = 'failed' ORDER BY finished_at DESC LIMIT 1"
+        ).fetchone()
     assert rid is not None
     return home.receipts.read(rid[0], PipelineRunReceipt)
 
@@ -58,7 +60,9 @@ def _latest_failed_run(home: Home) -> PipelineRunReceipt:
     [(s, TrainingError(f"injected failure in {s}")) for s in ORDER] + [("evaluate", RuntimeError("injected defect"))],
     ids=[*ORDER, "evaluate-unexpected"],
 )
-def test_a_failing_stage_is_recorded_as_itself(first_run, corpus: Path, monkeypatch: pytest.MonkeyPatch, stage: str, error: Exception) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_stage_is_recorded_as_itself(
+    first_run, corpus: Path, monkeypatch: pytest.MonkeyPatch, stage: str, error: Exception
+) -> None:  # type: ignore[no-untyped-def]
     home_dir, plans, first, _ = first_run
     _inject(monkeypatch, stage, error)
     with pytest.raises(type(error)) as info:
@@ -74,7 +78,11 @@ def test_a_failing_stage_is_recorded_as_itself(first_run, corpus: Path, monkeypa
         if s.receipt_id != first[s.stage]["receipt_id"]:
             h = Home(home_dir)
             a, b = h.receipts.read_document(first[s.stage]["receipt_id"]), h.receipts.read_document(s.receipt_id or "")
-            diff = {k: (a["parameters"].get(k), b["parameters"].get(k)) for k in a["parameters"] if a["parameters"].get(k) != b["parameters"].get(k)}
+            diff = {
+                k: (a["parameters"].get(k), b["parameters"].get(k))
+                for k in a["parameters"]
+                if a["parameters"].get(k) != b["parameters"].get(k)
+            }
             print("DIFF", s.stage, a.get("cache_key"), b.get("cache_key"), json.dumps(diff, default=str)[:3000])
         assert (s.status, s.receipt_id, s.cached) == ("succeeded", first[s.stage]["receipt_id"], True)
     failed = receipt.stages[upto]
@@ -97,7 +105,9 @@ def test_stage_plan_digests_join_the_plans_the_stages_used(first_run) -> None:  
             SELECT w.key, w.digest, (SELECT count(*) FROM used u WHERE u.digest = w.digest) FROM wanted w ORDER BY w.key
             """
         ).fetchall()
-    assert [r[0] for r in rows] == sorted(["adapter_training", "audit_policy", "base_training", "evaluation", "listening_protocol", "promotion_policy"])
+    assert [r[0] for r in rows] == sorted(
+        ["adapter_training", "audit_policy", "base_training", "evaluation", "listening_protocol", "promotion_policy"]
+    )
     assert all(n >= 1 for _, _, n in rows), f"stage plan digests with no plan receipt among the stages' inputs: {rows}"
 
 
@@ -155,6 +165,7 @@ def test_cli_work_shows_in_prefect_history(first_run, tmp_path: Path) -> None:  
     import asyncio
 
     from prefect.client.orchestration import get_client
+
     from voxledger.tasks.listening.from_evaluation import stimuli_from_evaluation
 
     home_dir, plans, first, _ = first_run

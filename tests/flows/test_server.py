@@ -11,10 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from voxledger.flows.server import healthy, read_state
-
 from tests.corpus_factory import build_small_corpus
 from tests.flows.conftest import write_plans
+from voxledger.flows.server import healthy, read_state
 
 
 def _env() -> dict[str, str]:
@@ -51,7 +50,10 @@ def _flow_running(api_url: str, name: str) -> bool:
     async def check() -> bool:
         async with get_client() as client:
             flows = {f.id: f.name for f in await client.read_flows()}
-            return any(flows.get(r.flow_id) == name and r.state_type and r.state_type.value == "RUNNING" for r in await client.read_flow_runs(limit=50))
+            return any(
+                flows.get(r.flow_id) == name and r.state_type and r.state_type.value == "RUNNING"
+                for r in await client.read_flow_runs(limit=50)
+            )
 
     with temporary_settings({PREFECT_API_URL: api_url}):
         return asyncio.run(check())

@@ -8,12 +8,12 @@ from datetime import timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.factories import hexd, ingest_receipt
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import ReceiptError
 from voxledger.schemas.registry import KINDS, schema_files
 from voxledger.stores.receipts import SCHEMA_DIR, validate_document
-
-from tests.factories import hexd, ingest_receipt
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),

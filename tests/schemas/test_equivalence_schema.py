@@ -6,6 +6,7 @@ import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from voxledger.schemas.equivalence import (
     BAND_ORDER,
     DEFAULT_STAGES,
@@ -147,9 +148,7 @@ def test_stage_result_fields_must_match_kind() -> None:
 
 def test_report_band_is_the_worst_stage_and_red_fails() -> None:
     bands = EquivalenceBands()
-    ok = EquivalenceReport.from_stages(
-        [token_result(), float_result(rel=0.05, band="YELLOW")], bands
-    )
+    ok = EquivalenceReport.from_stages([token_result(), float_result(rel=0.05, band="YELLOW")], bands)
     assert ok.band == "YELLOW" and ok.passed
     bad = EquivalenceReport.from_stages([token_result(False), float_result()], bands)
     assert bad.band == "RED" and not bad.passed
@@ -157,9 +156,7 @@ def test_report_band_is_the_worst_stage_and_red_fails() -> None:
 
 
 def test_report_refuses_inconsistent_verdicts() -> None:
-    report = EquivalenceReport.from_stages(
-        [float_result(rel=0.05, band="YELLOW")], EquivalenceBands()
-    )
+    report = EquivalenceReport.from_stages([float_result(rel=0.05, band="YELLOW")], EquivalenceBands())
     data = report.model_dump()
     with pytest.raises(pydantic.ValidationError) as caught:
         EquivalenceReport.model_validate({**data, "band": "GREEN", "passed": True})

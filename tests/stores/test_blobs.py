@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
 from voxledger.stores.blobs import LocalBlobStore
 

@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.factories import hexd, ingest_receipt
 from voxledger.schemas.base import InputRef
 from voxledger.schemas.errors import CatalogError
 from voxledger.stores.catalog import Catalog
 from voxledger.stores.home import Home
 from voxledger.stores.lineage import resolve_node, walk
 from voxledger.stores.migrations import MIGRATIONS
-
-from tests.factories import hexd, ingest_receipt
 
 TABLES = ["receipts", "artifacts", "edges", "alias_history"]
 

@@ -19,6 +19,8 @@ import pytest
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.factories import ingest_receipt
 from voxledger.schemas.base import Artifact, InputRef
 from voxledger.schemas.errors import (
     BlobMissingError,
@@ -30,8 +32,6 @@ from voxledger.stores.home import Home
 from voxledger.stores.s3 import MIB, S3BlobStore, S3Config
 from voxledger.stores.sync import ingest_from, push_to
 from voxledger.stores.trees import TREE_MEDIA_TYPE, put_tree
-
-from tests.factories import ingest_receipt
 
 FAKE_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -178,9 +178,7 @@ class _NoConditionalWrites:
         return call if callable(fn) else fn
 
 
-def test_server_without_conditional_writes_falls_back_to_check_then_put(
-    remote: S3BlobStore, tmp_path: Path
-) -> None:
+def test_server_without_conditional_writes_falls_back_to_check_then_put(remote: S3BlobStore, tmp_path: Path) -> None:
     old = _NoConditionalWrites(remote.client)
     store = S3BlobStore(remote.config, client=old)
     d = store.put_bytes(b"older server")
@@ -257,8 +255,9 @@ def _populate(home: Home, tmp_path: Path) -> list[str]:
         inputs = (InputRef(role="source", sha256=prev, ref="artifact"),) if prev else ()
         ids.append(home.record(ingest_receipt(i, inputs=inputs, out=blob)))
         prev = blob
-    tree_receipt = ingest_receipt(9).model_copy(update={"subjects": (
-        Artifact(role="tree", sha256=tree_sha, size_bytes=home.blobs.size_of(tree_sha), media_type=TREE_MEDIA_TYPE),)})
+    tree_receipt = ingest_receipt(9).model_copy(
+        update={"subjects": (Artifact(role="tree", sha256=tree_sha, size_bytes=home.blobs.size_of(tree_sha), media_type=TREE_MEDIA_TYPE),)}
+    )
     ids.append(home.record(tree_receipt))
     ids.append(home.record(ingest_receipt(7)))  # names a digest no store holds
     return ids
@@ -310,8 +309,7 @@ def test_config_from_env_and_bounds() -> None:
     cfg = S3Config.from_env({"VOXLEDGER_S3_BUCKET": "shared", "VOXLEDGER_S3_PREFIX": "vox",
                              "VOXLEDGER_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
                              "VOXLEDGER_S3_CONDITIONAL_WRITES": "0"})  # fmt: skip
-    assert (cfg.bucket, cfg.prefix, cfg.endpoint_url, cfg.conditional_writes) == (
-        "shared", "vox/", "http://127.0.0.1:9000", False)
+    assert (cfg.bucket, cfg.prefix, cfg.endpoint_url, cfg.conditional_writes) == ("shared", "vox/", "http://127.0.0.1:9000", False)
     with pytest.raises(VoxledgerError, match="VOXLEDGER_S3_BUCKET"):
         S3Config.from_env({})
     with pytest.raises(VoxledgerError, match="minimum"):

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from voxledger.schemas.errors import UnsafePathError
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.hashing import StatCache, hash_files

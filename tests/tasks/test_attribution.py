@@ -6,12 +6,12 @@ import copy
 from pathlib import Path
 
 import torch
+
+from tests.tasks.test_evaluation import trained  # noqa: F401  (module fixture: a trained base + adapter)
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree
 from voxledger.tasks.backends.tiny.backend import TinyBackend
 from voxledger.tasks.equivalence.attribution import attribute_tiny
-
-from tests.tasks.test_evaluation import trained  # noqa: F401  (module fixture: a trained base + adapter)
 
 TEXT = "The salt breeze came across from the sea, and the boats rocked gently in the harbour all evening."
 

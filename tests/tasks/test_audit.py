@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+
+from tests.corpus_factory import SENTENCES as SMALL_CORPUS_SENTENCES
 from voxledger.schemas.audit import AuditPolicy, LeakageRule
 from voxledger.stores.home import Home
 from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 from voxledger.tasks.corpus.manifests import load_corpus, write_kaldi
-
-from tests.corpus_factory import SENTENCES as SMALL_CORPUS_SENTENCES
 
 SENTENCES = SMALL_CORPUS_SENTENCES[:6]
 VOICES = {"spk_a": ("en-us", 50), "spk_b": ("en+f3", 70)}
@@ -45,7 +45,9 @@ def make_corpus(root: Path, clips: dict[tuple[str, int], np.ndarray], extra_line
             continue
         uid = f"{spk}_{i}"
         sf.write(root / "wavs" / f"{uid}.wav", audio, 16000, subtype="PCM_16")
-        lines.append(json.dumps({"id": uid, "audio": f"wavs/{uid}.wav", "text": SENTENCES[i], "speaker": spk, "split": split, "voice_note": "kept"}))
+        lines.append(
+            json.dumps({"id": uid, "audio": f"wavs/{uid}.wav", "text": SENTENCES[i], "speaker": spk, "split": split, "voice_note": "kept"})
+        )
     (root / "manifest.jsonl").write_text("\n".join(lines + (extra_lines or [])) + "\n")
     return root
 
@@ -81,7 +83,9 @@ def test_speaker_leakage_fails_and_lands_in_the_catalog(tmp_path: Path, home: Ho
     assert any("speaker 'spk_b'" in f.message for f in leaks)
     assert all(f.severity == "error" for f in leaks)
     with home.catalog.connect(read_only=True) as con:
-        rows = con.execute("SELECT code, severity FROM audit_findings WHERE receipt_sha256 = ? AND code = 'split_leakage'", [out.receipt_id]).fetchall()
+        rows = con.execute(
+            "SELECT code, severity FROM audit_findings WHERE receipt_sha256 = ? AND code = 'split_leakage'", [out.receipt_id]
+        ).fetchall()
     assert rows and all(r[1] == "error" for r in rows)
 
 
@@ -113,7 +117,9 @@ def test_near_duplicate_by_fingerprint(tmp_path: Path, home: Home, clips) -> Non
     corpus = make_corpus(tmp_path / "c", {k: v for k, v in clips.items() if k[0] == "spk_a"})
     audio, _ = sf.read(corpus / "wavs" / "spk_a_0.wav")
     sf.write(corpus / "wavs" / "quiet.wav", audio * 0.5, 16000, subtype="PCM_16")
-    line = json.dumps({"id": "quiet", "audio": "wavs/quiet.wav", "text": "Another sentence entirely, said twice.", "speaker": "spk_z", "split": "train"})
+    line = json.dumps(
+        {"id": "quiet", "audio": "wavs/quiet.wav", "text": "Another sentence entirely, said twice.", "speaker": "spk_z", "split": "train"}
+    )
     with open(corpus / "manifest.jsonl", "a") as f:
         f.write(line + "\n")
     out = audit_corpus_fn(home, corpus, POLICY, policy_name="test")

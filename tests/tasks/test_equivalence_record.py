@@ -35,9 +35,13 @@ def test_green_and_red_runs_are_recorded(tmp_path: Path) -> None:
     bad = runner.invoke(main, ["--home", str(home), "equivalence", "compare", str(ref), str(red), "--cand-runtime", "ggml,dtype=f16"])
     assert bad.exit_code != 0
     assert "RED" in bad.output and "mel=RED" in bad.output
-    q = runner.invoke(main, ["--home", str(home), "query", "SELECT stage, band, candidate_runtime FROM equivalence_stages WHERE band = 'RED'", "--json"])
+    q = runner.invoke(
+        main, ["--home", str(home), "query", "SELECT stage, band, candidate_runtime FROM equivalence_stages WHERE band = 'RED'", "--json"]
+    )
     assert json.loads(q.output) == [{"stage": "mel", "band": "RED", "candidate_runtime": "ggml"}]
-    q = runner.invoke(main, ["--home", str(home), "query", "SELECT status FROM receipts WHERE kind = 'equivalence' ORDER BY finished_at", "--json"])
+    q = runner.invoke(
+        main, ["--home", str(home), "query", "SELECT status FROM receipts WHERE kind = 'equivalence' ORDER BY finished_at", "--json"]
+    )
     assert [r["status"] for r in json.loads(q.output)] == ["succeeded", "failed"]
 
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import SynthesisError
 from voxledger.tasks.corpus.espeak import (
     LEADING_SILENCE,
@@ -59,9 +60,7 @@ def test_identical_in_a_fresh_process(voice: str) -> None:
     )
     here = hashlib.sha256(synthesize(TEXT, voice).audio.tobytes()).hexdigest()
     for _ in range(2):  # the clock-based seed of espeak_Initialize must not leak through
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True
-        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == here
         time.sleep(1.1)
 

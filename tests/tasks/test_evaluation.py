@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.corpus_factory import build_small_corpus
+from tests.tasks.test_training import audited, base_plan, lora_plan
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import Candidate, EvaluationPlan, MetricSuite, Prompt, StatisticsSettings
 from voxledger.stores.home import Home
@@ -12,9 +15,6 @@ from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
 from voxledger.tasks.training.run import train_adapter_fn
-
-from tests.corpus_factory import build_small_corpus
-from tests.tasks.test_training import audited, base_plan, lora_plan
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.corpus_factory import build_small_corpus
+from tests.tasks.test_training import audited, base_plan, lora_plan
 from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.evaluation import MetricSuite, Prompt
 from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
@@ -12,17 +15,19 @@ from voxledger.stores.home import Home
 from voxledger.tasks.promotion.run import alias_state, promote_adapter_fn
 from voxledger.tasks.training.run import train_adapter_fn
 
-from tests.corpus_factory import build_small_corpus
-from tests.tasks.test_training import audited, base_plan, lora_plan
-
 
 def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
     # five prompts: the fewest a gate on a paired delta accepts (the prompt is the unit; docs/statistics.md)
     texts = ("Kick the ball straight and follow through.", "Help the woman get back to her feet.", "Rice is often served in round bowls.",
              "Four hours of steady work faced us.", "The juice of lemons makes fine punch.")  # fmt: skip
     prompts = tuple(Prompt(id=f"p{i}", category="short", text=t) for i, t in enumerate(texts))
-    template = GatePlan(name="gate", prompts=prompts, seeds=(0,), metrics=MetricSuite(mos=None),
-                        speaker_references={f"p{i}:0": "wavs/spk_t_4.wav" for i in range(len(texts))})
+    template = GatePlan(
+        name="gate",
+        prompts=prompts,
+        seeds=(0,),
+        metrics=MetricSuite(mos=None),
+        speaker_references={f"p{i}:0": "wavs/spk_t_4.wav" for i in range(len(texts))},
+    )
     return PromotionPolicy(name=name, best_k=1, baseline_speaker="spk_a", gate_plan=template, rules=rules)
 
 

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 from scipy import stats
+
+from voxledger.bench_stages.stats import eval_rates, legacy_eval_rates
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
     Comparison,
@@ -22,8 +24,6 @@ from voxledger.tasks.evaluation.stats import (
     t_test,
 )
 from voxledger.tasks.promotion.run import judge
-
-from voxledger.bench_stages.stats import eval_rates, legacy_eval_rates
 
 SETTINGS = StatisticsSettings()
 
@@ -100,4 +100,6 @@ def test_bootstrap_t_is_reproducible_and_wider_for_skewed_data() -> None:
 
 
 def test_receipt_parts_name_method_unit_and_units() -> None:
-    assert {"method", "unit", "units", "note"} <= set(Interval.model_fields) and {"method", "unit", "units", "p_value"} <= set(PairedTest.model_fields)
+    assert {"method", "unit", "units", "note"} <= set(Interval.model_fields) and {"method", "unit", "units", "p_value"} <= set(
+        PairedTest.model_fields
+    )

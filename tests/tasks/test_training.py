@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.corpus_factory import build_small_corpus
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.errors import DigestMismatchError, TrainingError
 from voxledger.schemas.training import LoraSettings, OptimSettings, TrainingPlan
@@ -17,8 +19,6 @@ from voxledger.stores.home import Home
 from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.plans import load_plan
 from voxledger.tasks.training.run import train_adapter_fn
-
-from tests.corpus_factory import build_small_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128,

@@ -96,12 +96,16 @@ def bench_audit(work: Path, n: int) -> list[Figure]:
         home = str(work / f"audit-home-{attempt}")
         first, cached = in_child(_audit_child, home, str(corpus)), in_child(_audit_child, home, str(corpus))
         if first["verdict"] != "pass":
-            raise AuditFailedError(f"the synthetic audit corpus {corpus} failed its audit ({first['counts']}); the benchmark would measure a broken corpus")
+            raise AuditFailedError(
+                f"the synthetic audit corpus {corpus} failed its audit ({first['counts']}); the benchmark would measure a broken corpus"
+            )
         if cached["cached"]:
             break
     else:
-        raise VoxledgerError(f"the second audit pass missed the cache 3 times (source digests {first['code']} then {cached['code']}): "
-                             "the code changes while the benchmark runs; run it on a quiet checkout")
+        raise VoxledgerError(
+            f"the second audit pass missed the cache 3 times (source digests {first['code']} then {cached['code']}): "
+            "the code changes while the benchmark runs; run it on a quiet checkout"
+        )
     return [
         Figure(f"audit {n:,} x 1 s clips, first pass", n / first["wall_s"], "utterances/s"),
         Figure("audit first pass: peak RSS (own process)", first["peak_rss_mb"], "MB"),

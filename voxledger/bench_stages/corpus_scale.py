@@ -72,7 +72,13 @@ def _audit_child(home: str, corpus: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = audit_corpus_fn(Home(home), Path(corpus), policy, policy_name="bench-corpus-scale.yaml")
     r = out.receipt.result
-    return {"wall_s": time.perf_counter() - t0, "cached": out.cached, "verdict": r.verdict, "counts": r.counts_by_code, "imports_mb": imports_mb}
+    return {
+        "wall_s": time.perf_counter() - t0,
+        "cached": out.cached,
+        "verdict": r.verdict,
+        "counts": r.counts_by_code,
+        "imports_mb": imports_mb,
+    }
 
 
 def bench_corpus_scale(work: Path, n: int | None = None) -> list[Figure]:
@@ -90,7 +96,11 @@ def bench_corpus_scale(work: Path, n: int | None = None) -> list[Figure]:
         Figure(f"corpus-scale: generate {n:,} x {CLIP_S} s clips ({hours:.1f} h)", n / t_build, "clips/s"),
         Figure("corpus-scale: bare soundfile read loop (1 thread)", n / bare["wall_s"], "utterances/s"),
         Figure(f"corpus-scale: audit first pass ({first['verdict']})", n / first["wall_s"], "utterances/s"),
-        Figure("corpus-scale: audit cached pass" + ("" if cached["cached"] else " (MISSED: the code changed mid-run)"), n / cached["wall_s"], "utterances/s"),
+        Figure(
+            "corpus-scale: audit cached pass" + ("" if cached["cached"] else " (MISSED: the code changed mid-run)"),
+            n / cached["wall_s"],
+            "utterances/s",
+        ),
         Figure("corpus-scale: first pass time / bare read time", first["wall_s"] / bare["wall_s"], "x", "<= 2"),
         Figure("corpus-scale: first pass time / cached pass time", first["wall_s"] / cached["wall_s"], "x", ">= 10"),
         Figure("corpus-scale: audit first pass peak RSS", first["peak_rss_mb"], "MB", "< 1000"),

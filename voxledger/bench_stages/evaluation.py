@@ -97,7 +97,17 @@ def _eval_platform_child(home: str, corpus: str, plan_doc: dict[str, Any], base_
         out = evaluate_plan_fn(h, plan, plan_name="bench-eval.yaml", corpus=Path(corpus), bindings={"base": base_sha})
         wall = time.perf_counter() - t0
     gens = json.loads(h.blobs.get_bytes(out.receipt.subject("generations").sha256))
-    clips = [{"candidate": g["candidate"], "prompt_id": g["prompt_id"], "seed": g["seed"], "audio_sha256": g["audio_sha256"], "duration_s": g["duration_s"]} for g in gens if g["valid"]]
+    clips = [
+        {
+            "candidate": g["candidate"],
+            "prompt_id": g["prompt_id"],
+            "seed": g["seed"],
+            "audio_sha256": g["audio_sha256"],
+            "duration_s": g["duration_s"],
+        }
+        for g in gens
+        if g["valid"]
+    ]
     return {"wall_s": wall, "stages": dict(stages), "clips": clips, "cached": out.cached}
 
 
@@ -124,7 +134,9 @@ def _raw_ecapa() -> Callable[[np.ndarray], np.ndarray]:
 
     folder = str(default_model_dir())
     with tempfile.TemporaryDirectory() as tmp:
-        clf: Any = EncoderClassifier.from_hparams(source=folder, savedir=tmp, overrides={"pretrained_path": folder}, run_opts={"device": "cpu"})
+        clf: Any = EncoderClassifier.from_hparams(
+            source=folder, savedir=tmp, overrides={"pretrained_path": folder}, run_opts={"device": "cpu"}
+        )
     clf.eval()
 
     def embed(wav: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from voxledger.bench import Figure
 from voxledger.schemas.errors import VoxledgerError
@@ -75,7 +75,7 @@ DIRECT_AUDIT = (
 )
 
 
-def bench_cli_audit(work: Path, size: str) -> list[Figure]:
+def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[Figure]:
     """A cached ``voxledger audit`` (a flow on this home's long-lived server) against the plain
     audit function, each as a whole process on the same corpus and home."""
     from voxledger.flows.server import stop_server
@@ -83,7 +83,9 @@ def bench_cli_audit(work: Path, size: str) -> list[Figure]:
 
     corpus, home = work / "cli-corpus", work / "cli-home"
     build_demo_corpus(corpus, size=size)
-    policy = Path(__file__).resolve().parents[2] / "plans" / "audit-demo.yaml"
+    from voxledger.cli.common import plans_dir
+
+    policy = plans_dir() / "audit-demo.yaml"
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "VOXLEDGER_PREFECT")}
     cli = [sys.executable, "-m", "voxledger.cli", "--home", str(home), "audit", str(corpus), "--policy", str(policy), "--json"]
     direct = [sys.executable, "-c", DIRECT_AUDIT, str(home), str(corpus), str(policy)]
@@ -129,7 +131,9 @@ def bench_demo(home: str | None) -> list[Figure]:
     if db.is_file():
         with Catalog(db).connect(read_only=True) as con:
             if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'pipeline_stages'").fetchone() != (0,):
-                rows = con.execute("SELECT receipt_sha256, stage, cached, wall_s, status FROM pipeline_stages ORDER BY finished_at, receipt_sha256, seq").fetchall()
+                rows = con.execute(
+                    "SELECT receipt_sha256, stage, cached, wall_s, status FROM pipeline_stages ORDER BY finished_at, receipt_sha256, seq"
+                ).fetchall()
                 for rid, *stage in rows:
                     if not runs or runs[-1][0] != rid:
                         runs.append((rid, []))

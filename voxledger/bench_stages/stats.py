@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy import stats
@@ -55,7 +56,8 @@ def eval_data(rng: np.random.Generator, k: int, seeds: int, model: str) -> np.nd
     """(prompts, seeds) values with mean 0: prompt effect + seed noise (``model`` as in the module doc)."""
     if model in SKEW_SIGMA:
         sigma = SKEW_SIGMA[model]
-        return (rng.lognormal(0, sigma, k) - np.exp(sigma**2 / 2))[:, None] + rng.normal(0, 0.3, (k, seeds))
+        out: np.ndarray = (rng.lognormal(0, sigma, k) - np.exp(sigma**2 / 2))[:, None] + rng.normal(0, 0.3, (k, seeds))
+        return out
     return rng.normal(0, 0.5, k)[:, None] + rng.normal(0, 1, (k, seeds))
 
 
@@ -92,7 +94,8 @@ def listening_cells(raters: int, prompts: int, per_prompt: int) -> tuple[np.ndar
 def listening_data(rng: np.random.Generator, r: np.ndarray, p: np.ndarray, skewed: bool) -> np.ndarray:
     """Paired deltas (or centred scores) with mean 0: rater effect + prompt effect + noise."""
     rater = rng.exponential(0.5, r.max() + 1) - 0.5 if skewed else rng.normal(0, 0.5, r.max() + 1)
-    return rater[r] + rng.normal(0, 0.3, p.max() + 1)[p] + rng.normal(0, 1, r.size)
+    out: np.ndarray = rater[r] + rng.normal(0, 0.3, p.max() + 1)[p] + rng.normal(0, 1, r.size)
+    return out
 
 
 def listening_rates(design: tuple[int, int, int], skewed: bool, reps: int, seed: int, legacy: bool = False) -> Rates:
@@ -111,7 +114,7 @@ def listening_rates(design: tuple[int, int, int], skewed: bool, reps: int, seed:
             e = crossed_mean(y.tolist(), raters, prompts, 0.95)
             rejected += e.p_value is not None and e.p_value < ALPHA
             low, high = (e.low, e.high) if e.low is not None else (np.inf, -np.inf)
-        covered += low <= 0 <= high  # type: ignore[operator]
+        covered += low <= 0 <= high
     return Rates(rejected / reps, covered / reps)
 
 
@@ -129,17 +132,29 @@ def bench_stats(quick: bool = False) -> list[Figure]:
     runs: list[tuple[str, Callable[[], Rates], bool]] = []
     for name, k, seeds in EVAL_DESIGNS:
         for data in ("heterogeneous", "skewed", "heavy"):
-            runs.append((f"eval cluster_t, {name}, {data}", lambda k=k, s=seeds, m=data: eval_rates(StatisticsSettings(), k, s, m, reps, 1), False))
+            runs.append((f"eval cluster_t, {name}, {data}", partial(eval_rates, StatisticsSettings(), k, seeds, data, reps, 1), False))
             boot = StatisticsSettings(interval="cluster_bootstrap_t", bootstrap_resamples=999)
-            runs.append((f"eval cluster_bootstrap_t, {name}, {data}", lambda k=k, s=seeds, m=data, b=boot: eval_rates(b, k, s, m, boot_reps, 1), False))
+            runs.append((f"eval cluster_bootstrap_t, {name}, {data}", partial(eval_rates, boot, k, seeds, data, boot_reps, 1), False))
             if data != "heavy":
-                runs.append((f"eval row Wilcoxon + percentile bootstrap, {name}, {data}", lambda k=k, s=seeds, m=data: legacy_eval_rates(k, s, m, boot_reps, 1), True))
-    for name, *design in LISTEN_DESIGNS:
+                runs.append(
+                    (
+                        f"eval row Wilcoxon + percentile bootstrap, {name}, {data}",
+                        partial(legacy_eval_rates, k, seeds, data, boot_reps, 1),
+                        True,
+                    )
+                )
+    for name, raters, prompts, per_prompt in LISTEN_DESIGNS:
         for skewed in (False, True):
             data = "skewed" if skewed else "heterogeneous"
-            d = tuple(design)
-            runs.append((f"listening two_way_cluster_t, {name}, {data}", lambda d=d, sk=skewed: listening_rates(d, sk, reps // 2, 2), False))  # type: ignore[misc]
-            runs.append((f"listening row Wilcoxon + rater bootstrap, {name}, {data}", lambda d=d, sk=skewed: listening_rates(d, sk, boot_reps, 2, legacy=True), True))  # type: ignore[misc]
+            d = (raters, prompts, per_prompt)
+            runs.append((f"listening two_way_cluster_t, {name}, {data}", partial(listening_rates, d, skewed, reps // 2, 2), False))
+            runs.append(
+                (
+                    f"listening row Wilcoxon + rater bootstrap, {name}, {data}",
+                    partial(listening_rates, d, skewed, boot_reps, 2, legacy=True),
+                    True,
+                )
+            )
     for label, run, legacy in runs:
         figures += _figures(label, run(), legacy)
     return figures

@@ -30,7 +30,9 @@ def _run(cmd: list[str], cwd: Path) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, check=False, capture_output=True, text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
     if proc.returncode != 0:
-        raise VoxledgerError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}; run it by hand in {cwd} to see why")
+        raise VoxledgerError(
+            f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}; run it by hand in {cwd} to see why"
+        )
     return time.perf_counter() - t0
 
 

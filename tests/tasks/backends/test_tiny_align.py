@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import CorpusError
 from voxledger.tasks.backends.tiny import align
 from voxledger.tasks.backends.tiny.audio import frame_count, log_mel
@@ -39,8 +40,14 @@ def test_alignment_file_gives_espeaks_own_durations(tmp_path: Path) -> None:
     spoken = resample_synthesis(synthesize(SENTENCES[1]), 16000)
     n = frame_count(len(spoken.audio))
     path = tmp_path / "a.json"
-    path.write_text(json.dumps({"sample_rate_hz": 16000, "phonemes": [
-        {"phoneme": p.phoneme, "start_sample": p.start_sample, "end_sample": p.end_sample} for p in spoken.phonemes]}))
+    path.write_text(
+        json.dumps(
+            {
+                "sample_rate_hz": 16000,
+                "phonemes": [{"phoneme": p.phoneme, "start_sample": p.start_sample, "end_sample": p.end_sample} for p in spoken.phonemes],
+            }
+        )
+    )
     from_file = align.durations_from_file(path, n)
     warped = align.durations_by_warp(log_mel(spoken.audio), SENTENCES[1], "en")
     assert from_file.phonemes == warped.phonemes and from_file.source == "alignment_file"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import CorpusError
 from voxledger.tasks.backends.tiny.align import frame_durations
 from voxledger.tasks.backends.tiny.audio import compute_norm_stats, frame_count

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from voxledger.tasks.backends.tiny.audio import NormStats
 from voxledger.tasks.backends.tiny.model import (
     LORA_TARGETS,
@@ -130,8 +131,7 @@ def test_lora_trains_only_adapters_and_new_row_then_merges_exactly() -> None:
     assert float((adapted - plain).abs().max()) > 1e-3
     merged = merge_lora(peft_model)
     assert isinstance(merged, TinyTTS)
-    torch.testing.assert_close(merged(phonemes, speakers, durations)["mel_after"], adapted,
-                               atol=1e-4, rtol=0)
+    torch.testing.assert_close(merged(phonemes, speakers, durations)["mel_after"], adapted, atol=1e-4, rtol=0)
     torch.testing.assert_close(merged.speaker_embedding.weight[:2], original)  # old rows frozen
     assert set(merged.state_dict()) == set(TinyTTS(merged.config).state_dict())
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from voxledger.tasks.backends.tiny.audio import compute_norm_stats
 from voxledger.tasks.backends.tiny.data import TinyDataset, load_utterances
 from voxledger.tasks.backends.tiny.model import TinyTTS, TinyTTSConfig, attach_lora

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 from scipy.signal import lfilter
+
 from voxledger.schemas.audit import AuditPolicy, LeakageRule
 
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fable", "grain", "harbor", "ivory", "jolly", "kettle", "lemon",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from voxledger.stores.hashing import hash_files
 
 from voxledger.bench_stages.corpus_scale import CLIP_S, bench_corpus_scale, build_scale_corpus
+from voxledger.stores.hashing import hash_files
 
 
 def test_scale_corpus_clips_are_distinct_ten_second_wavs(tmp_path: Path) -> None:

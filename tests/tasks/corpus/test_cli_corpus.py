@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-from voxledger.tasks.corpus.manifests import load_corpus
 
 from tests.tasks.corpus.layouts import ljspeech
 from voxledger.cli import main
+from voxledger.tasks.corpus.manifests import load_corpus
 
 
 def test_import_writes_a_manifest_and_refuses_bad_input(tmp_path: Path) -> None:

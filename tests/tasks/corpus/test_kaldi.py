@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.tasks.corpus.factory import POLICY, sentence, write_clip
 from voxledger.schemas.errors import CorpusError, UnsafePathError
 from voxledger.stores.home import Home
 from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.manifests import load_corpus, write_kaldi
-
-from tests.tasks.corpus.factory import POLICY, sentence, write_clip
 
 SPLITS = {"train": ("spk_a", range(4)), "dev": ("spk_a", range(4, 5)), "test": ("spk_b", range(5, 7))}
 
@@ -99,7 +99,9 @@ def test_exporter_writes_what_the_reader_reads(tmp_path: Path, home: Home) -> No
         write_kaldi(loaded.utterances, data, out, relative=relative)
         back = load_corpus(out, audio_roots=(tmp_path / "src" / "audio",))
         assert not back.issues
-        assert {u.id: (u.text, u.speaker, u.split) for u in back.utterances.utterances} == {u.id: (u.text, u.speaker, u.split) for u in loaded.utterances.utterances}
+        assert {u.id: (u.text, u.speaker, u.split) for u in back.utterances.utterances} == {
+            u.id: (u.text, u.speaker, u.split) for u in loaded.utterances.utterances
+        }
         result = audit_corpus_fn(home, out, POLICY, policy_name="t", audio_roots=(tmp_path / "src" / "audio",)).receipt.result
         assert result.verdict == "pass", result.counts_by_code
 

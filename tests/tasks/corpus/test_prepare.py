@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+
+from tests.tasks.corpus.factory import POLICY, clip, sentence
 from voxledger.schemas.errors import CorpusError
 from voxledger.stores.home import Home
 from voxledger.tasks.audit.measure import measure_file
 from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.prepare import prepare_corpus_fn
-
-from tests.tasks.corpus.factory import POLICY, clip, sentence
 
 # (file, rate, channels, libsndfile format, subtype)
 SOURCES = [("a.flac", 44100, 2, "FLAC", None), ("b.mp3", 22050, 1, "MP3", None), ("c.ogg", 48000, 1, "OGG", "OPUS"),
@@ -51,7 +51,13 @@ def test_every_format_rate_and_channel_count_is_read(tmp_path: Path) -> None:
     facts = {u.id: measure_file(loaded.root, u, POLICY, audio_roots=loaded.audio_roots) for u in loaded.utterances.utterances}
     assert all(f.error_code is None for f in facts.values()), {k: f.error for k, f in facts.items()}
     assert {k: (f.sample_rate_hz, f.channels) for k, f in facts.items()} == {
-        "u0a": (44100, 2), "u0b": (44100, 2), "u1": (22050, 1), "u2": (48000, 1), "u3": (32000, 2), "u4": (16000, 1)}
+        "u0a": (44100, 2),
+        "u0b": (44100, 2),
+        "u1": (22050, 1),
+        "u2": (48000, 1),
+        "u3": (32000, 2),
+        "u4": (16000, 1),
+    }
     assert facts["u0b"].stats.duration_s == pytest.approx(1.75, abs=1e-3)  # type: ignore[union-attr]
     assert facts["u1"].stats.duration_s == pytest.approx(1.5, abs=0.06)  # type: ignore[union-attr]  # MP3 pads a frame
 
@@ -63,7 +69,10 @@ def test_prepare_makes_a_corpus_that_meets_the_policy(tmp_path: Path, home: Home
     before = audit_corpus_fn(home, data, policy, policy_name="t", audio_roots=roots).receipt.result
     assert before.counts_by_code.get("sample_rate_mismatch") == 5 and before.counts_by_code.get("channel_mismatch") == 3
     mismatch = next(f.message for f in before.findings if f.code == "sample_rate_mismatch")
-    assert mismatch.startswith("train/segments:1: ") and "44100 Hz, policy requires 16000 Hz; resample with voxledger corpus prepare" in mismatch
+    assert (
+        mismatch.startswith("train/segments:1: ")
+        and "44100 Hz, policy requires 16000 Hz; resample with voxledger corpus prepare" in mismatch
+    )
 
     out = prepare_corpus_fn(home, data, policy, policy_name="t", audio_roots=roots, out_dir=tmp_path / "prepared")
     r = out.receipt.result

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.tasks.listening.factory import make_stimuli
 from voxledger.schemas.listening import KeyEntry, ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import load_plan
-
-from tests.tasks.listening.factory import make_stimuli
 
 DEMO_PLAN = Path(__file__).resolve().parents[3] / "plans" / "listening-demo.yaml"
 

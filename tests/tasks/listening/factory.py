@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import soundfile as sf
+
 from voxledger.schemas.listening import KeyEntry, PacketManifest, PacketTrial, Stimulus, StimulusSet
 from voxledger.stores.home import Home
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-from voxledger.schemas.listening import KeyEntry, PacketTrial
-from voxledger.tasks.listening.aggregate import aggregate_ratings
 
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import QUALITY, oracle_scorer, simulate_submission, write_json
 from voxledger.cli import main
+from voxledger.schemas.listening import KeyEntry, PacketTrial
+from voxledger.tasks.listening.aggregate import aggregate_ratings
 
 BIASES = {"r01": -0.4, "r02": 0.0, "r03": 0.4, "r04": -0.4, "r05": 0.0, "r06": 0.4}
 

@@ -8,6 +8,7 @@ import wave
 import numpy as np
 import pytest
 import soundfile as sf
+
 from voxledger.schemas.errors import PacketError
 from voxledger.tasks.listening import audio as au
 

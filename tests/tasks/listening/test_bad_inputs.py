@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+
+from tests.tasks.listening.conftest import Exported
+from tests.tasks.listening.factory import oracle_scorer, simulate_submission, write_json
+from voxledger.cli import main
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import ListeningProtocol
 from voxledger.tasks.listening.aggregate import aggregate_ratings
 from voxledger.tasks.listening.export import export_packets
 from voxledger.tasks.listening.keys import keyed_hex, submission_mac
 from voxledger.tasks.listening.verify import verify_packet_dir
-
-from tests.tasks.listening.conftest import Exported
-from tests.tasks.listening.factory import oracle_scorer, simulate_submission, write_json
-from voxledger.cli import main
 
 
 def doc_for(ex: Exported, rater: str, session: str = "c" * 32) -> dict[str, Any]:
@@ -108,7 +108,9 @@ def test_replays_and_duplicates(exported: Exported, tmp_path: Path) -> None:
                    "reused.json": f"replay: session {'c' * 32} was already submitted for another packet"}  # fmt: skip
     # later, in another aggregation: the same file is fine (idempotent), a new one for that packet is a replay
     later = aggregate_ratings(exported.home, exported.receipt_id, [redo, first]).receipt.result
-    assert later.submissions_accepted == 1 and later.rejections[0].reason.startswith("replay: packet of rater r01 already has an accepted submission (an earlier aggregation")
+    assert later.submissions_accepted == 1 and later.rejections[0].reason.startswith(
+        "replay: packet of rater r01 already has an accepted submission (an earlier aggregation"
+    )
 
 
 def test_nothing_accepted_is_an_error_naming_every_reason(exported: Exported, tmp_path: Path) -> None:

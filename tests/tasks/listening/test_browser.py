@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.tasks.listening.cdp import CHROMIUM, Chromium
+from tests.tasks.listening.factory import SHORT, make_stimuli, oracle_scorer
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import (
     AbCriterion,
@@ -22,9 +25,6 @@ from voxledger.stores.home import Home
 from voxledger.tasks.listening.aggregate import aggregate_ratings
 from voxledger.tasks.listening.export import export_packets
 from voxledger.tasks.listening.keys import open_sealed_key
-
-from tests.tasks.listening.cdp import CHROMIUM, Chromium
-from tests.tasks.listening.factory import SHORT, make_stimuli, oracle_scorer
 
 pytestmark = [
     pytest.mark.browser,
@@ -55,13 +55,13 @@ def _rate(browser: Chromium, trial_id: str, manifest: PacketManifest, key: dict,
         browser.wait_for(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').classList.contains('done')", timeout_s=20)
     versus = key[trial.stimuli[0]] if trial.task == "ab" else None
     for crit in trial.criteria:
-        for stim in ([trial.stimuli[1]] if trial.task == "ab" else trial.stimuli[:1] if trial.task == "acr" else trial.stimuli):
+        for stim in [trial.stimuli[1]] if trial.task == "ab" else trial.stimuli[:1] if trial.task == "acr" else trial.stimuli:
             v = scorer(key[stim], crit, trial, versus)
             if trial.task == "mushra":
                 browser.evaluate(f"(() => {{ const e = document.querySelector('input[type=range][data-stimulus=\"{stim}\"]');"
                                  f" e.value = {v}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")  # fmt: skip
             else:
-                browser.evaluate(f"document.querySelector('input[type=radio][name=\"{trial.id}|{stim}|{crit}\"][value=\"{v}\"]').click()")
+                browser.evaluate(f'document.querySelector(\'input[type=radio][name="{trial.id}|{stim}|{crit}"][value="{v}"]\').click()')
 
 
 def test_rater_completes_packet_in_chromium(tmp_path: Path, home: Home) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from voxledger.schemas.listening import ListeningProtocol, Stimulus, StimulusSet
 from voxledger.tasks.listening.design import assign_prompts, plan_packets
 

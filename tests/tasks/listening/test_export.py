@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
+
+from tests.tasks.listening.conftest import Exported
+from tests.tasks.listening.factory import PROMPTS, read_binding
+from voxledger.cli import main
 from voxledger.schemas.canonical import sha256_hex
 from voxledger.schemas.errors import BlobMissingError, PacketError
 from voxledger.schemas.listening import ListeningProtocol, PacketManifest, StimulusSet
@@ -21,10 +25,6 @@ from voxledger.tasks.listening.audio import integrated_loudness
 from voxledger.tasks.listening.export import export_packets
 from voxledger.tasks.listening.keys import home_secret, rater_token, sealed_dir
 from voxledger.tasks.listening.verify import verify_packet_dir
-
-from tests.tasks.listening.conftest import Exported
-from tests.tasks.listening.factory import PROMPTS, read_binding
-from voxledger.cli import main
 
 
 def test_packets_reveal_no_candidate(exported: Exported, stimuli: StimulusSet) -> None:
@@ -76,7 +76,10 @@ def test_receipt_binds_packets_key_and_inputs(exported: Exported, stimuli: Stimu
         folder = exported.packets / ref.rater_id
         assert sha256_hex((folder / "packet.json").read_bytes()) == ref.packet_sha256
         assert read_binding(folder / "index.html") == {"packet_sha256": ref.packet_sha256, "token": rater_token(secret, ref.packet_sha256)}
-        assert exported.home.blobs.get_bytes(ref.tree_sha256) == json.dumps(build_manifest(folder).model_dump(mode="json"), separators=(",", ":"), sort_keys=True).encode()
+        assert (
+            exported.home.blobs.get_bytes(ref.tree_sha256)
+            == json.dumps(build_manifest(folder).model_dump(mode="json"), separators=(",", ":"), sort_keys=True).encode()
+        )
         assert verify_packet_dir(folder).rater_id == ref.rater_id
     b = p.balance
     # demo plan: 6 prompts, 6 raters, k = 3 -> 3 prompts and 16-17 trials per rater (measured)
@@ -100,7 +103,9 @@ def make_same(exported: Exported, stimuli: StimulusSet) -> StimulusSet:
 
 
 def test_export_refuses_bad_input(home: Home, protocol: ListeningProtocol, stimuli: StimulusSet, tmp_path: Path) -> None:
-    ghost = stimuli.model_copy(update={"stimuli": (*stimuli.stimuli[:-1], stimuli.stimuli[-1].model_copy(update={"audio_sha256": "0" * 64}))})
+    ghost = stimuli.model_copy(
+        update={"stimuli": (*stimuli.stimuli[:-1], stimuli.stimuli[-1].model_copy(update={"audio_sha256": "0" * 64}))}
+    )
     with pytest.raises(BlobMissingError, match=r"p06/sys_b \(0000"):
         export_packets(home, protocol, ghost, tmp_path / "a", protocol_name="x.yaml")
     (tmp_path / "full").mkdir()
@@ -109,7 +114,14 @@ def test_export_refuses_bad_input(home: Home, protocol: ListeningProtocol, stimu
         export_packets(home, protocol, stimuli, tmp_path / "full", protocol_name="x.yaml")
     buf = io.BytesIO()
     sf.write(buf, np.zeros(2205), 22050, format="WAV", subtype="PCM_16")
-    wrong = stimuli.model_copy(update={"stimuli": (*stimuli.stimuli[:-1], stimuli.stimuli[-1].model_copy(update={"audio_sha256": home.blobs.put_bytes(buf.getvalue())}))})
+    wrong = stimuli.model_copy(
+        update={
+            "stimuli": (
+                *stimuli.stimuli[:-1],
+                stimuli.stimuli[-1].model_copy(update={"audio_sha256": home.blobs.put_bytes(buf.getvalue())}),
+            )
+        }
+    )
     with pytest.raises(PacketError, match="stimulus p06/sys_b: audio is 1 channel\\(s\\) at 22050 Hz"):
         export_packets(home, protocol, wrong, tmp_path / "b", protocol_name="x.yaml")
 
@@ -117,14 +129,18 @@ def test_export_refuses_bad_input(home: Home, protocol: ListeningProtocol, stimu
 def test_cli_export_and_verify(tmp_path: Path, stimuli: StimulusSet, home: Home) -> None:
     (tmp_path / "stimuli.json").write_text(stimuli.model_dump_json())
     runner = CliRunner()
-    res = runner.invoke(main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "stimuli.json"), str(tmp_path / "out"), "--json"])
+    res = runner.invoke(
+        main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "stimuli.json"), str(tmp_path / "out"), "--json"]
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert len(out["packets"]) == 6 and out["balance"]["raters_per_prompt_min"] == 3 and out["loudness"]["output_lufs_spread"] < 0.01
     res = runner.invoke(main, ["packets", "verify", str(tmp_path / "out" / "r02")])
     assert res.exit_code == 0 and "ok: packet of rater r02" in res.output
     (tmp_path / "bad.json").write_text('{"evaluation_plan_sha256": "nope", "stimuli": []}')
-    res = runner.invoke(main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "bad.json"), str(tmp_path / "o2")])
+    res = runner.invoke(
+        main, ["--home", str(home.root), "packets", "export", "--stimuli", str(tmp_path / "bad.json"), str(tmp_path / "o2")]
+    )
     assert res.exit_code != 0 and "2 problem(s)" in res.output and "evaluation_plan_sha256" in res.output
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+
+from tests.tasks.listening.conftest import DEMO_PLAN
 from voxledger.schemas.errors import PlanError
 from voxledger.schemas.listening import (
     ACR_SCALE,
@@ -16,8 +18,6 @@ from voxledger.schemas.listening import (
     StimulusSet,
 )
 from voxledger.tasks.plans import load_plan, plan_digest
-
-from tests.tasks.listening.conftest import DEMO_PLAN
 
 
 def test_demo_plan_loads_with_all_three_tasks(protocol: ListeningProtocol) -> None:
@@ -66,7 +66,9 @@ def test_cross_field_rules() -> None:
         ListeningProtocol(name="x", criteria=[acr, acr])
     with pytest.raises(ValidationError, match="gold_items and attention_checks are ACR items"):
         ListeningProtocol(name="x", criteria=[{"name": "pref", "task": "ab", "question": "Which?"}])
-    ListeningProtocol(name="x", criteria=[{"name": "pref", "task": "ab", "question": "Which?"}], design={"gold_items": 0, "attention_checks": 0})
+    ListeningProtocol(
+        name="x", criteria=[{"name": "pref", "task": "ab", "question": "Which?"}], design={"gold_items": 0, "attention_checks": 0}
+    )
     with pytest.raises(ValidationError, match="inside"):
         Scale(min=1, max=5, anchors=[{"value": 0, "label": "x"}, {"value": 5, "label": "y"}])
     assert MUSHRA_SCALE.contains(100) and not MUSHRA_SCALE.contains(100.5) and not ACR_SCALE.contains(6) and CMOS_SCALE.contains(-3)

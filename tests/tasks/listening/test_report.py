@@ -13,7 +13,9 @@ def test_p_values_in_scientific_notation_and_never_zero() -> None:
 
 def test_separable_bradley_terry_is_not_reported_as_converged() -> None:
     separable = BradleyTerry(criterion="preference", strengths={"adapter": 1.0, "base": 0.0}, comparisons=18, iterations=3, converged=True)
-    assert format_bradley_terry(separable).startswith("preference: Bradley-Terry not identifiable (a candidate won or lost every comparison")
+    assert format_bradley_terry(separable).startswith(
+        "preference: Bradley-Terry not identifiable (a candidate won or lost every comparison"
+    )
     fitted = BradleyTerry(criterion="preference", strengths={"a": 0.7, "b": 0.3}, comparisons=18, iterations=40, converged=True)
     assert format_bradley_terry(fitted) == "preference: Bradley-Terry a 0.700, b 0.300 (converged; 18 comparisons)"
 
@@ -21,4 +23,7 @@ def test_separable_bradley_terry_is_not_reported_as_converged() -> None:
 def test_agreement_says_what_it_counts() -> None:
     a = Agreement(criterion="quality", level="interval", alpha=0.94, units=30)
     assert format_agreement(a, candidates_only=False) == "quality: alpha 0.94 (interval, incl. hidden reference and anchor, 30 units)"
-    assert format_agreement(a.model_copy(update={"alpha": 0.57, "units": 18}), candidates_only=True) == "quality: alpha 0.57 (interval, candidates only, 18 units)"
+    assert (
+        format_agreement(a.model_copy(update={"alpha": 0.57, "units": 18}), candidates_only=True)
+        == "quality: alpha 0.57 (interval, candidates only, 18 units)"
+    )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import optimize, stats
+
+from voxledger.bench_stages.stats import listening_rates
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.listening import ScreeningRules, Statistics
 from voxledger.schemas.listening_receipts import RatingRow
@@ -21,13 +23,13 @@ from voxledger.tasks.listening.stats import (
     win_matrix,
 )
 
-from voxledger.bench_stages.stats import listening_rates
-
 SPEC = Statistics()
 SHA = "0" * 64
 
 
-def row(rater: str, prompt: str, cand: str, score: float, task: str = "acr", role: str = "stimulus", versus: str | None = None) -> RatingRow:
+def row(
+    rater: str, prompt: str, cand: str, score: float, task: str = "acr", role: str = "stimulus", versus: str | None = None
+) -> RatingRow:
     return RatingRow(rater_id=rater, stimulus=f"{rater}{prompt}{cand}", trial="t", role=role, task=task, criterion=task,  # type: ignore[arg-type]
                      candidate=cand, prompt_id=prompt, category="c", score=score, audio_sha256=SHA, versus_candidate=versus,
                      versus_audio_sha256=SHA if versus else None, included=True)  # fmt: skip
@@ -131,4 +133,6 @@ def test_mushra_anchor_rule_excludes_a_rater_who_rates_the_anchor_high() -> None
 def test_variance_rule_uses_population_variance() -> None:
     rows = [row("r1", f"p{i}", "a", s) for i, s in enumerate([3, 3, 3, 4])]
     verdict = screen_rater("r1", rows, {}, ScreeningRules(min_rating_variance=0.2), None)
-    assert verdict.rating_variance == pytest.approx(np.var([3, 3, 3, 4], ddof=0)) and not verdict.included  # 0.1875 (ddof=1 would give 0.25)
+    assert (
+        verdict.rating_variance == pytest.approx(np.var([3, 3, 3, 4], ddof=0)) and not verdict.included
+    )  # 0.1875 (ddof=1 would give 0.25)

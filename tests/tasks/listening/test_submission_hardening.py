@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.tasks.listening.conftest import Exported
+from tests.tasks.listening.factory import oracle_scorer, simulate_submission, write_json
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import KeyEntry, PacketTrial, SubmissionChecks
 from voxledger.tasks.listening import aggregate as agg
 from voxledger.tasks.listening.aggregate import aggregate_ratings
 from voxledger.tasks.listening.keys import home_secret, submission_mac
 from voxledger.tasks.listening.verify import check_submission, load_packets
-
-from tests.tasks.listening.conftest import Exported
-from tests.tasks.listening.factory import oracle_scorer, simulate_submission, write_json
 
 
 def doc_for(ex: Exported, rater: str, session: str = "c" * 32, **kw: Any) -> dict[str, Any]:
@@ -54,7 +54,9 @@ def test_only_file_failing_screening_is_recorded_not_crashed(exported: Exported,
     assert res.bradley_terry == () and res.scores == ()  # nothing kept: no statistic pretends otherwise
 
 
-def test_crash_before_commit_leaves_home_unchanged_and_rater_free(exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_before_commit_leaves_home_unchanged_and_rater_free(
+    exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     genuine = write_json(tmp_path / "r01.json", doc_for(exported, "r01"))
     before = receipt_count(exported)
 
@@ -75,14 +77,18 @@ def test_files_without_valid_rows_do_not_take_the_raters_slot(exported: Exported
     empty = resealed(doc_for(exported, "r01", session="1" * 32) | {"ratings": []})
     foreign_rows = resealed(doc_for(exported, "r02", session="2" * 32) | {"ratings": doc_for(exported, "r03")["ratings"]})
     genuine = doc_for(exported, "r01", session="3" * 32)
-    files = [write_json(tmp_path / n, d) for n, d in (("empty.json", empty), ("foreign-rows.json", foreign_rows), ("genuine.json", genuine))]
+    files = [
+        write_json(tmp_path / n, d) for n, d in (("empty.json", empty), ("foreign-rows.json", foreign_rows), ("genuine.json", genuine))
+    ]
     res = aggregate_ratings(exported.home, exported.receipt_id, files).receipt.result
     why = {r.file: r.reason for r in res.rejections}
     assert why["empty.json"] == "no valid rating rows: 0 row(s) refused; nothing of this file can be used"
     assert why["foreign-rows.json"].startswith("no valid rating rows: ") and "is not rated in trial" in why["foreign-rows.json"]
     assert res.submissions_accepted == 1 and "genuine.json" not in why
     # r02's genuine file is still welcome in a later run: the refused file took nothing
-    later = aggregate_ratings(exported.home, exported.receipt_id, [write_json(tmp_path / "r02.json", doc_for(exported, "r02", session="4" * 32))])
+    later = aggregate_ratings(
+        exported.home, exported.receipt_id, [write_json(tmp_path / "r02.json", doc_for(exported, "r02", session="4" * 32))]
+    )
     assert later.receipt.result.submissions_accepted == 1
 
 
@@ -119,7 +125,10 @@ def test_non_finite_and_huge_numbers_are_refused_per_file(exported: Exported, tm
 
 def test_fabricated_log_is_refused(exported: Exported, tmp_path: Path) -> None:
     fake = write_json(tmp_path / "fake.json", doc_for(exported, "r01", play_ms=1))
-    with pytest.raises(PacketError, match=r"fake.json: implausible listening log: play_time: (\d+) of \1 plays ended sooner than the audio lasts \(shortest: 0.001 s"):
+    with pytest.raises(
+        PacketError,
+        match=r"fake.json: implausible listening log: play_time: (\d+) of \1 plays ended sooner than the audio lasts \(shortest: 0.001 s",
+    ):
         aggregate_ratings(exported.home, exported.receipt_id, [fake])
 
 
@@ -145,5 +154,7 @@ def test_omitting_screening_rows_is_refused(exported: Exported, tmp_path: Path) 
     roles = {"gold", "attention", "hidden_reference"}
     doc["ratings"] = [r for r in doc["ratings"] if exported.key[r["stimulus"]].role not in roles]
     evasive = write_json(tmp_path / "evasive.json", resealed(doc))
-    with pytest.raises(PacketError, match=r"evasive.json: missing screening items: \d+ absent or refused \((attention|gold|hidden_reference) t"):
+    with pytest.raises(
+        PacketError, match=r"evasive.json: missing screening items: \d+ absent or refused \((attention|gold|hidden_reference) t"
+    ):
         aggregate_ratings(exported.home, exported.receipt_id, [evasive])

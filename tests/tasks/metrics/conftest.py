@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy.signal import resample_poly
+
 from voxledger.tasks.corpus.espeak import synthesize
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import AsrSpec
 from voxledger.tasks.metrics.asr import AsrModel, default_model_dir
@@ -22,9 +23,7 @@ CLEAR = [
 ]
 
 
-def test_clear_espeak_speech_is_transcribed(
-    asr_model: Any, speak: Callable[..., np.ndarray]
-) -> None:
+def test_clear_espeak_speech_is_transcribed(asr_model: Any, speak: Callable[..., np.ndarray]) -> None:
     hyps = [asr_model.transcribe(speak(text)) for text in CLEAR]
     scores, corpus = score_corpus(CLEAR, hyps)
     assert corpus.wer_micro < 0.3, list(zip(CLEAR, hyps, strict=True))
@@ -36,9 +35,7 @@ def test_transcription_is_deterministic(asr_model: Any, speak: Callable[..., np.
     assert asr_model.transcribe(wav) == asr_model.transcribe(wav.copy())
 
 
-def test_looping_synthesis_fails_the_content_gate(
-    asr_model: Any, speak: Callable[..., np.ndarray]
-) -> None:
+def test_looping_synthesis_fails_the_content_gate(asr_model: Any, speak: Callable[..., np.ndarray]) -> None:
     ref = "Open the window."
     looped = speak("Open the window. Open the window. Open the window. Open the window.")
     result = content_gate(ref, asr_model.transcribe(looped))

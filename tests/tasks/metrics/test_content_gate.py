@@ -16,9 +16,7 @@ def failed(result: GateResult) -> set[str]:
 
 
 def test_faithful_transcript_passes_every_check() -> None:
-    result = content_gate(
-        REF, "please call stella and ask her to bring these things with her from the start"
-    )
+    result = content_gate(REF, "please call stella and ask her to bring these things with her from the start")
     assert result.passed and failed(result) == set()
     assert [c.name for c in result.checks] == list(get_args(GateCheckName))
     instruction = result.checks[-1]
@@ -31,9 +29,7 @@ def test_looping_hypothesis_fails() -> None:
     assert not result.passed
     assert {"repeated_ngrams", "wer"} <= failed(result)
     repeats = next(c for c in result.checks if c.name == "repeated_ngrams")
-    assert (
-        repeats.value == 5.0 + 4.0 + 4.0
-    )  # 'please call stella' x6, the two wrap-around 3-grams x5
+    assert repeats.value == 5.0 + 4.0 + 4.0  # 'please call stella' x6, the two wrap-around 3-grams x5
 
 
 def test_repeats_present_in_the_reference_are_allowed() -> None:
@@ -49,10 +45,7 @@ def test_fluent_but_unrelated_speech_fails_overlap() -> None:
 
 
 def test_spoken_instruction_is_caught() -> None:
-    hyp = (
-        "speak in a cheerful and excited voice please call stella and ask her to bring these "
-        "things with her from the store"
-    )
+    hyp = "speak in a cheerful and excited voice please call stella and ask her to bring these things with her from the store"
     result = content_gate(REF, hyp, INSTRUCTION)
     assert failed(result) == {"spoken_instruction"}  # WER alone (7/15 = 0.47) would let it pass
     assert next(c for c in result.checks if c.name == "spoken_instruction").value == 1.0
@@ -70,9 +63,7 @@ def test_empty_transcript_fails() -> None:
 
 
 def test_spec_bounds_are_applied() -> None:
-    lenient = ContentGateSpec(
-        max_wer=10.0, max_repeated_ngram_excess=100, min_reference_overlap=0.0
-    )
+    lenient = ContentGateSpec(max_wer=10.0, max_repeated_ngram_excess=100, min_reference_overlap=0.0)
     assert content_gate("Please call Stella.", "please call stella " * 6, spec=lenient).passed
     off = ContentGateSpec(check_spoken_instruction=False)
     check = content_gate(REF, INSTRUCTION, INSTRUCTION, off).checks[-1]

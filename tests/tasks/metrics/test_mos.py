@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import MosSpec
 from voxledger.tasks.metrics.mos import predict_mos

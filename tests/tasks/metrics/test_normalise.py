@@ -8,6 +8,7 @@ from typing import get_args
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import NORMALISER_VERSIONS, NormaliserName, TextMetricSpec
 from voxledger.tasks.metrics.normalise import NORMALISERS, basic, get_normaliser, whisper_en

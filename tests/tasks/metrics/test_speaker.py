@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import SpeakerSpec
 from voxledger.tasks.metrics.speaker import SpeakerEncoder, cosine
@@ -21,13 +22,8 @@ VOICES = {"male": ("en-us", 50), "female": ("en+f3", 70)}
 
 
 @pytest.fixture(scope="module")
-def embeddings(
-    speaker_encoder: Any, speak: Callable[..., np.ndarray]
-) -> dict[str, list[np.ndarray]]:
-    return {
-        name: [speaker_encoder.embed(speak(s, voice, pitch)) for s in SENTENCES]
-        for name, (voice, pitch) in VOICES.items()
-    }
+def embeddings(speaker_encoder: Any, speak: Callable[..., np.ndarray]) -> dict[str, list[np.ndarray]]:
+    return {name: [speaker_encoder.embed(speak(s, voice, pitch)) for s in SENTENCES] for name, (voice, pitch) in VOICES.items()}
 
 
 def test_same_voice_is_closer_than_different_voice(embeddings: dict[str, list[np.ndarray]]) -> None:

@@ -7,15 +7,12 @@ import json
 
 import pytest
 from pydantic import BaseModel, ValidationError
+
 from voxledger.schemas import metrics
 from voxledger.schemas.errors import EvaluationError
 from voxledger.tasks.metrics import verify_engine
 
-SPECS = [
-    cls
-    for _, cls in inspect.getmembers(metrics, inspect.isclass)
-    if issubclass(cls, BaseModel) and cls.__name__.endswith("Spec")
-]
+SPECS = [cls for _, cls in inspect.getmembers(metrics, inspect.isclass) if issubclass(cls, BaseModel) and cls.__name__.endswith("Spec")]
 
 
 def test_every_spec_is_discovered_with_a_literal_name_and_version() -> None:
@@ -59,9 +56,7 @@ def test_pinned_defaults() -> None:
         0.0,
     )
     assert (asr.compute_type, asr.vad_filter, asr.temperature_fallback) == ("int8", False, False)
-    assert metrics.SpeakerSpec().checkpoint_sha256 == (
-        "0575cb64845e6b9a10db9bcb74d5ac32b326b8dc90352671d345e2ee3d0126a2"
-    )
+    assert metrics.SpeakerSpec().checkpoint_sha256 == ("0575cb64845e6b9a10db9bcb74d5ac32b326b8dc90352671d345e2ee3d0126a2")
     assert metrics.ContentGateSpec().text_metric == metrics.TextMetricSpec()
 
 

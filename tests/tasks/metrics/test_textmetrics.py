@@ -9,6 +9,7 @@ from typing import Any
 
 import jiwer
 import pytest
+
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import TextMetricSpec
 from voxledger.tasks.metrics.textmetrics import aggregate, score_corpus, score_text
@@ -17,9 +18,7 @@ from voxledger.tasks.metrics.textmetrics import aggregate, score_corpus, score_t
 # words, then over characters with spaces) and agrees with jiwer 4.0.0 + whisper-normalizer
 # 0.1.15; the texts were chosen to show where the normalisers disagree.
 CASES: list[dict[str, Any]] = [
-    json.loads(line)
-    for line in (Path(__file__).parent / "fixtures" / "conformance.jsonl").read_text().splitlines()
-    if line.strip()
+    json.loads(line) for line in (Path(__file__).parent / "fixtures" / "conformance.jsonl").read_text().splitlines() if line.strip()
 ]
 NORMALISERS = ("whisper_en", "basic", "none")
 

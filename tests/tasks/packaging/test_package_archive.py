@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import DigestMismatchError, UnsafePathError
 from voxledger.schemas.package import (

@@ -8,6 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
+
+from tests.tasks.packaging.test_package_archive import good_members
 from voxledger.schemas.errors import SignatureError, VoxledgerError
 from voxledger.tasks.packaging.archive import verify_package, write_package_tar
 from voxledger.tasks.packaging.attest import (
@@ -20,8 +22,6 @@ from voxledger.tasks.packaging.attest import (
     verify_envelope,
     write_keypair,
 )
-
-from tests.tasks.packaging.test_package_archive import good_members
 
 
 @pytest.fixture
@@ -42,10 +42,19 @@ def test_statement_shape(package: tuple[Path, str]) -> None:
     path, sha = package
     st = package_statement(sha, path.name, verify_package(path).manifest)
     assert st["_type"] == STATEMENT_TYPE and st["predicateType"] == PREDICATE_TYPE
-    assert st["subject"] == [{"name": "p.tar", "digest": {"sha256": sha}, "annotations": {"mediaType": "application/vnd.voxledger.package+tar"}}]
+    assert st["subject"] == [
+        {"name": "p.tar", "digest": {"sha256": sha}, "annotations": {"mediaType": "application/vnd.voxledger.package+tar"}}
+    ]
     build = st["predicate"]["slsa"]["buildDefinition"]
     assert build["buildType"] == BUILD_TYPE
-    assert [d["name"] for d in build["resolvedDependencies"]] == ["base_model", "adapter_checkpoint", "training_plan", "data_manifest", "audio_tree", "features"]
+    assert [d["name"] for d in build["resolvedDependencies"]] == [
+        "base_model",
+        "adapter_checkpoint",
+        "training_plan",
+        "data_manifest",
+        "audio_tree",
+        "features",
+    ]
 
 
 def test_dsse_sign_then_verify_and_every_forgery_fails(tmp_path: Path, package: tuple[Path, str]) -> None:

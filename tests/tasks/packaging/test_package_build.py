@@ -13,8 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+
+from tests.corpus_factory import build_small_corpus
+from tests.tasks.test_training import audited, base_plan, lora_plan
+from voxledger.cli import main
 from voxledger.schemas.equivalence import EquivalenceBands, EquivalencePlan
 from voxledger.schemas.errors import DigestMismatchError, EquivalenceError, ReceiptError
+from voxledger.schemas.training import TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.trees import put_tree
 from voxledger.tasks.packaging.archive import verify_package
@@ -26,12 +31,7 @@ from voxledger.tasks.packaging.run import (
     publication_name,
 )
 from voxledger.tasks.stage import StageOutcome
-from voxledger.schemas.training import TrainingRunReceipt
 from voxledger.tasks.training.run import train_adapter_fn
-
-from tests.corpus_factory import build_small_corpus
-from tests.tasks.test_training import audited, base_plan, lora_plan
-from voxledger.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -104,7 +104,15 @@ print(sha)
 def test_same_inputs_give_the_same_package_digest_in_two_processes(built: Built, tmp_path: Path) -> None:
     digests = []
     for i in range(2):
-        cmd = [sys.executable, "-c", ASSEMBLE, str(built.home.root / "store"), built.lora.receipt_id, built.tree, str(tmp_path / f"{i}.tar")]
+        cmd = [
+            sys.executable,
+            "-c",
+            ASSEMBLE,
+            str(built.home.root / "store"),
+            built.lora.receipt_id,
+            built.tree,
+            str(tmp_path / f"{i}.tar"),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT, timeout=120)
         assert proc.returncode == 0, proc.stderr
         digests.append(proc.stdout.strip())

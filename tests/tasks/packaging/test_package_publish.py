@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from voxledger.schemas.errors import DigestMismatchError, UnsafePathError
 from voxledger.tasks.packaging.publish import INCOMING, publish_file, sweep_incoming
 
@@ -69,7 +70,9 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_file_under_a_final_nam
     for attempt in range(5):
         # a fresh retention root each time, so every attempt has real copying for the kill to interrupt
         root = tmp_path / f"ret{attempt}"
-        proc = subprocess.Popen([sys.executable, "-c", PUBLISHER, str(src_dir), str(root), str(n)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PUBLISHER, str(src_dir), str(root), str(n)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         incoming = root / INCOMING
         while proc.poll() is None and not (incoming.is_dir() and any(incoming.iterdir())):
@@ -84,7 +87,9 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_file_under_a_final_nam
             assert digest == expected[name], f"attempt {attempt}: {name} is partial or wrong"
     assert killed >= 3, "the publisher finished before most kills: nothing was proved"
     assert strays >= 1, "no kill landed mid-copy: widen the kill window"
-    done = subprocess.run([sys.executable, "-c", PUBLISHER, str(src_dir), str(root), str(n)], capture_output=True, text=True, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PUBLISHER, str(src_dir), str(root), str(n)], capture_output=True, text=True, check=False, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in root.iterdir() if p.is_file()} == expected
     assert sweep_incoming(root) == [] and list((root / INCOMING).iterdir()) == []  # strays of dead publishers were swept

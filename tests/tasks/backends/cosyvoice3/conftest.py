@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 
 from tests.corpus_factory import build_small_corpus
+from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 
 from .fake_model import build_fake_model_dir
 

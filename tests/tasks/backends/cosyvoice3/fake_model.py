@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
+
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 from voxledger.tasks.backends.cosyvoice3.upstream import load_model_yaml
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from voxledger.schemas.errors import PlanError, TrainingError
 from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend

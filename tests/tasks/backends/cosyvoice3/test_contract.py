@@ -19,6 +19,7 @@ import pytest
 import soundfile as sf
 import torch
 from safetensors import safe_open
+
 from voxledger.schemas.errors import SynthesisError
 from voxledger.tasks.backends.cosyvoice3 import upstream
 from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
@@ -53,7 +54,9 @@ def _lm_input(llm: torch.nn.Module, n_text: int = 9, n_prompt: int = 6) -> torch
                           llm.speech_embedding(prompt)], dim=1)  # fmt: skip
 
 
-def _decode(llm: torch.nn.Module, lm_input: torch.Tensor, min_len: int, max_len: int, bias: dict[int, float] | None = None) -> tuple[list[int], list[torch.Tensor]]:
+def _decode(
+    llm: torch.nn.Module, lm_input: torch.Tensor, min_len: int, max_len: int, bias: dict[int, float] | None = None
+) -> tuple[list[int], list[torch.Tensor]]:
     """Greedy tokens from upstream's decode loop, and the logits it saw at each step."""
     seen: list[torch.Tensor] = []
 
@@ -104,7 +107,9 @@ def test_backend_constants_come_from_the_manifest() -> None:
     assert upstream.LM_DTYPE == DECLARED_LM_DTYPE
 
 
-def test_lm_parameters_share_the_declared_dtype_after_build_and_after_load(fake_config: CosyVoice3Config, base_llm: torch.nn.Module) -> None:
+def test_lm_parameters_share_the_declared_dtype_after_build_and_after_load(
+    fake_config: CosyVoice3Config, base_llm: torch.nn.Module
+) -> None:
     llm, _ = upstream.build_llm(fake_config)
     assert {p.dtype for p in llm.parameters()} == {DECLARED_LM_DTYPE}
     state = upstream.read_llm_state(fake_config.model_dir / "llm.pt")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from voxledger.tasks.backends.cosyvoice3 import data
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config, CosyVoice3Options
 from voxledger.tasks.backends.cosyvoice3.prepare import prepare_corpus

@@ -10,13 +10,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 from pydantic import ValidationError
+
+from voxledger.cli import main
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.tasks.backends.cosyvoice3 import features
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 from voxledger.tasks.backends.cosyvoice3.environment import check_environment
 from voxledger.tasks.backends.cosyvoice3.manifest import load_manifest
-
-from voxledger.cli import main
 
 from .fake_model import FAKE_TREE
 
@@ -61,5 +61,7 @@ def test_sixteen_khz_floor_in_the_audit_policy_and_channel_handling() -> None:
     with pytest.raises(ValidationError, match="below min_sample_rate_hz 16000"):
         AuditPolicy(name="p", leakage=leak, sample_rate_hz=8000, min_sample_rate_hz=16000)
     stereo = torch.stack([torch.linspace(-1, 1, 24000), torch.zeros(24000)])
-    assert torch.equal(features.embedding_input_16k(stereo, 24000), features.to_16k(stereo[:1], 24000))  # channel 0, as extract_embedding.py
+    assert torch.equal(
+        features.embedding_input_16k(stereo, 24000), features.to_16k(stereo[:1], 24000)
+    )  # channel 0, as extract_embedding.py
     assert torch.allclose(features.token_input_16k(stereo, 24000), features.to_16k(stereo, 24000).mean(dim=0, keepdim=True))

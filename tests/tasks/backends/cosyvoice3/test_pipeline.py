@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree, put_tree
@@ -62,7 +63,9 @@ def test_changed_upstream_files_change_the_training_key(tmp_path: Path, fake_con
     for var, value in ((ENV_CHECKOUT, fake_config.checkout_dir), (ENV_MODEL, model), (ENV_WORK, tmp_path / "work")):
         monkeypatch.setenv(var, str(value))
     home = Home(tmp_path / "home")
-    audit = audit_corpus_fn(home, small_corpus, load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy), policy_name="audit-demo.yaml").receipt_id
+    audit = audit_corpus_fn(
+        home, small_corpus, load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy), policy_name="audit-demo.yaml"
+    ).receipt_id
     plan = make_plan(max_epochs=1)
     first = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")  # no stored base: upstream's llm.pt
     assert first.receipt.parameters.bound.base_sha256 is None

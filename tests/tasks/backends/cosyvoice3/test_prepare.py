@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+
 from voxledger.schemas.errors import CorpusError
 from voxledger.tasks.backends.cosyvoice3 import features
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
@@ -52,7 +53,9 @@ def test_parquet_has_upstream_columns_tokens_at_25_hz_and_mean_speaker_embedding
     assert np.allclose(rows[0]["spk_embedding"], mean, atol=1e-6)  # per-speaker mean, as extract_embedding.py
 
 
-def test_preparation_is_cached_reproducible_and_self_healing(prepared: PreparedData, fake_config: CosyVoice3Config, small_corpus: Path) -> None:
+def test_preparation_is_cached_reproducible_and_self_healing(
+    prepared: PreparedData, fake_config: CosyVoice3Config, small_corpus: Path
+) -> None:
     again = prepare_corpus(small_corpus, SPLITS, ("spk_t",), fake_config, "You are a helpful assistant.")
     assert again.key == prepared.key and again.digest == prepared.digest
     other = prepare_corpus(small_corpus, SPLITS, ("spk_t",), fake_config, "Speak clearly.")

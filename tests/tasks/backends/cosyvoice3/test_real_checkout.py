@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from voxledger.tasks.backends.cosyvoice3.config import ENV_CHECKOUT, CosyVoice3Config
 from voxledger.tasks.backends.cosyvoice3.upstream import MODEL_FILES
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from voxledger.schemas.errors import DigestMismatchError, SynthesisError
 from voxledger.tasks.backends.cosyvoice3 import synth
 from voxledger.tasks.backends.cosyvoice3.backend import (

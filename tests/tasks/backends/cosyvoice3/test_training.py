@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from voxledger.schemas.errors import PlanError, TrainingError
 from voxledger.schemas.training import (
     EpochRecord,
@@ -134,7 +135,9 @@ def test_merged_model_computes_what_the_adapter_model_computes(trained: Trained,
     assert abs(a - b) < 1e-4
 
 
-def test_base_checkpoint_with_counters_loads_and_extra_keys_are_named(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
+def test_base_checkpoint_with_counters_loads_and_extra_keys_are_named(
+    fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path
+) -> None:
     state = read_llm_state(fake_config.model_dir / "llm.pt")
     base = tmp_path / "base"
     base.mkdir()

@@ -1,0 +1,87 @@
+"""The ``voxledger`` command: a thin click layer over flows (work) and stores (queries).
+
+Library errors (``VoxledgerError``) become ``ClickException`` here, at one boundary, so every
+failure exits non-zero with a one-paragraph message and no traceback. Command modules import only
+``voxledger.cli.common`` and list their commands in ``COMMANDS``; they are attached to ``main`` here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from voxledger.cli import audit as _audit
+from voxledger.cli import capabilities as _capabilities
+from voxledger.cli import core as _core
+from voxledger.cli import corpus as _corpus
+from voxledger.cli import cosyvoice3 as _cosyvoice3
+from voxledger.cli import demo as _demo
+from voxledger.cli import equivalence as _equivalence
+from voxledger.cli import init as _init
+from voxledger.cli import listening as _listening
+from voxledger.cli import package as _package
+from voxledger.cli import provenance as _provenance
+from voxledger.cli import server as _server
+from voxledger.cli import stages as _stages
+from voxledger.schemas.errors import VoxledgerError
+
+
+class Boundary(click.Group):
+    """A click group that turns library errors into clean, non-zero exits."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except VoxledgerError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001  (the one boundary: a defect still ends in one line)
+            raise click.ClickException(
+                f"unexpected {type(exc).__name__}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
+            ) from exc
+
+
+@click.group(cls=Boundary)
+@click.option(
+    "--home",
+    envvar="VOXLEDGER_HOME",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Home directory of the store and catalog (default ./.voxledger).",
+)
+@click.option(
+    "--lock-timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for another process holding the catalog."
+)
+@click.pass_context
+def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
+    """voxledger: provable fine-tuning pipelines for text-to-speech.
+
+    Example: voxledger --home ./.voxledger store verify
+    """
+    ctx.obj = {"home": home, "lock_timeout": lock_timeout}
+
+
+for _module in (
+    _audit,
+    _capabilities,
+    _core,
+    _corpus,
+    _cosyvoice3,
+    _demo,
+    _equivalence,
+    _init,
+    _listening,
+    _package,
+    _provenance,
+    _server,
+    _stages,
+):
+    for _command in _module.COMMANDS:
+        main.add_command(_command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""``python -m voxledger.cli``."""
+
+from voxledger.cli import main
+
+main()

@@ -1,0 +1,299 @@
+"""Foundation commands: store, receipt, lineage, query, export, catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+from rich.tree import Tree
+
+from voxledger.cli.common import emit_json, open_home, resolve_receipt
+from voxledger.schemas.errors import CatalogError, ReceiptError
+
+console = Console()
+
+
+@click.group()
+def store() -> None:
+    """Content-addressed store: put and verify bytes."""
+
+
+@store.command("put")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
+    """Store a file or directory and record an ingest receipt.
+
+    Example: voxledger store put ./corpus --json
+    """
+    from voxledger.tasks.ingest import ingest_path
+
+    rid, digest = ingest_path(open_home(ctx), path)
+    if as_json:
+        emit_json({"receipt": rid, "sha256": digest})
+    else:
+        click.echo(f"{digest}  {path}\nreceipt {rid}")
+
+
+@store.command("verify")
+@click.argument("digests", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) -> None:
+    """Re-hash objects (all of them when none is named); fail naming every bad one.
+
+    Example: voxledger store verify
+    """
+    from voxledger.schemas.errors import VoxledgerError
+
+    home = open_home(ctx)
+    todo = list(digests) or sorted(home.blobs.iter_digests())
+    bad: list[str] = []
+    with Progress(console=console, transient=True, disable=as_json) as progress:
+        for d in progress.track(todo, description="verifying"):
+            try:
+                home.blobs.verify(d)
+            except VoxledgerError as exc:
+                bad.append(str(exc))
+    if as_json:
+        emit_json({"checked": len(todo), "bad": bad})
+    if bad:
+        raise click.ClickException(f"{len(bad)} of {len(todo)} objects failed:\n" + "\n".join(bad))
+    if not as_json:
+        click.echo(f"ok: {len(todo)} objects verified")
+
+
+@click.group()
+def receipt() -> None:
+    """Receipts: show, validate, generate JSON Schemas."""
+
+
+@receipt.command("show")
+@click.argument("receipt_id")
+@click.pass_context
+def receipt_show(ctx: click.Context, receipt_id: str) -> None:
+    """Print a receipt document (verified against its id and validated).
+
+    Example: voxledger receipt show 3fa2...
+    """
+    home = open_home(ctx)
+    rid = resolve_receipt(ctx, receipt_id)
+    emit_json(home.receipts.read_document(rid))
+
+
+@receipt.command("validate")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def receipt_validate(path: Path) -> None:
+    """Validate a receipt JSON file against its kind's schema, listing every problem.
+
+    Example: voxledger receipt validate receipt.json
+    """
+    from voxledger.stores.receipts import validate_document
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReceiptError(f"{path}: not valid UTF-8 JSON ({exc})") from exc
+    model = validate_document(doc, source=str(path))
+    click.echo(f"ok: {path} is a valid {model.kind} receipt")  # type: ignore[attr-defined]
+
+
+@receipt.command("schemas")
+@click.option("--write", is_flag=True, help="Write the generated schemas into schemas/json/.")
+def receipt_schemas(write: bool) -> None:
+    """Check (or write) the JSON Schemas generated from the receipt models.
+
+    Example: voxledger receipt schemas --write
+    """
+    from voxledger.schemas.registry import schema_files
+    from voxledger.stores.receipts import SCHEMA_DIR
+
+    files = schema_files()
+    stale = [n for n, text in files.items() if not (SCHEMA_DIR / n).is_file() or (SCHEMA_DIR / n).read_text() != text]
+    extra = sorted(p.name for p in SCHEMA_DIR.glob("*.schema.json") if p.name not in files)
+    if write:
+        for name in stale:
+            (SCHEMA_DIR / name).write_text(files[name])
+        for name in extra:
+            (SCHEMA_DIR / name).unlink()
+        click.echo(f"wrote {len(stale)} schema file(s), removed {len(extra)}")
+    elif stale or extra:
+        raise click.ClickException(f"schemas out of date: {stale + extra}; run `voxledger receipt schemas --write`")
+    else:
+        click.echo(f"ok: {len(files)} schema files match the models")
+
+
+@click.command("lineage")
+@click.argument("ref")
+@click.option("--up/--down", default=True, help="Walk to what produced REF (up) or what used it (down).")
+@click.option("--depth", type=int, default=20, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["tree", "graph", "json"]), default="tree", show_default=True)
+@click.pass_context
+def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str) -> None:
+    """Walk the provenance graph from a receipt or artifact digest (or a unique prefix).
+
+    Example: voxledger lineage 3fa2c1d9 --up --depth 5
+    """
+    from voxledger.stores.lineage import walk
+
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        node = resolve_receipt(ctx, ref) if len(ref) != 64 else ref
+        edges = walk(con, node, "up" if up else "down", depth)
+        labels = dict(con.execute("SELECT receipt_sha256, kind || ' (' || task || ')' FROM receipts").fetchall())
+    if fmt == "json":
+        emit_json([e.__dict__ for e in edges])
+    elif fmt == "graph":
+        click.echo("digraph lineage {")
+        for e in edges:
+            click.echo(f'  "{e.src[:12]}" -> "{e.dst[:12]}" [label="{e.role}"];')
+        click.echo("}")
+    else:
+        click.echo(_render_tree(node, edges, labels, up))
+
+
+def _render_tree(node: str, edges: list, labels: dict[str, str], up: bool) -> str:  # type: ignore[type-arg]
+    children: dict[str, list] = {}  # type: ignore[type-arg]
+    for e in edges:
+        parent, child = (e.dst, e.src) if up else (e.src, e.dst)
+        children.setdefault(parent, []).append((e.role, child))
+
+    def label(n: str) -> str:
+        return f"{n[:16]} {labels.get(n, 'artifact')}"
+
+    root = Tree(escape(label(node)))
+    seen = {node}
+
+    def add(branch: Tree, n: str) -> None:
+        for role, child in children.get(n, []):
+            sub = branch.add(escape(f"[{role}] {label(child)}"))
+            if child not in seen:
+                seen.add(child)
+                add(sub, child)
+
+    add(root, node)
+    with console.capture() as cap:
+        console.print(root)
+    return cap.get()
+
+
+@click.command("query")
+@click.argument("sql")
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects.")
+@click.pass_context
+def query(ctx: click.Context, sql: str, as_json: bool) -> None:
+    """Run read-only SQL against the catalog.
+
+    Example: voxledger query "SELECT kind, count(*) FROM receipts GROUP BY kind"
+    """
+    import duckdb
+
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        try:
+            cur = con.execute(sql)
+        except duckdb.Error as exc:
+            raise CatalogError(f"query failed: {exc}") from exc
+        cols = [d[0] for d in cur.description or []]
+        rows = cur.fetchall()
+    if as_json:
+        emit_json([dict(zip(cols, r)) for r in rows])
+        return
+    table = Table(*cols)
+    for r in rows:
+        table.add_row(*(str(v) for v in r))
+    console.print(table)
+
+
+@click.group("export")
+def export() -> None:
+    """Export provenance in standard formats."""
+
+
+@export.command("in-toto")
+@click.argument("receipt_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.pass_context
+def export_in_toto(ctx: click.Context, receipt_id: str, output: Path | None) -> None:
+    """Write an in-toto Statement v1 (subjects = outputs, predicate = the receipt).
+
+    Example: voxledger export in-toto 3fa2c1d9 -o statement.json
+    """
+    from voxledger.stores.attest import in_toto_statement
+
+    rid = resolve_receipt(ctx, receipt_id)
+    statement = in_toto_statement(rid, open_home(ctx).receipts.read_document(rid))
+    text = json.dumps(statement, indent=2, sort_keys=True)
+    if output is None:
+        click.echo(text)
+    else:
+        with open(output, "x", encoding="utf-8") as f:
+            f.write(text + "\n")
+        click.echo(f"wrote {output}")
+
+
+@click.group()
+def catalog() -> None:
+    """The DuckDB catalog: rebuild from the store, list migrations."""
+
+
+@catalog.command("rebuild")
+@click.pass_context
+def catalog_rebuild(ctx: click.Context) -> None:
+    """Recreate the catalog from receipts in the store alone.
+
+    Example: voxledger catalog rebuild
+    """
+    n = open_home(ctx).rebuild_catalog()
+    click.echo(f"rebuilt catalog from {n} receipts")
+
+
+@catalog.command("migrations")
+@click.pass_context
+def catalog_migrations(ctx: click.Context) -> None:
+    """List applied schema migrations.
+
+    Example: voxledger catalog migrations
+    """
+    for name in open_home(ctx).catalog.migrations():
+        click.echo(name)
+
+
+@click.command("bench")
+@click.option("--quick", is_flag=True, help="Small sizes: a smoke run, not a measurement.")
+@click.option(
+    "--only",
+    default="hash,corpus,catalog,audit,train,eval,prefect,demo",
+    show_default=True,
+    help="Comma-separated sections: hash, corpus, catalog (stores); audit, train, eval, prefect (stages); "
+    "demo (stage times of the latest pipeline run in --home).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print figures as JSON.")
+@click.pass_context
+def bench(ctx: click.Context, quick: bool, only: str, as_json: bool) -> None:
+    """Measure throughput against baselines taken in the same run (openssl, one core, cold cache, bare loops).
+
+    Example: voxledger bench --only hash,catalog
+    """
+    from voxledger.bench import SECTIONS, run_all
+
+    sections = tuple(s.strip() for s in only.split(",") if s.strip())
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise click.BadParameter(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}", param_hint="--only")
+    with console.status("benchmarking"):
+        figures = run_all(quick=quick, sections=sections, home=ctx.find_root().obj["home"])
+    if as_json:
+        emit_json([f.__dict__ for f in figures])
+        return
+    table = Table("benchmark", "value", "unit", "goal", title="voxledger bench" + (" (quick)" if quick else ""))
+    for f in figures:
+        table.add_row(f.name, f"{f.value:,.2f}", f.unit, f.goal)
+    console.print(table)
+
+
+COMMANDS = (store, receipt, lineage, query, export, catalog, bench)

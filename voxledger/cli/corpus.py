@@ -1,0 +1,120 @@
+"""``voxledger corpus``: bring a corpus in from the layout it already has, and prepare it for training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from voxledger.cli.common import emit_json
+from voxledger.tasks.corpus.importers import IMPORTERS
+
+console = Console()
+LAYOUTS = ("auto", "jsonl", "kaldi", *IMPORTERS)
+
+
+@click.group("corpus")
+def corpus() -> None:
+    """Import public corpus layouts and prepare corpora for training.
+
+    Example: voxledger corpus import ljspeech ./LJSpeech-1.1 --out ./lj/manifest.jsonl
+    """
+
+
+@corpus.command("import")
+@click.argument("layout", type=click.Choice(LAYOUTS))
+@click.argument("src", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the utterances as a voxledger manifest.jsonl here (audio paths relative to it; never overwrites).",
+)
+@click.option(
+    "--audio-root",
+    "audio_roots",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A folder outside SRC its manifest may point into; repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def import_corpus(layout: str, src: Path, out: Path | None, audio_roots: tuple[Path, ...], as_json: bool) -> None:
+    """Read SRC in LAYOUT (or detect it with ``auto``) into voxledger utterances; summarise, or
+    write them with --out. Lines that cannot become utterances are listed; the audit reports them too.
+
+    Example: voxledger corpus import libritts ./LibriTTS_R --out ./libritts/manifest.jsonl
+    """
+    from voxledger.tasks.corpus.manifests import load_corpus, write_jsonl
+
+    loaded = load_corpus(src, audio_roots=audio_roots, layout=layout)
+    if out is not None:
+        write_jsonl(loaded, out)
+    utts = loaded.utterances
+    summary = {"source": str(src), "utterances": len(utts.utterances), "splits": utts.splits(),
+               "speakers": len({u.speaker for u in utts.utterances}), "segments": sum(u.is_segment for u in utts.utterances),
+               "issues": [f"{i.file}:{i.line}: {i.message}" for i in loaded.issues], "written": str(out) if out else None}  # fmt: skip
+    if as_json:
+        emit_json(summary)
+        return
+    console.print(
+        f"{summary['utterances']} utterances, {summary['speakers']} speakers, splits {summary['splits']}, {summary['segments']} segments"
+    )
+    for line in list(summary["issues"])[:20]:  # type: ignore[call-overload]
+        console.print(f"  issue: {line}")
+    if out is not None:
+        hint = f" --audio-root {src}" if not out.absolute().parent.is_relative_to(src.absolute()) else ""
+        console.print(f"wrote {out}; next: voxledger audit {out}{hint} --policy plans/audit-demo.yaml")
+
+
+@corpus.command("prepare")
+@click.argument("src", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--policy",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="The audit policy training will be held to: its sample_rate_hz, channels and loudness_lufs.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for the derived corpus (default <home>/corpora/<name>-<key>); never overwritten.",
+)
+@click.option(
+    "--audio-root",
+    "audio_roots",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A folder outside SRC its manifest may point into; repeatable. Not part of any identity.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio_roots: tuple[Path, ...], as_json: bool) -> None:
+    """Cut segments, down-mix, resample (soxr) and loudness-normalise SRC into a derived corpus
+    that meets POLICY, with a receipt binding each derived file to its source; then audit and
+    train on the derived corpus.
+
+    Example: voxledger corpus prepare ./data --audio-root /mnt/audio --policy plans/audit-demo.yaml --out ./prepared
+    """
+    from voxledger.cli.common import open_home
+    from voxledger.schemas.audit import AuditPolicy
+    from voxledger.tasks.corpus.prepare import prepare_corpus_fn
+    from voxledger.tasks.plans import load_plan
+
+    home = open_home(ctx)
+    plan = load_plan(policy, AuditPolicy)
+    outcome = prepare_corpus_fn(home, src, plan, policy_name=policy.name, out_dir=out, audio_roots=audio_roots)
+    r = outcome.receipt.result
+    summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "corpus": str(outcome.corpus_dir), **r.model_dump(mode="json")}
+    if as_json:
+        emit_json(summary)
+        return
+    console.print(
+        f"{r.n_utterances} utterances ({r.hours:.3f} h): {r.n_cut} cut, {r.n_resampled} resampled, {r.n_downmixed} down-mixed, "
+        f"{r.n_loudness_normalised} loudness-normalised, {r.n_peak_limited} peak-limited{' (cached)' if outcome.cached else ''}"
+    )
+    console.print(f"receipt {outcome.receipt_id}\nnext: voxledger audit {outcome.corpus_dir} --policy {policy}")
+
+
+COMMANDS = (corpus,)

@@ -1,0 +1,66 @@
+"""``voxledger init``: editable plans for a user's own corpus (writing files is not a stage: no flow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from voxledger.cli.common import emit_json
+
+
+@click.command("init")
+@click.argument("corpus", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("plans-mine"),
+    show_default=True,
+    help="Folder the plans are written to.",
+)
+@click.option("--target", default=None, help="Speaker the adapter learns (default: the one with most train utterances).")
+@click.option("--train-split", default=None, help="Split to train on (default: the one named like 'train').")
+@click.option(
+    "--dev-split", default=None, help="Held-out split for CV loss and the promotion gate (default: 'dev', 'valid', 'val' or 'cv')."
+)
+@click.option("--test-split", default=None, help="Split of the final evaluation prompts (default: 'test' or 'eval'; else the dev split).")
+@click.option("--name", default=None, help="Plan name prefix (default: the corpus folder's name).")
+@click.option("--force", is_flag=True, help="Overwrite plan files already in --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was decided and written as JSON.")
+def init(corpus: Path, out: Path, target: str | None, train_split: str | None, dev_split: str | None, test_split: str | None,
+         name: str | None, force: bool, as_json: bool) -> None:  # fmt: skip
+    """Write editable plans (audit, training, promotion, evaluation, listening, pipeline) for CORPUS.
+
+    Splits, speakers, language and audio format come from the corpus manifest; each file starts
+    with the command that runs it. Refuses, writing nothing, when the corpus lacks what a plan
+    needs (no dev split, a target speaker without dev utterances, mixed languages).
+
+    Example: voxledger init ./my-corpus --out ./plans-mine --target alice
+    """
+    from voxledger.tasks.plans_init import init_plans
+
+    result = init_plans(
+        corpus, out, name=name, force=force, target=target, train_split=train_split, dev_split=dev_split, test_split=test_split
+    )
+    r = result.roles
+    summary = {"corpus": str(corpus), "out": str(out), "train_split": r.train, "dev_split": r.dev, "test_split": r.test, "target": r.target,
+               "base_speakers": list(r.base_speakers), "language": r.language, "sample_rate_hz": r.sample_rate_hz,
+               "written": [str(p) for p in result.written], "notes": list(result.notes)}  # fmt: skip
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(
+        f"splits: train {r.train}, dev {r.dev}, test {r.test or '(none: evaluation reads dev)'}; language {r.language}; {r.sample_rate_hz} Hz"
+    )
+    click.echo(f"target speaker {r.target}" + (f"; base speakers {', '.join(r.base_speakers)}" if r.base_speakers else ""))
+    for path in result.written:
+        click.echo(f"wrote {path}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if "pipeline.yaml" in {p.name for p in result.written}:
+        click.echo(f"next: voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets")
+    else:
+        click.echo(f"next: voxledger audit {corpus} --policy {out}/audit.yaml")
+
+
+COMMANDS = (init,)

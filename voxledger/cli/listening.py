@@ -1,0 +1,134 @@
+"""``voxledger packets export|verify`` and ``voxledger ratings aggregate``: blind listening tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from voxledger.cli.common import emit_json, open_home, plans_dir, run_flow
+
+console = Console()
+DEFAULT_PROTOCOL = plans_dir() / "listening-demo.yaml"
+
+
+@click.group()
+def packets() -> None:
+    """Blind listening-test packets: one self-contained web page per rater."""
+
+
+@packets.command("export")
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_PROTOCOL,
+    show_default=True,
+    help="Listening protocol YAML.",
+)
+@click.option(
+    "--stimuli",
+    "stimuli_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="Stimulus set JSON (evaluation_plan_sha256 + stimuli with audio digests in the store).",
+)
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out: Path, as_json: bool) -> None:
+    """Write one blinded packet per rater under OUT and record a packet_set receipt.
+
+    Example: voxledger packets export --plan plans/listening-demo.yaml --stimuli stimuli.json ./packets
+    """
+    from voxledger.flows.packets import packets as packets_flow
+
+    home = open_home(ctx)
+    outcome = run_flow(ctx, packets_flow, str(home.root), str(plan_path.absolute()), str(out.absolute()),
+                       stimuli_file=str(stimuli_path.absolute()), quiet=as_json)  # fmt: skip
+    p = outcome.receipt.parameters
+    summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "packet_set_id": p.packet_set_id,
+               "packets": {r.rater_id: str(out / r.rater_id) for r in p.packets},
+               "key_commitment_sha256": p.key_commitment_sha256, "balance": p.balance.model_dump(mode="json"),
+               "loudness": p.loudness.model_dump(mode="json"), "skipped": list(p.skipped)}  # fmt: skip
+    if as_json:
+        emit_json(summary)
+        return
+    b = p.balance
+    click.echo(f"packet set {p.packet_set_id}: {len(p.packets)} packets under {out}{' (from cache)' if outcome.cached else ''}")
+    click.echo(f"design: {b.prompts} prompts x {b.raters_per_prompt} raters each; {b.prompts_per_rater_min}-{b.prompts_per_rater_max} prompts "
+               f"and {b.trials_per_rater_min}-{b.trials_per_rater_max} trials per rater; position spread {b.position_spread_max}")  # fmt: skip
+    click.echo(f"loudness: all clips at {p.loudness.applied_lufs} LUFS (spread {p.loudness.output_lufs_spread} LU)")
+    for s in p.skipped:
+        click.echo(f"skipped: {s}")
+    click.echo(f"receipt {outcome.receipt_id}")
+
+
+@packets.command("verify")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def packets_verify(folder: Path) -> None:
+    """Check a rater's packet folder is intact (page, manifest, every audio file) before sending it.
+
+    Example: voxledger packets verify ./packets/r01
+    """
+    from voxledger.tasks.listening.verify import verify_packet_dir
+
+    manifest = verify_packet_dir(folder)
+    click.echo(f"ok: packet of rater {manifest.rater_id}: {len(manifest.trials)} trials, {len(manifest.audio)} audio files intact")
+
+
+@click.group()
+def ratings() -> None:
+    """Rater submissions: verify, unblind and aggregate."""
+
+
+@ratings.command("aggregate")
+@click.argument("packet_set")
+@click.argument("submissions", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the unblinded ratings as CSV."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the aggregate result as JSON.")
+@click.pass_context
+def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Path, ...], csv_out: Path | None, as_json: bool) -> None:
+    """Verify SUBMISSIONS against PACKET_SET (a packet_set receipt id) and record the aggregate.
+
+    Example: voxledger ratings aggregate 3fa2c1d9 ./submissions/*.json --csv ratings.csv
+    """
+    from voxledger.cli.common import resolve_receipt as _resolve
+    from voxledger.flows.ratings import ratings as ratings_flow
+
+    home = open_home(ctx)
+    outcome = run_flow(
+        ctx, ratings_flow, str(home.root), _resolve(ctx, packet_set), [str(s.absolute()) for s in submissions], quiet=as_json
+    )
+    r = outcome.receipt.result
+    if csv_out is not None:
+        with open(csv_out, "xb") as f:
+            f.write(home.blobs.get_bytes(outcome.receipt.subject("ratings_csv").sha256))
+    if as_json:
+        emit_json({"receipt": outcome.receipt_id, "cached": outcome.cached, **json.loads(outcome.receipt.result.model_dump_json())})
+        return
+    for rej in r.rejections:
+        click.echo(f"refused {rej.file}: {rej.reason}", err=True)
+    table = Table("criterion", "candidate", "mean", "95% CI", "ratings", "raters", title="listening test (screened raters)")
+    for s in r.scores:
+        ci = f"[{s.ci_low:.2f}, {s.ci_high:.2f}]" if s.ci_low is not None and s.ci_high is not None else "-"
+        table.add_row(s.criterion, s.candidate, f"{s.mean:.2f}", ci, str(s.ratings), str(s.raters))
+    console.print(table)
+    excluded = [f"{s.rater_id} ({'; '.join(s.reasons)})" for s in r.screening if not s.included]
+    click.echo(f"accepted {r.submissions_accepted} submission(s), refused {len(r.rejections)}; rows refused {r.rejected_rows}; "
+               f"missing raters {list(r.attrition.missing_raters)}; missing cells {r.attrition.missing_cells}")  # fmt: skip
+    if excluded:
+        click.echo("excluded by screening: " + ", ".join(excluded))
+    from voxledger.tasks.listening.report import summary_lines
+
+    for line in summary_lines(r):
+        click.echo(line)
+    click.echo(f"receipt {outcome.receipt_id}")
+
+
+COMMANDS = (packets, ratings)

@@ -1,0 +1,203 @@
+"""``voxledger package``: build, verify, attest and sign reproducible adapter packages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from voxledger.cli.common import emit_json, open_home, run_flow
+from voxledger.schemas.errors import BlobMissingError, CatalogError, VoxledgerError
+
+
+@click.group()
+def package() -> None:
+    """Adapter packages: deterministic tars bound to their receipts."""
+
+
+def _resolve_receipt(ctx: click.Context, ref: str) -> str:
+    from voxledger.stores.lineage import resolve_node
+
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        return resolve_node(con, ref)
+
+
+def _checkpoint(ctx: click.Context, run_id: str, choice: str) -> str:
+    doc = open_home(ctx).receipts.read_document(run_id)
+    if choice in ("best", "last"):
+        return str(next(a["sha256"] for a in doc["subjects"] if a["role"] == choice))
+    return choice
+
+
+@package.command("build")
+@click.argument("training_run")
+@click.option("--checkpoint", default="best", show_default=True, help="best, last, or a checkpoint tree digest.")
+@click.option("--retention", type=click.Path(file_okay=False, path_type=Path), default=None, help="Publish the package into this folder.")
+@click.option("--promotion", default=None, help="Promotion receipt that promoted this checkpoint.")
+@click.option("--evaluation", "evaluations", multiple=True, help="Evaluation receipt of this checkpoint (repeatable).")
+@click.option("--probe-seed", type=int, default=0, show_default=True, help="Seed of the reload and equivalence probe.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Path | None, promotion: str | None,
+          evaluations: tuple[str, ...], probe_seed: int, as_json: bool) -> None:  # fmt: skip
+    """Package a LoRA checkpoint with its receipts; reload-check, merge-check and publish it.
+
+    Example: voxledger package build 3fa2c1d9 --checkpoint best --retention ./releases
+    """
+    from voxledger.flows.package import package as package_flow
+
+    home = open_home(ctx)
+    run_id = _resolve_receipt(ctx, training_run)
+    out = run_flow(
+        ctx, package_flow, str(home.root), run_id, _checkpoint(ctx, run_id, checkpoint),
+        _resolve_receipt(ctx, promotion) if promotion else None, tuple(_resolve_receipt(ctx, e) for e in evaluations),
+        str(retention.absolute()) if retention else None, probe_seed, quiet=as_json,
+    )  # fmt: skip
+    r = out.receipt.result
+    summary = {"receipt": out.receipt_id, "package_sha256": out.package_sha256, "size_bytes": r.size_bytes, "cached": out.cached,
+               "reload_bitwise_equal": r.reload.bitwise_equal, "reload_max_abs_err": r.reload.max_abs_err,
+               "equivalence_band": r.equivalence_band, "stage_rel": r.stage_rel,
+               "published": str(out.published.path) if out.published else None}  # fmt: skip
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"package {out.package_sha256} ({r.size_bytes} bytes){' [cached]' if out.cached else ''}")
+    click.echo(
+        f"reload: bitwise={r.reload.bitwise_equal} max|err|={r.reload.max_abs_err:.3e}; merged export: {r.equivalence_band} {r.stage_rel}"
+    )
+    if out.published:
+        click.echo(f"published {out.published.path}{' (already present)' if out.published.already_present else ''}")
+    click.echo(f"receipt {out.receipt_id}")
+
+
+def _locate(ctx: click.Context, ref: str) -> tuple[Path, bool]:
+    """(package file, whether it is the store's copy): an existing path, or a package digest (prefix)."""
+    path = Path(ref)
+    if path.exists():
+        return path, False
+    home = open_home(ctx)
+    digest = ref.lower()
+    if len(digest) != 64:
+        with home.catalog.connect(read_only=True) as con:
+            rows = con.execute(
+                "SELECT DISTINCT package_sha256 FROM packages WHERE starts_with(package_sha256, ?) LIMIT 3", [digest]
+            ).fetchall()
+        if len(rows) != 1:
+            raise CatalogError(f"{ref!r} is not a file and {'no' if not rows else 'more than one'} recorded package digest starts with it")
+        digest = rows[0][0]
+    if len(digest) != 64 or not home.blobs.has(digest):
+        raise BlobMissingError(f"{ref!r} is neither a file nor a package digest in the store at {home.blobs.root}; give the .tar path")
+    return home.blobs.path_of(digest), True
+
+
+def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[str, Any] | None]:
+    from voxledger.stores.home import resolve_home
+
+    if not resolve_home(ctx.find_root().obj["home"]).is_dir():
+        return None, None
+    home = open_home(ctx)
+    with home.catalog.connect(read_only=True) as con:
+        row = con.execute(
+            "SELECT receipt_sha256 FROM packages WHERE package_sha256 = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
+            [sha256],
+        ).fetchone()
+    return (row[0], home.receipts.read_document(row[0])) if row else (None, None)
+
+
+@package.command("verify")
+@click.argument("package_ref", metavar="PATH-OR-DIGEST")
+@click.option(
+    "--key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Public key: also check the DSSE signature."
+)
+@click.option(
+    "--attestation",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="DSSE envelope (default PACKAGE.dsse.json).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def verify(ctx: click.Context, package_ref: str, key: Path | None, attestation: Path | None, as_json: bool) -> None:
+    """Re-hash every member against the manifest (naming any that differ); optionally check a signature.
+
+    Example: voxledger package verify releases/t-lora-spk_t-613c67a6.tar --key release.pub
+    """
+    from voxledger.tasks.packaging.archive import verify_package
+    from voxledger.tasks.packaging.attest import verify_envelope
+
+    path, in_store = _locate(ctx, package_ref)
+    verified = verify_package(path)
+    signed_by = None
+    if key is not None:
+        envelope_path = attestation or (None if in_store else path.with_name(path.name + ".dsse.json"))
+        if envelope_path is None or not envelope_path.is_file():
+            raise click.ClickException(f"no attestation at {envelope_path}; pass --attestation FILE (written by `package attest --key`)")
+        statement = verify_envelope(json.loads(envelope_path.read_text()), key, verified.sha256)
+        if statement["predicate"]["manifest"] != json.loads(verified.manifest_bytes):
+            raise click.ClickException(f"{envelope_path} signs a different manifest than {path} holds")
+        signed_by = str(key)
+    result = {"package": str(path), "sha256": verified.sha256, "members": len(verified.contents), "signature_key": signed_by}
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(
+            f"ok: {path} ({verified.sha256}), {len(verified.contents)} members match the manifest"
+            + (f"; signature verified with {key}" if key else "")
+        )
+
+
+@package.command("attest")
+@click.argument("package_ref", metavar="PACKAGE")
+@click.option(
+    "--key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="ed25519 private key: write a signed DSSE envelope.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default PACKAGE.intoto.json, or PACKAGE.dsse.json with --key).")  # fmt: skip
+@click.pass_context
+def attest(ctx: click.Context, package_ref: str, key: Path | None, output: Path | None) -> None:
+    """Write an in-toto Statement (subject = package digest) with an SLSA-shaped view; sign it with --key.
+
+    Example: voxledger package attest releases/t-lora-spk_t-613c67a6.tar --key release.key
+    """
+    from voxledger.tasks.packaging.archive import verify_package
+    from voxledger.tasks.packaging.attest import package_statement, sign_statement
+    from voxledger.tasks.packaging.run import publication_name
+
+    path, in_store = _locate(ctx, package_ref)
+    verified = verify_package(path)
+    rid, doc = _package_receipt(ctx, verified.sha256)
+    name = publication_name(verified.manifest.name, verified.sha256) if in_store else path.name
+    statement = package_statement(verified.sha256, name, verified.manifest, rid, doc)
+    document = sign_statement(statement, key) if key else statement
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    if output is None and in_store:
+        click.echo(text, nl=False)  # never write next to the store's objects
+        return
+    output = output or path.with_name(path.name + (".dsse.json" if key else ".intoto.json"))
+    try:
+        with open(output, "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError as exc:
+        raise VoxledgerError(f"{output} exists; attestations are never overwritten: pass -o with a new name") from exc
+    click.echo(f"wrote {output} ({'signed DSSE envelope' if key else 'unsigned statement'}) for {verified.sha256}")
+
+
+@package.command("keygen")
+@click.argument("prefix", type=click.Path(dir_okay=False, path_type=Path))
+def keygen(prefix: Path) -> None:
+    """Write an ed25519 key pair: PREFIX.key (private, mode 0600) and PREFIX.pub.
+
+    Example: voxledger package keygen ./keys/release
+    """
+    from voxledger.tasks.packaging.attest import write_keypair
+
+    key_path, pub_path = write_keypair(prefix)
+    click.echo(f"wrote {key_path} (0600) and {pub_path}")
+
+
+COMMANDS = (package,)

@@ -1,0 +1,114 @@
+"""``voxledger provenance ...``: the documented provenance questions, one command each."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from voxledger.cli.common import emit_json, open_home
+from voxledger.cli.common import resolve_receipt as _resolve
+
+console = Console()
+
+
+def _show(rows: list[dict], as_json: bool, title: str) -> None:  # type: ignore[type-arg]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print(f"{title}: none")
+        return
+    table = Table(*rows[0].keys(), title=title)
+    for r in rows:
+        table.add_row(*(str(v)[:70] for v in r.values()))
+    console.print(table)
+
+
+@click.group()
+def provenance() -> None:
+    """Provenance questions answered from the catalog."""
+
+
+@provenance.command("downstream")
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def downstream_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
+    """Everything downstream of a corpus (its manifest or audio-tree digest, or its audit receipt).
+
+    Example: voxledger provenance downstream 5f29360
+    """
+    from voxledger.stores.provenance import downstream
+
+    node = _resolve(ctx, ref)
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        _show(downstream(con, node), as_json, f"downstream of {node[:16]}")
+
+
+@provenance.command("speaker")
+@click.argument("speaker")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
+    """Which packages were trained (adapter or base) on data containing SPEAKER.
+
+    Example: voxledger provenance speaker spk-b2
+    """
+    from voxledger.stores.provenance import packages_with_speaker
+
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        _show(packages_with_speaker(con, speaker), as_json, f"packages trained on {speaker}")
+
+
+@provenance.command("champion-at")
+@click.argument("when")
+@click.option("--alias", default="champion", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def champion_at_cmd(ctx: click.Context, when: str, alias: str, as_json: bool) -> None:
+    """What the alias pointed at on a date, and why.
+
+    Example: voxledger provenance champion-at 2026-12-01T00:00:00Z
+    """
+    from voxledger.stores.provenance import champion_at
+
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        row = champion_at(con, alias, when)
+    _show([row] if row else [], as_json, f"{alias} at {when}")
+
+
+@provenance.command("normaliser")
+@click.argument("version")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def normaliser_cmd(ctx: click.Context, version: str, as_json: bool) -> None:
+    """Which evaluations used normaliser VERSION (e.g. whisper-normalizer==0.1.15:EnglishTextNormalizer).
+
+    Example: voxledger provenance normaliser voxledger-basic:1
+    """
+    from voxledger.stores.provenance import evaluations_with_normaliser
+
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        _show(evaluations_with_normaliser(con, version), as_json, f"evaluations with {version}")
+
+
+@provenance.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--all", "show_all", is_flag=True, help="Include volatile fields (timings).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def diff_cmd(ctx: click.Context, a: str, b: str, show_all: bool, as_json: bool) -> None:
+    """Diff two receipts (e.g. two pipeline or training runs) field by field.
+
+    Example: voxledger provenance diff 2e4891ca 9f00aa31
+    """
+    from voxledger.stores.provenance import diff_receipts
+
+    home = open_home(ctx)
+    rows = diff_receipts(home.receipts.read_document(_resolve(ctx, a)), home.receipts.read_document(_resolve(ctx, b)))
+    _show([r for r in rows if show_all or not r["volatile"]], as_json, "differences")
+
+
+COMMANDS = (provenance,)

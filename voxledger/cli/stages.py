@@ -1,0 +1,249 @@
+"""Stage commands: train, promote, eval run/report, alias history, pipeline run, serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from voxledger.cli.common import (
+    emit_json,
+    interval_cell,
+    open_home,
+    plans_dir,
+    print_stages,
+    run_flow,
+)
+
+console = Console()
+PLANS = plans_dir()
+
+
+@click.command("train")
+@click.argument("corpus", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--audit", "audit_rid", required=True, help="Receipt id of a passing audit of CORPUS.")
+@click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--base", "base_sha", default=None, help="Base model tree digest (LoRA plans).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, base_sha: str | None, as_json: bool) -> None:
+    """Train (or resume a crashed run) under a frozen training plan.
+
+    Example: voxledger train ./demo/corpus --audit 3fa2... --plan plans/train-tiny-base.yaml
+    """
+    from voxledger.flows.train import train as train_flow
+
+    out = run_flow(ctx, train_flow, str(open_home(ctx).root), str(corpus.absolute()), audit_rid, str(plan_file.absolute()), base_sha)
+    r = out.receipt
+    summary = {"receipt": out.receipt_id, "cached": out.cached, "best": r.subject("best").sha256, "last": r.subject("last").sha256,
+               "best_epoch": r.result.best_epoch, "epochs": len(r.result.epochs), "stop_reason": r.result.stop_reason}  # fmt: skip
+    emit_json(summary) if as_json else click.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
+
+
+@click.command("promote")
+@click.argument("training_run")
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=PLANS / "promote-demo.yaml",
+    show_default=True,
+)
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.pass_context
+def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Path) -> None:
+    """Gate a training run's best-k + last checkpoints against the champion; move aliases.
+
+    Example: voxledger promote 9c1e... --policy plans/promote-demo.yaml --corpus ./demo/corpus
+    """
+    from voxledger.flows.promote import promote as promote_flow
+
+    out = run_flow(ctx, promote_flow, str(open_home(ctx).root), str(corpus.absolute()), training_run, str(policy_file.absolute()))
+    r = out.receipt.result
+    click.echo(f"promoted {r.promoted}{' [cached]' if out.cached else ''}; receipt {out.receipt_id}")
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Evaluations on frozen plans."""
+
+
+@eval_group.command("run")
+@click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.option("--bind", "binds", multiple=True, help="NAME=SHA256 for input:NAME artifacts in the plan.")
+@click.pass_context
+def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str, ...]) -> None:
+    """Run a frozen evaluation plan (registered before any generation).
+
+    Example: voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA
+    """
+    from voxledger.flows.evaluate import evaluate as evaluate_flow
+
+    bindings = dict(b.split("=", 1) for b in binds)
+    out = run_flow(ctx, evaluate_flow, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), bindings)
+    _print_report(open_home(ctx).receipts.read_document(out.receipt_id))
+    click.echo(f"receipt {out.receipt_id}")
+
+
+@eval_group.command("report")
+@click.argument("receipt_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def eval_report(ctx: click.Context, receipt_id: str, as_json: bool) -> None:
+    """Print an evaluation's per-candidate metrics and paired comparisons.
+
+    Example: voxledger eval report 5d0c...
+    """
+    from voxledger.cli.common import resolve_receipt as _resolve
+
+    doc = open_home(ctx).receipts.read_document(_resolve(ctx, receipt_id))
+    if as_json:
+        emit_json(doc["result"])
+    else:
+        _print_report(doc)
+
+
+def _print_report(doc: dict[str, Any]) -> None:
+    from voxledger.tasks.metrics.registry import shown_metrics
+
+    result = doc["result"]
+    SHOWN = shown_metrics(sorted({m for s in result["summaries"] for m in s["overall"]}))
+    table = Table(
+        "candidate",
+        "invalid",
+        "gate fail",
+        *SHOWN,
+        title=f"evaluation {doc['parameters']['plan_name']} (predicted MOS is a model's prediction)",
+    )
+    for s in result["summaries"]:
+        table.add_row(
+            s["candidate"],
+            f"{s['invalid_rate']:.0%}",
+            f"{s['content_gate_fail_rate']:.0%}",
+            *(interval_cell(s["overall"].get(m)) for m in SHOWN),
+        )
+    console.print(table)
+    comp = Table(
+        "candidate - baseline",
+        "metric",
+        "delta [CI]",
+        "test",
+        "p",
+        "units",
+        title="paired comparisons (unit: prompt; seeds averaged within a prompt)",
+    )
+    notes: set[str] = set()
+    for c in result["comparisons"]:
+        if c["metric"] in SHOWN:
+            t = c["test"]
+            p = "-" if t["p_value"] is None else f"{t['p_value']:.2e}"
+            comp.add_row(f"{c['candidate']} - {c['baseline']}", c["metric"], interval_cell(c["delta"], signed=True), f"{t['method']}", p,
+                         f"{t['units']} prompts / {c['n_pairs']} pairs")  # fmt: skip
+            notes.update(n for n in (c["delta"].get("note"), t.get("note")) if n)
+    console.print(comp)
+    for n in sorted(notes):
+        console.print(f"note: {n}")
+
+
+@click.group("alias")
+def alias_group() -> None:
+    """Aliases (champion, candidate, ...): they move only through promotion receipts."""
+
+
+@alias_group.command("history")
+@click.argument("alias", required=False)
+@click.option("--at", "at", default=None, help="Only the move in force at this ISO date/time.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json: bool) -> None:
+    """Show the append-only alias history ("what was champion on date D, and why").
+
+    Example: voxledger alias history champion --at 2026-11-29T12:00:00Z
+    """
+    sql = "SELECT alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
+    params: list[Any] = []
+    if alias:
+        sql += " AND alias = ?"
+        params.append(alias)
+    if at:
+        sql += " AND moved_at <= ?::TIMESTAMPTZ QUALIFY row_number() OVER (PARTITION BY alias ORDER BY moved_at DESC) = 1"
+        params.append(at)
+    sql += " ORDER BY moved_at, alias"
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        rows = con.execute(sql, params).fetchall()
+    if as_json:
+        emit_json([dict(zip(("alias", "target", "base", "moved_at", "reason", "receipt"), r)) for r in rows])
+        return
+    table = Table("alias", "target", "moved at", "reason", "receipt")
+    for a, t, _, m, why, rid in rows:
+        table.add_row(a, t[:16], str(m), why, rid[:16])
+    console.print(table)
+
+
+@click.group("pipeline")
+def pipeline_group() -> None:
+    """The orchestrated pipeline."""
+
+
+@pipeline_group.command("run")
+@click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.option("--packets", "packets_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir: Path | None, as_json: bool) -> None:
+    """Run audit -> train -> promote -> evaluate -> package -> packets from a pipeline plan.
+
+    Example: voxledger pipeline run plans/pipeline-demo.yaml --corpus ./demo/corpus --packets ./demo/packets
+    """
+    from voxledger.flows.pipeline import pipeline
+
+    out = run_flow(ctx, pipeline, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
+                   str(packets_dir.absolute()) if packets_dir else None)  # fmt: skip
+    if as_json:
+        emit_json({"pipeline_receipt": out.pipeline_receipt, "stages": [s.model_dump(mode="json") for s in out.stages]})
+    else:
+        print_stages(out.stages)
+        click.echo(f"pipeline receipt {out.pipeline_receipt}")
+
+
+@click.group("checkpoints")
+def checkpoints_group() -> None:
+    """Training checkpoints in the store."""
+
+
+@checkpoints_group.command("prune")
+@click.option("--plan-out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a reviewable prune plan here.")
+@click.option(
+    "--execute", "execute", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Execute a reviewed plan file."
+)
+@click.option("--keep-best", type=int, default=1, show_default=True)
+@click.pass_context
+def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path | None, keep_best: int) -> None:
+    """Plan (--plan-out) or execute (--execute) checkpoint pruning; referenced checkpoints are never removed.
+
+    Example: voxledger checkpoints prune --plan-out prune.json && voxledger checkpoints prune --execute prune.json
+    """
+    from voxledger.tasks.training.prune import execute_plan, make_plan
+
+    home = open_home(ctx)
+    if (plan_out is None) == (execute is None):
+        raise click.UsageError("give exactly one of --plan-out FILE or --execute FILE")
+    if plan_out is not None:
+        plan = make_plan(home, keep_best)
+        with open(plan_out, "x", encoding="utf-8") as f:
+            f.write(plan.model_dump_json(indent=2))
+        n = sum(len(e.blobs) for e in plan.remove)
+        console.print(
+            f"wrote {plan_out}: keep {len(plan.keep)} checkpoints, remove {len(plan.remove)} ({n} blobs); review it, then --execute"
+        )
+        return
+    rid, receipt = execute_plan(home, execute)  # type: ignore[arg-type]
+    console.print(f"removed {len(receipt.parameters.removed_blobs)} blobs ({receipt.parameters.freed_bytes:,} bytes); receipt {rid}")
+
+
+COMMANDS = (train, promote, eval_group, alias_group, pipeline_group, checkpoints_group)

@@ -1,0 +1,50 @@
+"""Flow ``packets``: export blind per-rater listening packets and record the packet set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from pydantic import ValidationError
+
+from voxledger.flows.common import STAGE_TASK, flow_name
+from voxledger.schemas.errors import PacketError
+from voxledger.schemas.listening import ListeningProtocol, StimulusSet
+from voxledger.schemas.listening_receipts import PacketSetReceipt
+from voxledger.stores.home import Home
+from voxledger.tasks.listening.export import export_packets as export_packets_fn
+from voxledger.tasks.listening.from_evaluation import export_packets_for_evaluation
+from voxledger.tasks.plans import load_plan
+from voxledger.tasks.stage import StageOutcome
+
+
+def _stimuli(path: Path) -> StimulusSet:
+    try:
+        return StimulusSet.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']}" for e in exc.errors()[:10]]
+        raise PacketError(f"stimuli file {path}: {exc.error_count()} problem(s):\n  " + "\n  ".join(lines)) from exc
+
+
+@task(name="export_packets", **STAGE_TASK)
+def export_packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: str | None = None,
+                   stimuli_file: str | None = None) -> StageOutcome[PacketSetReceipt]:  # fmt: skip
+    """Packets from an evaluation's audio (``evaluation_rid``) or from a stimulus-set file."""
+    h = Home(home)
+    if evaluation_rid is not None:
+        out = export_packets_for_evaluation(h, evaluation_rid, Path(protocol_file), Path(out_dir), flow=flow_name())
+        return StageOutcome(out["receipt_id"], h.receipts.read(out["receipt_id"], PacketSetReceipt), bool(out["cached"]))
+    if stimuli_file is None:
+        raise PacketError("give an evaluation receipt or a stimuli file to export packets from")
+    protocol = load_plan(Path(protocol_file), ListeningProtocol)
+    o = export_packets_fn(
+        h, protocol, _stimuli(Path(stimuli_file)), Path(out_dir), protocol_name=Path(protocol_file).name, flow=flow_name()
+    )
+    return StageOutcome(o.receipt_id, o.receipt, o.cached)
+
+
+@flow(name="packets")
+def packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: str | None = None,
+            stimuli_file: str | None = None) -> StageOutcome[PacketSetReceipt]:  # fmt: skip
+    """Export one packet per rater under ``out_dir`` (new or empty)."""
+    return export_packets(home, protocol_file, out_dir, evaluation_rid, stimuli_file)

@@ -1,0 +1,24 @@
+"""Flow ``ratings``: verify rater submissions, unblind them and record the aggregate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+
+from voxledger.flows.common import STAGE_TASK, flow_name
+from voxledger.stores.home import Home
+from voxledger.tasks.listening.aggregate import AggregateOutcome
+from voxledger.tasks.listening.aggregate import aggregate_ratings as aggregate_ratings_fn
+
+
+@task(name="aggregate_ratings", **STAGE_TASK)
+def aggregate_ratings(home: str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
+    """Verify every submission, unseal the key, screen raters and compute the statistics."""
+    return aggregate_ratings_fn(Home(home), packet_set, [Path(s) for s in submissions], flow=flow_name())
+
+
+@flow(name="ratings")
+def ratings(home: str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
+    """Run when submissions arrive (outside the scheduled pipeline)."""
+    return aggregate_ratings(home, packet_set, submissions)

@@ -1,0 +1,221 @@
+"""A long-lived local Prefect server per voxledger home, started on demand and reused.
+
+Prefect's default without a configured API is a temporary server started inside every process
+(16-17 s each time, and left running when that process is killed). voxledger instead keeps one
+``prefect server start`` per home, bound to 127.0.0.1, its SQLite database and logs under
+``<home>/prefect``. The first command that needs it starts it (in its own session, so a killed
+command never takes it down half-way, and never leaves a second one); later commands find it
+through ``<home>/prefect/server.json`` and a health check, and replace it when it is gone or
+unhealthy. It stops itself after ``idle_timeout_s`` without database activity, or on
+``voxledger server stop``. Run history therefore persists in the home, beside the receipts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from voxledger.schemas.errors import VoxledgerError
+
+STARTUP_TIMEOUT_S = 120.0
+IDLE_TIMEOUT_S = 3600.0
+
+
+class ServerError(VoxledgerError):
+    """The local Prefect server could not be started, reached or stopped."""
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What ``server.json`` records: the supervisor's pid (its process group), port and URL."""
+
+    pid: int
+    port: int
+    api_url: str
+    started_at: float
+
+
+def server_dir(home_root: Path) -> Path:
+    """Where a home's Prefect server keeps its database, logs and state."""
+    return home_root / "prefect"
+
+
+def server_env(home_root: Path) -> dict[str, str]:
+    """Environment of the server process: offline, quiet, state under the home."""
+    env = dict(os.environ)
+    env.pop("PREFECT_API_URL", None)
+    env.update({
+        "PREFECT_HOME": str(server_dir(home_root)),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    })  # fmt: skip
+    return env
+
+
+def read_state(home_root: Path) -> ServerState | None:
+    """The recorded server, or None (absent or unreadable state file)."""
+    try:
+        doc = json.loads((server_dir(home_root) / "server.json").read_text())
+        return ServerState(int(doc["pid"]), int(doc["port"]), str(doc["api_url"]), float(doc["started_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_state(home_root: Path, state: ServerState) -> None:
+    path = server_dir(home_root) / "server.json"
+    tmp = path.with_name(f".server.json.{os.getpid()}")
+    tmp.write_text(json.dumps(state.__dict__))
+    os.replace(tmp, path)
+
+
+def healthy(api_url: str, timeout_s: float = 2.0) -> bool:
+    """True when the API answers its health endpoint."""
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=timeout_s) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_server(home_root: Path, *, idle_timeout_s: float = IDLE_TIMEOUT_S, timeout_s: float = STARTUP_TIMEOUT_S) -> str:
+    """The API URL of this home's server, starting (or replacing) it when needed.
+
+    Raises ServerError when the home is not writable or the server does not come up in time.
+    """
+    sdir = server_dir(home_root)
+    try:
+        sdir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(sdir / "server.lock"))
+        lock.acquire(timeout=timeout_s)
+    except (OSError, Timeout) as exc:
+        raise ServerError(f"cannot use {sdir} for the Prefect server ({exc}); set PREFECT_API_URL or VOXLEDGER_PREFECT=ephemeral") from exc
+    try:
+        state = read_state(home_root)
+        if state is not None and _alive(state.pid):
+            if _wait_healthy(state.api_url, state.pid, 30.0):
+                return state.api_url
+            _kill_group(state.pid)
+        return _start(home_root, idle_timeout_s, timeout_s)
+    finally:
+        lock.release()
+
+
+def _wait_healthy(api_url: str, pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if healthy(api_url):
+            return True
+        if not _alive(pid):
+            return False
+        time.sleep(0.25)
+    return False
+
+
+def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    log = open(server_dir(home_root) / "server.log", "ab")  # noqa: SIM115 (handed to the child)
+    cmd = [sys.executable, "-m", "voxledger.flows.server", str(home_root), str(port), str(idle_timeout_s)]
+    proc = subprocess.Popen(cmd, env=server_env(home_root), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    _write_state(home_root, ServerState(proc.pid, port, api_url, time.time()))
+    if not _wait_healthy(api_url, proc.pid, timeout_s):
+        _kill_group(proc.pid)
+        raise ServerError(
+            f"the Prefect server for {home_root} did not answer within {timeout_s:.0f} s; see {server_dir(home_root) / 'server.log'}"
+        )
+    return api_url
+
+
+def _kill_group(pid: int, grace_s: float = 10.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+            _reap(pid)
+        if not _alive(pid):
+            return
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop_server(home_root: Path) -> bool:
+    """Stop this home's server (its whole process group); True when one was running."""
+    state = read_state(home_root)
+    (server_dir(home_root) / "server.json").unlink(missing_ok=True)
+    if state is None or not _alive(state.pid):
+        return False
+    _kill_group(state.pid)
+    return True
+
+
+def _supervise(home_root: Path, port: int, idle_timeout_s: float) -> int:
+    """Run ``prefect server start`` as a child; stop it after ``idle_timeout_s`` of database silence."""
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui", "--analytics-off"]
+    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    db = server_dir(home_root) / "prefect.db"
+    stop = {"now": False}
+
+    def on_term(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    last = time.time()
+    while child.poll() is None and not stop["now"]:
+        time.sleep(1.0)
+        for f in (db, db.with_name("prefect.db-wal")):
+            if f.exists():
+                last = max(last, f.stat().st_mtime)
+        state = read_state(home_root)
+        if time.time() - last > idle_timeout_s or state is None or state.pid != os.getpid():
+            break
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_supervise(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))

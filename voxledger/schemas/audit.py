@@ -1,0 +1,158 @@
+"""Audit policy (a frozen plan), findings, corpus statistics and the audit receipt."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
+from voxledger.schemas.metrics import ValiditySpec
+
+Severity = Literal["error", "warning", "info"]
+LeakageKey = Literal["speaker", "recording_id", "text_norm"]
+
+FindingCode = Literal[
+    "split_leakage", "duplicate_audio", "near_duplicate_audio", "duplicate_text",
+    "manifest_unreadable_line", "manifest_invalid_record", "duplicate_id", "path_escape",
+    "audio_missing", "audio_unreadable", "sample_rate_mismatch", "channel_mismatch",
+    "duration_out_of_bounds", "silence", "clipping", "dc_offset", "non_finite",
+    "empty_transcript", "control_characters", "speaking_rate", "asr_disagreement", "noisy_audio",
+]  # fmt: skip
+
+
+class LeakageRule(Frozen):
+    """No value of ``key`` may occur in two groups of splits.
+
+    ``partition`` lists groups of split names that may share values (e.g. base speakers appear
+    in both train and dev); every split not listed is a group of its own. Leakage is always an
+    error: there is deliberately no severity setting and no switch to turn it off.
+    """
+
+    key: LeakageKey
+    partition: tuple[tuple[str, ...], ...] = ()
+
+
+class NearDuplicatePolicy(Frozen):
+    """Acoustic fingerprint matching (robust to gain, resampling and re-encoding)."""
+
+    enabled: bool = True
+    max_hamming_bits: int = Field(default=12, ge=0, le=15)
+    severity: Severity = "warning"
+
+
+class AsrAgreementPolicy(Frozen):
+    """Transcribe each file with the bundled Whisper model; flag CER above a bound."""
+
+    enabled: bool = False
+    max_cer: float = Field(default=0.35, gt=0)
+    severity: Severity = "warning"
+
+
+class NoiseScreenPolicy(Frozen):
+    """DNSMOS background-noise screen; flags predicted BAK below a bound."""
+
+    enabled: bool = False
+    min_bak: float = Field(default=2.5, ge=1, le=5)
+    severity: Severity = "warning"
+
+
+class AuditPolicy(Frozen):
+    """Thresholds, group keys and severities of a corpus audit. Every default lives here."""
+
+    kind: Literal["audit_policy"] = "audit_policy"
+    name: str
+    leakage: tuple[LeakageRule, ...] = Field(min_length=1)
+    sample_rate_hz: int = Field(default=16000, gt=0)
+    # a floor the training backend needs (cosyvoice3: 16000, upstream drops anything below it);
+    # every audited file must have sample_rate_hz, so the floor is checked against it. None: no floor.
+    min_sample_rate_hz: int | None = Field(default=None, gt=0)
+    channels: int = Field(default=1, ge=1)
+    min_duration_s: float = Field(default=0.3, ge=0)
+    max_duration_s: float = Field(default=30.0, gt=0)
+    validity: ValiditySpec = ValiditySpec()
+    duplicate_text_same_speaker: Severity = "warning"
+    speaking_rate_severity: Severity = "warning"
+    dc_offset_severity: Severity = "warning"
+    near_duplicate: NearDuplicatePolicy = NearDuplicatePolicy()
+    asr_agreement: AsrAgreementPolicy = AsrAgreementPolicy()
+    noise_screen: NoiseScreenPolicy = NoiseScreenPolicy()
+    store_audio: bool = True
+    # what ``voxledger corpus prepare`` normalises integrated loudness (ITU-R BS.1770) to; None
+    # leaves levels alone. Left out of the canonical form when unset, so existing policies keep
+    # their digests.
+    loudness_lufs: float | None = Field(default=None, ge=-70, le=0, exclude_if=lambda v: v is None)
+
+    @model_validator(mode="after")
+    def _check(self) -> AuditPolicy:
+        if self.min_duration_s >= self.max_duration_s:
+            raise ValueError(f"min_duration_s {self.min_duration_s} must be below max_duration_s {self.max_duration_s}")
+        if self.min_sample_rate_hz is not None and self.sample_rate_hz < self.min_sample_rate_hz:
+            raise ValueError(
+                f"sample_rate_hz {self.sample_rate_hz} is below min_sample_rate_hz {self.min_sample_rate_hz}; "
+                f"resample the corpus to at least {self.min_sample_rate_hz} Hz and set sample_rate_hz to match"
+            )
+        keys = [r.key for r in self.leakage]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"leakage keys repeat: {keys}; give each key once")
+        return self
+
+
+class Finding(Frozen):
+    """One problem: what, how bad, which utterances, the measured value and the bound."""
+
+    code: FindingCode
+    severity: Severity
+    utterance_ids: tuple[str, ...] = ()
+    message: str
+    value: float | None = None
+    bound: float | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+class SplitStats(Frozen):
+    """Size of one split."""
+
+    split: str
+    utterances: int
+    speakers: int
+    hours: float
+
+
+class CorpusStats(Frozen):
+    """Corpus statistics: per split, per speaker, and a duration histogram (1 s bins)."""
+
+    splits: tuple[SplitStats, ...]
+    speaker_hours: dict[str, float]
+    speaker_utterances: dict[str, int]
+    duration_histogram_s: dict[str, int]
+    total_hours: float
+
+
+class AuditResult(Frozen):
+    """What the audit concluded."""
+
+    verdict: Literal["pass", "fail"]
+    n_utterances: int
+    counts_by_code: dict[str, int]
+    counts_by_severity: dict[str, int]
+    findings: tuple[Finding, ...]
+    stats: CorpusStats
+
+
+class AuditParameters(Frozen):
+    """Identities bound by the audit."""
+
+    corpus_name: str
+    policy_sha256: Sha256
+    manifest_sha256: Sha256
+    audio_tree_sha256: Sha256
+
+
+class AuditReceipt(ReceiptBase):
+    """A corpus was audited under a policy; training may start only from a passing one."""
+
+    kind: Literal["audit"] = "audit"
+    parameters: AuditParameters
+    result: AuditResult

@@ -1,0 +1,133 @@
+"""Promotion policy (explicit gates, no composite score), alias moves and the promotion receipt."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
+from voxledger.schemas.evaluation import MetricSuite, Prompt, StatisticsSettings
+
+Statistic = Literal["delta_mean", "delta_low", "delta_high", "challenger_mean"]
+
+
+class GateRule(Frozen):
+    """``statistic`` of ``metric`` (challenger vs incumbent, paired) must satisfy ``op threshold``.
+
+    ``delta_high`` is the upper bound of the delta's CI: "WER may not get worse by more than 2
+    points even at the pessimistic end" reads ``metric: wer:whisper_en, statistic: delta_high,
+    op: "<=", threshold: 0.02``.
+    """
+
+    metric: str
+    statistic: Statistic
+    op: Literal["<=", ">="]
+    threshold: float
+    why: str = ""
+
+
+class GatePlan(Frozen):
+    """The frozen part of a gate evaluation: prompts, seeds, references, metrics, statistics.
+
+    Each promotion round adds its candidates (incumbent + challengers) and registers the
+    resulting evaluation plan, so every gate evaluation is itself a pre-registered plan.
+    """
+
+    name: str
+    prompts: tuple[Prompt, ...] = Field(min_length=1)
+    seeds: tuple[int, ...] = Field(min_length=1)
+    speaker_references: dict[str, str] = Field(default_factory=dict)
+    metrics: MetricSuite = MetricSuite()
+    statistics: StatisticsSettings = StatisticsSettings()
+
+
+PAIRED_STATISTICS = frozenset({"delta_mean", "delta_low", "delta_high"})
+
+
+class PromotionPolicy(Frozen):
+    """How a checkpoint earns an alias. The gate plan's prompts, seeds and metrics are frozen here."""
+
+    kind: Literal["promotion_policy"] = "promotion_policy"
+    name: str
+    alias: str = Field(default="champion", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
+    candidate_alias: str = Field(default="candidate", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
+    best_k: int = Field(default=2, ge=1)
+    include_last: bool = True
+    baseline_speaker: str = Field(description="speaker the base model uses when there is no champion yet")
+    gate_plan: GatePlan
+    rules: tuple[GateRule, ...] = Field(min_length=1)
+    tie_break: Literal["lowest_cv_loss"] = "lowest_cv_loss"
+
+    @model_validator(mode="after")
+    def _check(self) -> PromotionPolicy:
+        paired = [f"{r.statistic}({r.metric})" for r in self.rules if r.statistic in PAIRED_STATISTICS]
+        need, have = self.gate_plan.statistics.min_units(), len(self.gate_plan.prompts)
+        if paired and have < need:
+            raise ValueError(
+                f"gate plan {self.gate_plan.name!r} has {have} prompt(s), but rules {paired} compare challenger and incumbent, and "
+                f"{self.gate_plan.statistics.interval}/{self.gate_plan.statistics.test} need at least {need} prompts "
+                "(the prompt is the independent unit; seeds do not count): add prompts to gate_plan"
+            )
+        return self
+
+
+class RuleValue(Frozen):
+    """One rule evaluated for one challenger."""
+
+    metric: str
+    statistic: Statistic
+    op: Literal["<=", ">="]
+    threshold: float
+    value: float | None
+    passed: bool
+    detail: str
+
+
+class ChallengerDecision(Frozen):
+    """A checkpoint considered for promotion and how each gate judged it."""
+
+    name: str
+    checkpoint_receipt: Sha256
+    tree_sha256: Sha256
+    epoch: int
+    cv_loss: float
+    rules: tuple[RuleValue, ...]
+    passed: bool
+
+
+class AliasMove(Frozen):
+    """An alias pointed at a new target by this receipt (the only way aliases move)."""
+
+    alias: str
+    target_sha256: Sha256
+    previous_sha256: Sha256 | None
+    base_sha256: Sha256 | None
+    reason: str
+
+
+class PromotionParameters(Frozen):
+    """What was decided from what."""
+
+    policy_sha256: Sha256
+    training_run: Sha256
+    evaluation: Sha256
+    incumbent: str
+    incumbent_sha256: Sha256
+    serving_base_sha256: Sha256 | None
+
+
+class PromotionResult(Frozen):
+    """Every challenger's rule values, the decision, and the alias moves."""
+
+    challengers: tuple[ChallengerDecision, ...]
+    promoted: str | None
+    moves: tuple[AliasMove, ...]
+
+
+class PromotionReceipt(ReceiptBase):
+    """A promotion decision; status ``failed`` when no challenger passed every gate."""
+
+    kind: Literal["promotion"] = "promotion"
+    parameters: PromotionParameters
+    result: PromotionResult

@@ -1,0 +1,251 @@
+"""Content-addressed blob store: objects at ``objects/sha256/ab/cdef...``, written atomically.
+
+Write protocol (crash safe): stream into a temp file inside the store while hashing, fsync it,
+hard-link it to its final name (link fails if the name exists: nothing is ever overwritten), fsync
+the directory, remove the temp name. A reader never sees a partial object because an object name
+only ever appears as a complete, fsynced file. An existing object is verified, never rewritten,
+with one exception: an object whose bytes no longer hash to its name is moved to ``quarantine/``
+(kept, never deleted) when the right bytes are put again, so a producer that regenerates an
+artifact heals the store instead of failing on the damaged copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from voxledger.schemas.canonical import is_sha256_hex
+from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
+from voxledger.stores.hashing import CHUNK_BYTES, sha256_stream
+
+
+class BlobStore(Protocol):
+    """What callers need from a store; an S3-compatible backend implements the same five calls."""
+
+    def put_bytes(self, data: bytes) -> str: ...
+    def put_file(self, path: Path) -> str: ...
+    def has(self, sha256: str) -> bool: ...
+    def open(self, sha256: str) -> BinaryIO: ...
+    def verify(self, sha256: str) -> None: ...
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a new name in it survives a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_digest(sha256: str) -> None:
+    if not is_sha256_hex(sha256):
+        raise VoxledgerError(f"{sha256!r} is not a sha256 digest: expected 64 lower-case hex characters")
+
+
+class VerifyingReader(io.RawIOBase):
+    """Reads an object and, on reaching its end, raises DigestMismatchError if the bytes differ."""
+
+    def __init__(self, path: Path, sha256: str) -> None:
+        self._f = open(path, "rb")  # noqa: SIM115 (closed by close())
+        self._h = hashlib.sha256()
+        self._expected = sha256
+        self._path = path
+        self._checked = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = self._f.readinto(buffer)
+        if n:
+            self._h.update(memoryview(buffer)[:n])
+        elif not self._checked:
+            self._checked = True
+            actual = self._h.hexdigest()
+            if actual != self._expected:
+                raise DigestMismatchError(
+                    f"object {self._expected} at {self._path} is corrupt: its bytes hash to {actual}; "
+                    "restore it from a replica or re-put the original file"
+                )
+        return n or 0
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+class LocalBlobStore:
+    """Blob store on a local filesystem directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.objects = root / "objects" / "sha256"
+        self.tmp = root / "tmp"
+        self.objects.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self._verified: dict[str, tuple[int, int, int]] = {}
+
+    def path_of(self, sha256: str) -> Path:
+        """Where the object with this digest lives (it may not exist)."""
+        _check_digest(sha256)
+        return self.objects / sha256[:2] / sha256[2:]
+
+    def has(self, sha256: str) -> bool:
+        """True when the object exists (use ``verify`` to check its bytes)."""
+        return self.path_of(sha256).is_file()
+
+    @contextmanager
+    def _temp(self) -> Iterator[tuple[Path, BinaryIO]]:
+        path = self.tmp / f"put-{os.getpid()}-{secrets.token_hex(8)}"
+        f = open(path, "xb")  # noqa: SIM115
+        try:
+            yield path, f
+        finally:
+            f.close()
+            path.unlink(missing_ok=True)
+
+    def _commit(self, tmp_path: Path, sha256: str) -> str:
+        final = self.path_of(sha256)
+        final.parent.mkdir(exist_ok=True)
+        try:
+            os.link(tmp_path, final)
+        except FileExistsError:
+            if self.intact(sha256):  # already present: check it instead of rewriting it
+                return sha256
+            self.quarantine(sha256)  # the bytes in hand hash right: they replace the damaged copy
+            os.link(tmp_path, final)
+        fsync_dir(final.parent)
+        self._remember(sha256)  # just written from bytes that hashed to this name
+        return sha256
+
+    def intact(self, sha256: str) -> bool:
+        """True when the object exists and its bytes hash to its name.
+
+        An object this process wrote or hashed is not hashed again while its inode, size and
+        mtime are unchanged (a new process always re-hashes): repeated checks of one tree cost
+        a stat each, and any rewrite of the file is caught.
+        """
+        path = self.path_of(sha256)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._verified.get(sha256) == stamp:
+            return True
+        if sha256_stream(path)[0] != sha256:
+            self._verified.pop(sha256, None)
+            return False
+        self._verified[sha256] = stamp
+        return True
+
+    def _remember(self, sha256: str) -> None:
+        st = self.path_of(sha256).stat()
+        self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def quarantine(self, sha256: str) -> Path | None:
+        """Move a damaged object out of ``objects/`` into ``quarantine/`` (kept as evidence).
+
+        Returns the quarantine path, or None when the object was absent or is in fact intact.
+        """
+        path = self.path_of(sha256)
+        if not path.is_file() or self.intact(sha256):
+            return None
+        qdir = self.root / "quarantine"
+        qdir.mkdir(exist_ok=True)
+        dest = qdir / f"{sha256}.{os.getpid()}-{secrets.token_hex(4)}"
+        self._verified.pop(sha256, None)
+        os.replace(path, dest)
+        fsync_dir(path.parent)
+        return dest
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store bytes; return their sha256. Idempotent; heals a damaged copy of the same object."""
+        sha256 = hashlib.sha256(data).hexdigest()
+        if self.has(sha256) and self.intact(sha256):
+            return sha256
+        with self._temp() as (tmp_path, f):
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            os.chmod(tmp_path, 0o444)
+            return self._commit(tmp_path, sha256)
+
+    def put_file(self, path: Path, expected_sha256: str | None = None) -> str:
+        """Copy a regular file into the store, hashing while copying; return its sha256.
+
+        Raises DigestMismatchError when ``expected_sha256`` is given and the bytes differ.
+        """
+        h = hashlib.sha256()
+        with self._temp() as (tmp_path, out), open(path, "rb") as src:
+            while chunk := src.read(CHUNK_BYTES):
+                h.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+            sha256 = h.hexdigest()
+            if expected_sha256 is not None and expected_sha256 != sha256:
+                raise DigestMismatchError(f"{path} changed while being stored: expected {expected_sha256}, read {sha256}")
+            os.chmod(tmp_path, 0o444)
+            return self._commit(tmp_path, sha256)
+
+    def open(self, sha256: str) -> BinaryIO:
+        """Open an object for reading; reading to the end verifies its digest."""
+        path = self.path_of(sha256)
+        if not path.is_file():
+            raise BlobMissingError(f"object {sha256} is not in the store at {self.root}")
+        return io.BufferedReader(VerifyingReader(path, sha256), CHUNK_BYTES)
+
+    def get_bytes(self, sha256: str) -> bytes:
+        """Read a whole (small) object, verified."""
+        with self.open(sha256) as f:
+            return f.read()
+
+    def verify(self, sha256: str) -> None:
+        """Re-hash an object; raise BlobMissingError or DigestMismatchError naming both digests."""
+        path = self.path_of(sha256)
+        if not path.is_file():
+            raise BlobMissingError(f"object {sha256} is not in the store at {self.root}")
+        actual, _ = sha256_stream(path)
+        if actual != sha256:
+            raise DigestMismatchError(
+                f"object {sha256} at {path} is corrupt: its bytes hash to {actual}; restore it from a replica or re-put the original file"
+            )
+
+    def size_of(self, sha256: str) -> int:
+        """Size in bytes of a stored object."""
+        path = self.path_of(sha256)
+        if not path.is_file():
+            raise BlobMissingError(f"object {sha256} is not in the store at {self.root}")
+        return path.stat().st_size
+
+    def iter_digests(self) -> Iterator[str]:
+        """Every object digest in the store (unordered)."""
+        for sub in self.objects.iterdir():
+            if sub.is_dir() and len(sub.name) == 2:
+                for obj in sub.iterdir():
+                    yield sub.name + obj.name
+
+    def export(self, sha256: str, dest: Path) -> None:
+        """Copy an object out to ``dest`` (verified, atomic, refuses to overwrite)."""
+        if dest.exists():
+            raise VoxledgerError(f"{dest} exists; choose another destination (nothing overwritten)")
+        tmp = dest.with_name(f".{dest.name}.tmp-{secrets.token_hex(4)}")
+        with self.open(sha256) as src, open(tmp, "xb") as out:
+            shutil.copyfileobj(src, out, CHUNK_BYTES)
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, dest)  # exclusive: fails rather than replace a file that appeared meanwhile
+        except FileExistsError as exc:
+            raise VoxledgerError(f"{dest} exists; choose another destination (nothing overwritten)") from exc
+        finally:
+            tmp.unlink(missing_ok=True)

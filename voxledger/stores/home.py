@@ -1,0 +1,89 @@
+"""The voxledger home: one directory holding the blob store, receipt markers and the catalog.
+
+Resolution order: an explicit path (``--home``), then ``VOXLEDGER_HOME``, then ``./.voxledger``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from voxledger.schemas.base import ReceiptBase
+from voxledger.stores.blobs import LocalBlobStore
+from voxledger.stores.catalog import Catalog
+from voxledger.stores.hashing import StatCache
+from voxledger.stores.receipts import ReceiptStore
+
+
+def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Where the home lives, following the documented resolution order."""
+    if explicit:
+        return Path(explicit).absolute()
+    env = os.environ.get("VOXLEDGER_HOME")
+    return Path(env).absolute() if env else Path.cwd() / ".voxledger"
+
+
+class Home:
+    """Store + receipts + catalog + stat cache under one root."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, lock_timeout_s: float = 60.0) -> None:
+        self.root = resolve_home(root)
+        self.blobs = LocalBlobStore(self.root / "store")
+        self.receipts = ReceiptStore(self.blobs)
+        self.catalog = Catalog(self.root / "catalog.duckdb", lock_timeout_s=lock_timeout_s)
+        self.stat_cache = StatCache(self.root / "cache" / "stat-cache.sqlite")
+
+    def check_subjects(self, receipt: ReceiptBase) -> None:
+        """Refuse a receipt that names an output whose bytes are missing or damaged.
+
+        Raises DigestMismatchError naming the role, the digest and the fix.
+        """
+        from voxledger.schemas.errors import DigestMismatchError
+        from voxledger.stores.trees import damaged_objects
+
+        for subject in receipt.subjects:
+            bad = damaged_objects(self.blobs, subject.sha256, subject.media_type)
+            if bad:
+                raise DigestMismatchError(
+                    f"{receipt.kind} receipt not recorded: its output {subject.role!r} ({subject.sha256}) "  # type: ignore[attr-defined]
+                    f"has {len(bad)} missing or damaged object(s), e.g. {bad[0]}; re-run the stage to regenerate it"
+                )
+
+    def record(self, receipt: ReceiptBase) -> str:
+        """Commit a receipt: outputs checked, blob, marker, then catalog rows (the commit point)."""
+        self.check_subjects(receipt)
+        rid, doc = self.receipts.write(receipt)
+        self.catalog.ingest([(rid, doc)], self.blobs.get_bytes)
+        return rid
+
+    def record_many(self, receipts: list[ReceiptBase]) -> list[str]:
+        """Commit many receipts with one catalog transaction."""
+        for r in receipts:
+            self.check_subjects(r)
+        written = [self.receipts.write(r) for r in receipts]
+        self.catalog.ingest(written, self.blobs.get_bytes)
+        return [rid for rid, _ in written]
+
+    def find_cached(self, cache_key: str) -> str | None:
+        """Id of the newest succeeded receipt with this cache key, if any."""
+        with self.catalog.connect() as con:
+            row = con.execute(
+                "SELECT receipt_sha256 FROM receipts WHERE cache_key = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
+                [cache_key],
+            ).fetchone()
+        return row[0] if row else None
+
+    def rebuild_catalog(self) -> int:
+        """Recreate the catalog from the store alone; return the number of receipts indexed."""
+        tmp = self.catalog.path.with_name(self.catalog.path.name + ".rebuild")
+        tmp.unlink(missing_ok=True)
+        fresh = Catalog(tmp)
+        ids = list(self.receipts.ids())
+        docs: list[tuple[str, dict[str, Any]]] = [(rid, self.receipts.read_document(rid)) for rid in ids]
+        for start in range(0, len(docs), 5000):
+            fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes)
+        with self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s):
+            os.replace(tmp, self.catalog.path)
+        Path(str(tmp) + ".lock").unlink(missing_ok=True)
+        return len(ids)

@@ -1,0 +1,117 @@
+"""Reading and writing receipts: validated on write and on read, stored as canonical JSON blobs.
+
+A receipt's id is the sha256 of its RFC 8785 bytes. Besides the blob, a marker file
+``receipts/ab/<id>`` lists it as a receipt, so the catalog can be rebuilt from the store alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+import jsonschema
+from pydantic import ValidationError
+
+from voxledger import schemas as _schemas_pkg
+from voxledger.schemas.base import ReceiptBase
+from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
+from voxledger.schemas.errors import ReceiptError
+from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER
+from voxledger.stores.blobs import LocalBlobStore
+
+R = TypeVar("R", bound=ReceiptBase)
+
+SCHEMA_DIR = Path(_schemas_pkg.__file__).parent / "json"
+
+
+@cache
+def _validator(kind: str) -> jsonschema.protocols.Validator:
+    path = SCHEMA_DIR / f"{kind}.v1.schema.json"
+    if not path.is_file():
+        raise ReceiptError(f"no JSON Schema file {path} for receipt kind {kind!r}; run `voxledger receipt schemas --write`")
+    schema = json.loads(path.read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
+    """Validate a receipt document against its JSON Schema and model; list every problem at once."""
+    if not isinstance(doc, dict):
+        raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(doc).__name__}")
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise ReceiptError(f"{source}: unknown receipt kind {kind!r}; valid kinds: {sorted(KINDS)}")
+    problems = [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in sorted(_validator(kind).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if problems:
+        raise ReceiptError(f"{source}: {len(problems)} schema problem(s) in {kind} receipt:\n  " + "\n  ".join(problems))
+    try:
+        model: ReceiptBase = RECEIPT_ADAPTER.validate_python(doc)
+    except ValidationError as exc:
+        lines = [f"{'/'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise ReceiptError(f"{source}: {len(lines)} problem(s) in {kind} receipt:\n  " + "\n  ".join(lines)) from exc
+    return model
+
+
+def receipt_document(receipt: ReceiptBase) -> dict[str, Any]:
+    """The JSON document of a receipt (what is hashed and stored)."""
+    return receipt.model_dump(mode="json")
+
+
+class ReceiptStore:
+    """Receipts inside a blob store, plus the markers that list them."""
+
+    def __init__(self, blobs: LocalBlobStore) -> None:
+        self.blobs = blobs
+        self.markers = blobs.root / "receipts"
+        self.markers.mkdir(parents=True, exist_ok=True)
+
+    def write(self, receipt: ReceiptBase) -> tuple[str, dict[str, Any]]:
+        """Validate and store a receipt; return (id, document). Idempotent."""
+        doc = receipt_document(receipt)
+        validate_document(doc, source=f"new {doc.get('kind')} receipt")
+        raw = canonical_bytes(doc)
+        rid = self.blobs.put_bytes(raw)
+        doc = json.loads(raw)  # index exactly what a rebuild will read back (1.0 and 1 are one JSON number)
+        marker = self.markers / rid[:2] / rid
+        marker.parent.mkdir(exist_ok=True)
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444)
+            os.close(fd)
+        except FileExistsError:
+            pass
+        return rid, doc
+
+    def read_document(self, rid: str) -> dict[str, Any]:
+        """Read a receipt's document, verified against its id and validated."""
+        if not is_sha256_hex(rid):
+            raise ReceiptError(f"{rid!r} is not a receipt id (64 hex characters)")
+        doc = json.loads(self.blobs.get_bytes(rid))
+        validate_document(doc, source=f"receipt {rid}")
+        return doc  # type: ignore[no-any-return]
+
+    @overload
+    def read(self, rid: str) -> ReceiptBase: ...
+    @overload
+    def read(self, rid: str, kind: type[R]) -> R: ...
+
+    def read(self, rid: str, kind: type[ReceiptBase] | None = None) -> ReceiptBase:
+        """Read and parse a receipt into its model; with ``kind``, refuse any other kind.
+
+        Raises ReceiptError naming the id, the kind found and the kind expected.
+        """
+        receipt = validate_document(self.read_document(rid), source=f"receipt {rid}")
+        if kind is not None and not isinstance(receipt, kind):
+            want = kind.model_fields["kind"].default
+            raise ReceiptError(f"receipt {rid} is a {receipt.kind} receipt, not {want!r}; give the id of a {want} receipt")  # type: ignore[attr-defined]
+        return receipt
+
+    def ids(self) -> Iterator[str]:
+        """Every receipt id listed in the store, sorted (deterministic rebuilds)."""
+        found = [m.name for sub in self.markers.iterdir() if sub.is_dir() for m in sub.iterdir()]
+        yield from sorted(found)

@@ -1,0 +1,344 @@
+"""Content-addressed blob store on an S3-compatible object store, shared by several machines.
+
+Same layout as the local store under an optional prefix: objects at ``objects/sha256/ab/cdef...``
+and receipt markers at ``receipts/ab/<id>``. Writes never overwrite: they carry
+``If-None-Match: *`` (a conditional write, answered 412 when the key exists); a server that
+answers 501 NotImplemented is remembered and written check-then-put, then read back and
+verified. An object that already exists is verified, never rewritten. Large files go up as a
+multipart upload to the final key, hashed while uploading; the object only becomes visible when
+the upload completes, so a killed writer leaves no partial object (only an incomplete upload,
+which is aborted on error and otherwise expired by a bucket lifecycle rule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import boto3  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+from voxledger.schemas.canonical import is_sha256_hex
+from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
+from voxledger.stores.hashing import CHUNK_BYTES, sha256_stream
+
+MIB = 1024 * 1024
+MIN_PART_BYTES = 5 * MIB  # S3 rejects smaller parts (except the last one)
+MAX_PARTS = 10_000
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+_EXISTS = {"412", "PreconditionFailed"}
+_CONFLICT = {"409", "ConditionalRequestConflict"}  # another conditional write to the key in flight
+_UNSUPPORTED = {"501", "NotImplemented"}
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Where the shared store lives. Credentials come from the standard AWS chain, never from here."""
+
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    part_size_bytes: int = 8 * MIB
+    multipart_threshold_bytes: int = 16 * MIB
+    conditional_writes: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.bucket:
+            raise VoxledgerError("S3 bucket is empty; set VOXLEDGER_S3_BUCKET to the shared bucket's name")
+        if self.part_size_bytes < MIN_PART_BYTES:
+            raise VoxledgerError(
+                f"part_size_bytes={self.part_size_bytes} is below the S3 minimum of {MIN_PART_BYTES}; "
+                "raise VOXLEDGER_S3_PART_SIZE_MIB to 5 or more"
+            )
+        if self.prefix and not self.prefix.endswith("/"):
+            object.__setattr__(self, "prefix", self.prefix + "/")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> S3Config:
+        """Read ``VOXLEDGER_S3_*`` variables (see docs/shared-storage.md)."""
+        return cls(
+            bucket=environ.get("VOXLEDGER_S3_BUCKET", ""),
+            prefix=environ.get("VOXLEDGER_S3_PREFIX", ""),
+            endpoint_url=environ.get("VOXLEDGER_S3_ENDPOINT_URL") or None,
+            region=environ.get("VOXLEDGER_S3_REGION") or None,
+            part_size_bytes=int(environ.get("VOXLEDGER_S3_PART_SIZE_MIB", "8")) * MIB,
+            conditional_writes=environ.get("VOXLEDGER_S3_CONDITIONAL_WRITES", "1") not in ("0", "false"),
+        )
+
+
+def _code(exc: ClientError) -> str:
+    err = exc.response.get("Error", {})
+    return str(err.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
+class _VerifyingStream(io.RawIOBase):
+    """Reads a response body and, on reaching its end, raises DigestMismatchError if bytes differ."""
+
+    def __init__(self, body: Any, sha256: str, where: str) -> None:
+        self._body, self._expected, self._where = body, sha256, where
+        self._h = hashlib.sha256()
+        self._checked = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        chunk: bytes = self._body.read(len(buffer))
+        n = len(chunk)
+        if n:
+            memoryview(buffer)[:n] = chunk
+            self._h.update(chunk)
+        elif not self._checked:
+            self._checked = True
+            actual = self._h.hexdigest()
+            if actual != self._expected:
+                raise DigestMismatchError(
+                    f"object {self._expected} at {self._where} is corrupt: its bytes hash to {actual}; "
+                    "restore it from a machine that holds the original (push_to) or delete the key"
+                )
+        return n
+
+    def close(self) -> None:
+        self._body.close()
+        super().close()
+
+
+class S3BlobStore:
+    """Blob store in an S3 bucket: the same calls as ``LocalBlobStore``, plus receipt markers."""
+
+    def __init__(self, config: S3Config, *, client: Any = None) -> None:
+        self.config = config
+        self.client = client or boto3.session.Session().client(
+            "s3",
+            endpoint_url=config.endpoint_url,
+            region_name=config.region,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60),
+        )
+        self._conditional = config.conditional_writes
+        self.url = f"s3://{config.bucket}/{config.prefix}"
+
+    @classmethod
+    def from_env(cls) -> S3BlobStore:
+        """A store configured from ``VOXLEDGER_S3_*`` and the standard AWS credential variables."""
+        return cls(S3Config.from_env())
+
+    # ---- keys and low-level calls -------------------------------------------------------------
+    def key_of(self, sha256: str) -> str:
+        """Object key of a digest (it may not exist)."""
+        if not is_sha256_hex(sha256):
+            raise VoxledgerError(f"{sha256!r} is not a sha256 digest: expected 64 lower-case hex characters")
+        return f"{self.config.prefix}objects/sha256/{sha256[:2]}/{sha256[2:]}"
+
+    def _call(self, op: str, **kw: Any) -> Any:
+        """Call the client; turn transport and server errors into VoxledgerError naming the key."""
+        try:
+            return getattr(self.client, op)(Bucket=self.config.bucket, **kw)
+        except ClientError as exc:
+            if _code(exc) in _MISSING | _EXISTS | _CONFLICT | _UNSUPPORTED:
+                raise
+            raise VoxledgerError(
+                f"S3 {op} on s3://{self.config.bucket}/{kw.get('Key', '')} failed ({_code(exc)}): {exc}; "
+                "check VOXLEDGER_S3_BUCKET, the endpoint and the credentials"
+            ) from exc
+        except BotoCoreError as exc:
+            raise VoxledgerError(
+                f"S3 {op} at {self.config.endpoint_url or 'the AWS default endpoint'} failed: {exc}; "
+                "check VOXLEDGER_S3_ENDPOINT_URL and the AWS_* credential variables"
+            ) from exc
+
+    def _missing(self, sha256: str) -> BlobMissingError:
+        return BlobMissingError(f"object {sha256} is not in the shared store {self.url}; push it with push_to")
+
+    def _get(self, key: str, sha256: str) -> Any:
+        try:
+            return self._call("get_object", Key=key)
+        except ClientError as exc:
+            raise self._missing(sha256) from exc
+
+    # ---- conditional writes -----------------------------------------------------------------
+    def _commit(self, sha256: str, send: Callable[[dict[str, str]], object]) -> bool:
+        """Run ``send`` as a create-only write; if the key exists, verify it instead.
+
+        Returns True when this call wrote the object, False when it was already there.
+        """
+        for attempt in range(6):
+            if not self._conditional:
+                send({})  # check-then-put: the caller checked; re-read to be sure what is there
+                self.verify(sha256)
+                return True
+            try:
+                send({"IfNoneMatch": "*"})
+                return True
+            except ClientError as exc:
+                code = _code(exc)
+                if code in _EXISTS:
+                    self.verify(sha256)
+                    return False
+                if code in _UNSUPPORTED:
+                    self._conditional = False
+                elif code in _CONFLICT:
+                    time.sleep(0.05 * 2**attempt)
+                else:
+                    raise
+        raise VoxledgerError(f"object {sha256} in {self.url}: conditional write kept conflicting; retry later")
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store bytes; return their sha256. Idempotent; an existing object is verified."""
+        sha256 = hashlib.sha256(data).hexdigest()
+        if self.has(sha256):
+            self.verify(sha256)
+            return sha256
+        key = self.key_of(sha256)
+        self._commit(sha256, lambda extra: self._call("put_object", Key=key, Body=data, **extra))
+        return sha256
+
+    def put_file(self, path: Path, expected_sha256: str | None = None) -> str:
+        """Upload a file (multipart above the threshold, hashed while uploading); return its sha256.
+
+        The digest names the key, so it is computed first unless ``expected_sha256`` is given.
+        Raises DigestMismatchError when the uploaded bytes do not hash to it (the file changed);
+        the upload is then aborted and nothing becomes visible. When the object is already shared
+        the file is not read again: the shared object is verified instead.
+        """
+        sha256 = expected_sha256 or sha256_stream(path)[0]
+        if self.has(sha256):
+            self.verify(sha256)
+            return sha256
+        size = path.stat().st_size
+        if size <= self.config.multipart_threshold_bytes:
+            data = path.read_bytes()
+            self._check_upload(path, sha256, hashlib.sha256(data).hexdigest())
+            self._commit(sha256, lambda extra: self._call("put_object", Key=self.key_of(sha256), Body=data, **extra))
+        else:
+            self._put_multipart(path, sha256, size)
+        return sha256
+
+    @staticmethod
+    def _check_upload(path: Path, expected: str, actual: str) -> None:
+        if actual != expected:
+            raise DigestMismatchError(f"{path} changed while being stored: expected {expected}, read {actual}")
+
+    def _put_multipart(self, path: Path, sha256: str, size: int) -> None:
+        key = self.key_of(sha256)
+        part_bytes = max(self.config.part_size_bytes, -(-size // MAX_PARTS))
+        upload_id = self._call("create_multipart_upload", Key=key)["UploadId"]
+        completed = False
+        try:
+            parts: list[dict[str, Any]] = []
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(part_bytes):
+                    h.update(chunk)
+                    n = len(parts) + 1
+                    etag = self._call("upload_part", Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"]
+                    parts.append({"ETag": etag, "PartNumber": n})
+            self._check_upload(path, sha256, h.hexdigest())
+            done = {"Parts": parts}
+            completed = self._commit(
+                sha256, lambda extra: self._call("complete_multipart_upload", Key=key, UploadId=upload_id, MultipartUpload=done, **extra)
+            )
+        finally:
+            if not completed:
+                self._abort(key, upload_id)
+
+    def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.config.bucket, Key=key, UploadId=upload_id)
+        except (ClientError, BotoCoreError):
+            pass  # best effort while another error propagates; a lifecycle rule expires leftovers
+
+    # ---- reads ----------------------------------------------------------------------------------
+    def has(self, sha256: str) -> bool:
+        """True when the object exists (use ``verify`` to check its bytes)."""
+        try:
+            self._call("head_object", Key=self.key_of(sha256))
+        except ClientError:
+            return False
+        return True
+
+    def open(self, sha256: str) -> BinaryIO:
+        """Open an object for streaming; reading to the end verifies its digest."""
+        key = self.key_of(sha256)
+        body = self._get(key, sha256)["Body"]
+        raw = _VerifyingStream(body, sha256, f"s3://{self.config.bucket}/{key}")
+        return io.BufferedReader(raw, CHUNK_BYTES)
+
+    def get_bytes(self, sha256: str) -> bytes:
+        """Read a whole (small) object, verified."""
+        with self.open(sha256) as f:
+            return f.read()
+
+    def verify(self, sha256: str) -> None:
+        """Re-hash an object; raise BlobMissingError or DigestMismatchError naming both digests."""
+        with self.open(sha256) as f:
+            while f.read(CHUNK_BYTES):
+                pass
+
+    def size_of(self, sha256: str) -> int:
+        """Size in bytes of a stored object."""
+        try:
+            return int(self._call("head_object", Key=self.key_of(sha256))["ContentLength"])
+        except ClientError as exc:
+            raise self._missing(sha256) from exc
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.config.bucket, Prefix=prefix)
+        try:
+            for page in pages:
+                for item in page.get("Contents", []):
+                    yield item["Key"][len(prefix) :]
+        except (ClientError, BotoCoreError) as exc:
+            raise VoxledgerError(f"listing {self.url}{prefix[len(self.config.prefix) :]} failed: {exc}") from exc
+
+    def iter_digests(self) -> Iterator[str]:
+        """Every object digest in the store (keys that are not ``ab/cdef...`` digests are skipped)."""
+        for rest in self._list(f"{self.config.prefix}objects/sha256/"):
+            digest = rest.replace("/", "", 1)
+            if rest[2:3] == "/" and is_sha256_hex(digest):
+                yield digest
+
+    def export(self, sha256: str, dest: Path) -> None:
+        """Copy an object out to ``dest`` (verified, atomic, refuses to overwrite)."""
+        if dest.exists():
+            raise VoxledgerError(f"{dest} exists; choose another destination (nothing overwritten)")
+        tmp = dest.with_name(f".{dest.name}.tmp-{secrets.token_hex(4)}")
+        try:
+            with self.open(sha256) as src, open(tmp, "xb") as out:
+                shutil.copyfileobj(src, out, CHUNK_BYTES)
+                out.flush()
+                os.fsync(out.fileno())
+            os.link(tmp, dest)  # exclusive: fails rather than replace a file that appeared meanwhile
+        except FileExistsError as exc:
+            raise VoxledgerError(f"{dest} exists; choose another destination (nothing overwritten)") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # ---- receipt markers --------------------------------------------------------------------
+    def mark_receipt(self, rid: str) -> None:
+        """List ``rid`` as a receipt (an empty object at ``receipts/ab/<id>``); idempotent."""
+        key = f"{self.config.prefix}receipts/{rid[:2]}/{rid}"
+        if not is_sha256_hex(rid):
+            raise VoxledgerError(f"{rid!r} is not a receipt id (64 hex characters)")
+        try:
+            self._call("put_object", Key=key, Body=b"", **({"IfNoneMatch": "*"} if self._conditional else {}))
+        except ClientError as exc:
+            if _code(exc) in _UNSUPPORTED:
+                self._conditional = False
+                self._call("put_object", Key=key, Body=b"")
+            elif _code(exc) not in _EXISTS | _CONFLICT:
+                raise
+
+    def receipt_ids(self) -> list[str]:
+        """Every receipt id listed in the shared store, sorted (deterministic ingest)."""
+        found = (r.partition("/")[2] for r in self._list(f"{self.config.prefix}receipts/"))
+        return sorted(rid for rid in found if is_sha256_hex(rid))

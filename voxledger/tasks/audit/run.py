@@ -1,0 +1,138 @@
+"""Run a corpus audit end to end and record its receipt (plain function; the flow wraps it)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from voxledger.schemas.audit import AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
+from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.canonical import canonical_bytes
+from voxledger.schemas.errors import UnsafePathError
+from voxledger.stores.hashing import default_workers, hash_files
+from voxledger.stores.home import Home
+from voxledger.stores.trees import TREE_MEDIA_TYPE, TreeEntry, TreeManifest, manifest_bytes
+from voxledger.tasks.audit import checks
+from voxledger.tasks.audit.measure import FileFacts, measure_file, resolve_audio
+from voxledger.tasks.corpus.audio import segment_identity
+from voxledger.tasks.corpus.manifests import LoadedCorpus, load_corpus
+from voxledger.tasks.corpus.paths import tree_name
+from voxledger.tasks.plans import register_plan
+from voxledger.tasks.receipting import artifact, build_receipt, cache_key
+from voxledger.tasks.stage import StageOutcome, record, reuse
+
+MANIFEST_MEDIA_TYPE = "application/vnd.voxledger.manifest+json"
+
+
+def _audio_digests(corpus: LoadedCorpus, home: Home) -> tuple[dict[str, str], dict[str, Path]]:
+    paths: dict[str, Path] = {}
+    for u in corpus.utterances.utterances:
+        try:
+            p = resolve_audio(corpus.root, u, corpus.audio_roots)
+        except UnsafePathError:
+            continue
+        if p.is_file():
+            paths[u.id] = p
+    by_path = hash_files(sorted(set(paths.values())), cache=home.stat_cache)
+    return {uid: by_path[p] for uid, p in paths.items()}, paths
+
+
+def _audio_tree(corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path]) -> TreeManifest:
+    entries = {
+        tree_name(u.audio): TreeEntry(path=tree_name(u.audio), size_bytes=paths[u.id].stat().st_size, sha256=digests[u.id], executable=False)
+        for u in corpus.utterances.utterances if u.id in digests
+    }  # fmt: skip
+    return TreeManifest(entries=tuple(entries[k] for k in sorted(entries)))
+
+
+def audit_corpus_fn(
+    home: Home, corpus_path: Path, policy: AuditPolicy, *, policy_name: str, flow: str = "audit_corpus", audio_roots: tuple[Path, ...] = ()
+) -> StageOutcome[AuditReceipt]:
+    """Audit a corpus; the receipt is recorded whatever the verdict (a failure is evidence too).
+
+    ``audio_roots``: folders outside the corpus its manifest may point into; they only resolve
+    paths and never enter the cache key (audio is bound by its content digest).
+    """
+    started = utc_now()
+    plan_rid, policy_sha = register_plan(home, policy, source_name=policy_name, flow=flow)
+    corpus = load_corpus(corpus_path, audio_roots=audio_roots)
+    digests, paths = _audio_digests(corpus, home)
+    tree = _audio_tree(corpus, digests, paths)
+    tree_sha = home.blobs.put_bytes(manifest_bytes(tree))
+    manifest_sha = home.blobs.put_bytes(canonical_bytes(corpus.utterances))
+    file_shas = {f.relative_to(corpus.root).as_posix(): home.blobs.put_file(f) for f in corpus.manifest_files}
+    key = cache_key(
+        "audit",
+        {"manifest": manifest_sha, "audio_tree": tree_sha, **file_shas},
+        policy_sha,
+        {"issues": [i.__dict__ for i in corpus.issues]},
+    )
+    hit = reuse(home, key, AuditReceipt)
+    if hit is not None:
+        return hit
+    if policy.store_audio:
+        by_name = {tree_name(u.audio): paths[u.id] for u in corpus.utterances.utterances if u.id in paths}
+        for entry in tree.entries:
+            if not home.blobs.intact(entry.sha256):
+                home.blobs.put_file(by_name[entry.path], expected_sha256=entry.sha256)
+    result = _check(corpus, digests, policy)
+    receipt = build_receipt(
+        AuditReceipt, flow=flow, task="audit_corpus", started_at=started, key=key,
+        subjects=[artifact(home.blobs, "manifest", manifest_sha, MANIFEST_MEDIA_TYPE),
+                  artifact(home.blobs, "audio_tree", tree_sha, TREE_MEDIA_TYPE)],
+        inputs=[InputRef(role="policy", sha256=plan_rid, ref="receipt"),
+                *(InputRef(role="manifest_file", sha256=s, ref="artifact") for s in sorted(set(file_shas.values())))],
+        parameters=AuditParameters(corpus_name=corpus.utterances.name, policy_sha256=policy_sha,
+                                   manifest_sha256=manifest_sha, audio_tree_sha256=tree_sha),
+        result=result,
+    )  # fmt: skip
+    return record(home, receipt)
+
+
+def _check(corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy) -> AuditResult:
+    utts = list(corpus.utterances.utterances)
+    with ThreadPoolExecutor(max_workers=default_workers()) as pool:
+        facts: dict[str, FileFacts] = dict(
+            zip(
+                [u.id for u in utts],
+                pool.map(
+                    lambda u: measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, "")), utts
+                ),
+            )
+        )
+    # a segment is known by its recording's digest plus its sample range: two cuts of one
+    # recording are not duplicates, the same cut listed twice is
+    digests = {uid: segment_identity(d, facts[uid].samples) if facts[uid].samples else d for uid, d in digests.items()}  # type: ignore[arg-type]
+    findings: list[Finding] = [
+        Finding(code=i.code, severity="error", message=f"{i.file}:{i.line}: {i.message}", file=i.file, line=i.line)  # type: ignore[arg-type]
+        for i in corpus.issues
+    ]
+    findings += checks.leakage(utts, policy.leakage)
+    findings += checks.duplicates(utts, digests, facts, policy)
+    for u in utts:
+        findings += checks.transcript(u)
+        findings += checks.file_findings(u, facts[u.id], policy)
+    findings += _optional_model_checks(utts, facts, policy)
+    by_code: dict[str, int] = {}
+    by_sev = {"error": 0, "warning": 0, "info": 0}
+    for f in findings:
+        by_code[f.code] = by_code.get(f.code, 0) + 1
+        by_sev[f.severity] += 1
+    return AuditResult(
+        verdict="fail" if by_sev["error"] else "pass", n_utterances=len(utts),
+        counts_by_code=dict(sorted(by_code.items())), counts_by_severity=by_sev,
+        findings=tuple(findings), stats=checks.corpus_stats(utts, facts),
+    )  # fmt: skip
+
+
+def _optional_model_checks(utts: list, facts: dict[str, FileFacts], policy: AuditPolicy) -> list[Finding]:  # type: ignore[type-arg]
+    """ASR agreement and DNSMOS noise screen: off by default, switched on by the policy."""
+    from voxledger.tasks.audit.model_checks import asr_agreement, noise_screen
+
+    out: list[Finding] = []
+    readable = [u for u in utts if facts[u.id].stats is not None and facts[u.id].path is not None]
+    if policy.asr_agreement.enabled:
+        out += asr_agreement(readable, facts, policy.asr_agreement)
+    if policy.noise_screen.enabled:
+        out += noise_screen(readable, facts, policy.noise_screen)
+    return out

@@ -1,0 +1,266 @@
+"""The ``cosyvoice3`` backend: LoRA on a real CosyVoice3 checkout behind the generic ``Backend`` interface.
+
+Setup runs the preflight (files present, upstream sources and weights digested), prepares the
+corpus as upstream's recipe does (`prepare.prepare_corpus`), builds upstream's ``CosyVoice3LM``
+from the model yaml, loads ``llm.pt`` strictly (or the base run's ``llm.safetensors`` /
+``llm.pt``), injects PEFT LoRA into the Qwen2 projections and trains through the model's own
+``forward(batch, device)``. Deliverables per epoch: ``adapter.safetensors`` (byte-reproducible),
+``adapter_config.json`` (canonical JSON: LoRA settings, options, upstream identity, base-weight
+digest, the voice prompt) and the prompt audio (a training utterance of the new speaker, bytes
+as in the corpus). `CosyVoice3Backend.export_merged` writes ``llm.safetensors`` with exactly
+``llm.pt``'s keys. Only mode ``lora`` exists: full fine-tuning of a 0.5B model is out of scope.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from voxledger.schemas.canonical import canonical_bytes
+from voxledger.schemas.errors import DigestMismatchError, SynthesisError, TrainingError
+from voxledger.schemas.training import LoraSettings, TrainingPlan
+from voxledger.stores.hashing import sha256_file
+from voxledger.tasks.backends.base import TrainingSetup
+from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, synth, upstream
+from voxledger.tasks.backends.cosyvoice3.config import (
+    DEFAULT_SYSTEM_PROMPT,
+    ENV_PYTHON,
+    CosyVoice3Config,
+    CosyVoice3Options,
+)
+from voxledger.tasks.backends.cosyvoice3.prepare import prepare_corpus
+from voxledger.tasks.tensorio import save_deterministic
+
+FORMAT = "voxledger-cosyvoice3-lora/1"
+MERGED_FORMAT = "voxledger-cosyvoice3-merged/1"
+ADAPTER_FILE, ADAPTER_CONFIG = "adapter.safetensors", "adapter_config.json"
+MERGED_FILE, MERGED_CONFIG = "llm.safetensors", "merged_config.json"
+RUNTIMES = ("base", "adapter", "merged", "merged_export")
+CV_RANDOM_SEED = 0  # upstream's forward draws python random() per utterance (bistream or not)
+
+
+def choose_prompt(examples: list[data.Example], min_duration_s: float) -> data.Example:
+    """The shortest example of at least ``min_duration_s`` (ties by id), else the longest."""
+    long_enough = [e for e in examples if e.duration_s >= min_duration_s]
+    if long_enough:
+        return min(long_enough, key=lambda e: (e.duration_s, e.utt))
+    return max(examples, key=lambda e: (e.duration_s, e.utt))
+
+
+class CosyVoice3Backend:
+    """Backend ``cosyvoice3`` (configured from ``VOXLEDGER_COSYVOICE_*`` unless given a config)."""
+
+    name: Literal["cosyvoice3"] = "cosyvoice3"
+    needs_stored_base = False  # upstream's llm.pt is the base; its digest is part of identity()
+
+    def __init__(self, config: CosyVoice3Config | None = None) -> None:
+        self._config = config
+        self._identity: upstream.UpstreamIdentity | None = None
+        self._train: list[data.Example] = []
+        self._frames_per_batch = 0
+        self._device = torch.device("cpu")
+        self._meta: dict[str, Any] | None = None
+        self._prompt: tuple[bytes, str] | None = None
+
+    @property
+    def config(self) -> CosyVoice3Config:
+        if self._config is None:
+            self._config = CosyVoice3Config.from_env()
+        return self._config
+
+    def preflight(self) -> upstream.UpstreamIdentity:
+        """Check and digest the checkout and model folder (once per backend object)."""
+        if self.config.python is not None:
+            raise TrainingError(f"{ENV_PYTHON}={self.config.python}: running upstream through a separate interpreter is not implemented; "
+                                "unset it to run upstream in this environment (the backend fixes the known incompatibilities)")  # fmt: skip
+        if self._identity is None:
+            self._identity = upstream.preflight(self.config)
+        return self._identity
+
+    def identity(self) -> dict[str, Any]:
+        """The checkout's imported sources and the model folder's files, by digest (the commit is not identity)."""
+        return {"backend": self.name, "upstream_sha256": self.preflight().identity_sha256}
+
+    def _base_weights(self, base_dir: Path | None) -> tuple[Path, str]:
+        if base_dir is not None:
+            for name in (MERGED_FILE, "llm.pt"):
+                if (base_dir / name).is_file():
+                    return base_dir / name, sha256_file(base_dir / name)
+            raise TrainingError(f"base folder {base_dir} has neither {MERGED_FILE} nor llm.pt; give a merged cosyvoice3 export as the base")
+        return self.config.model_dir / "llm.pt", self.preflight().files_sha256["llm.pt"]
+
+    def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
+        if plan.mode != "lora" or plan.lora is None or plan.new_speaker is None:
+            raise TrainingError(
+                f"plan {plan.name}: backend cosyvoice3 trains LoRA adapters only; set mode: lora, a lora section and new_speaker"
+            )
+        opts = CosyVoice3Options.from_plan_model(plan.name, plan.model)
+        identity = self.preflight()
+        if opts.expect_upstream_sha256 and opts.expect_upstream_sha256 != identity.identity_sha256:
+            raise TrainingError(f"plan {plan.name} expects upstream {opts.expect_upstream_sha256}, the checkout and model folder "
+                                f"digest to {identity.identity_sha256}; point at the expected files or update the plan")  # fmt: skip
+        prep = prepare_corpus(corpus_root, plan.train_splits + plan.cv_splits, plan.speakers, self.config, opts.system_prompt)
+        llm, configs = upstream.build_llm(self.config)
+        weights, weights_sha = self._base_weights(base_dir)
+        upstream.load_llm_strict(llm, upstream.read_llm_state(weights), weights)
+        synth.seed_everything(plan.seed)  # loading the yaml reseeded every RNG
+        adapted = lora.inject_lora(llm, plan.lora)
+        self._device = self.config.torch_device()
+        llm.to(self._device)
+        tokenizer, allowed = configs["get_tokenizer"](), configs["allowed_special"]
+        train_files = tuple(f for s in plan.train_splits for f in prep.parquet[s])
+        train = data.load_examples(train_files, tokenizer, allowed, opts, plan.speakers)
+        cv = data.load_examples(tuple(f for s in plan.cv_splits for f in prep.parquet[s]), tokenizer, allowed, opts, plan.speakers)
+        for split_name, loaded in (("train", train), ("cv", cv)):
+            if not loaded.examples:
+                raise TrainingError(f"plan {plan.name}: no {split_name} utterance passed the filters (dropped: {loaded.dropped})")
+        own = [e for e in train.examples if e.speaker == plan.new_speaker]
+        if not own:
+            raise TrainingError(f"plan {plan.name}: new_speaker {plan.new_speaker!r} has no training utterance after filtering")
+        prompt = choose_prompt(own, opts.prompt_min_duration_s)
+        audio, rel = data.audio_bytes(train_files, prompt.utt)
+        self._prompt = (audio, "prompt" + Path(rel).suffix.lower())
+        self._train, self._frames_per_batch = train.examples, plan.frames_per_batch
+        self._meta = {
+            "format": FORMAT, "new_speaker": plan.new_speaker, "lora": plan.lora.model_dump(mode="json"),
+            "options": opts.model_dump(mode="json"), "base_weights_sha256": weights_sha,
+            "lm_dtype": str(compat.LM_DTYPE).removeprefix("torch."), "upstream_patches": list(compat.PATCHES),
+            "upstream": {"identity_sha256": identity.identity_sha256, **identity.model_dump(mode="json")},
+            "prompt": {"utt": prompt.utt, "text": prompt.text, "file": self._prompt[1], "duration_s": prompt.duration_s},
+        }  # fmt: skip
+        cv_batches = [
+            data.collate([cv.examples[i] for i in idx])
+            for idx in data.batch_indices(cv.examples, plan.frames_per_batch, 0, 0, shuffle=False)
+        ]
+        effective = {
+            "cosyvoice3": self._meta, "device": str(self._device), "frames_per_batch": plan.frames_per_batch,
+            "lora_target_regex": lora.target_regex(plan.lora.targets), "adapted_modules": adapted,
+            "base_weights": weights.name if base_dir is None else f"base/{weights.name}",
+            "prepared_sha256": prep.digest, "prepared_utterances": prep.utterances,
+            "train_utterances": len(train.examples), "cv_utterances": len(cv.examples),
+            "dropped": {"train": train.dropped, "cv": cv.dropped}, "mix_ratio": list(getattr(llm, "mix_ratio", [])),
+            "max_epochs": plan.max_epochs, "upstream_yaml_max_epoch_ignored": configs.get("train_conf", {}).get("max_epoch"),
+        }  # fmt: skip
+        return TrainingSetup(model=llm, effective_config=effective, n_train_utterances=len(train.examples), cv_batches=cv_batches)
+
+    def epoch_batches(self, epoch: int, seed: int) -> list[dict[str, Any]]:
+        if not self._train:
+            raise TrainingError("setup() must run before epoch_batches()")
+        return [data.collate([self._train[i] for i in idx]) for idx in data.batch_indices(self._train, self._frames_per_batch, epoch, seed)]
+
+    def train_step(
+        self, model: torch.nn.Module, batch: dict[str, Any], optimizer: torch.optim.Optimizer, lr: float, max_grad_norm: float
+    ) -> dict[str, float]:
+        model.train()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        out = model(batch, self._device)
+        loss = out["loss"]
+        if not torch.isfinite(loss):
+            raise TrainingError(f"non-finite loss {float(loss)} on utterances {batch['utts'][:3]}; lower the learning rate")
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+        optimizer.step()
+        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "acc": float(out.get("acc", float("nan")))}
+
+    def cv_loss(self, model: torch.nn.Module, batches: list[dict[str, Any]]) -> float:
+        """Utterance-weighted mean loss (as upstream's CV); python's RNG is seeded then restored."""
+        state = random.getstate()
+        random.seed(CV_RANDOM_SEED)
+        model.eval()
+        total, count = 0.0, 0
+        try:
+            with torch.no_grad():
+                for batch in batches:
+                    total += float(model(batch, self._device)["loss"]) * len(batch["utts"])
+                    count += len(batch["utts"])
+        finally:
+            random.setstate(state)
+        return total / max(count, 1)
+
+    def batch_frames(self, batch: dict[str, Any]) -> tuple[int, int]:
+        return data.batch_frames(batch)
+
+    def trainable_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return lora.adapter_state(model)
+
+    def load_trainable_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        lora.load_adapter_state(model, state)
+
+    def _write_prompt(self, out_dir: Path, meta: dict[str, Any], prompt: tuple[bytes, str]) -> None:
+        (out_dir / prompt[1]).write_bytes(prompt[0])
+        (out_dir / (MERGED_CONFIG if meta["format"] == MERGED_FORMAT else ADAPTER_CONFIG)).write_bytes(canonical_bytes(meta))
+
+    def export(self, model: torch.nn.Module, out_dir: Path) -> None:
+        if self._meta is None or self._prompt is None:
+            raise TrainingError("setup() must run before export()")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_deterministic(lora.adapter_state(model), out_dir / ADAPTER_FILE, metadata={"format": FORMAT})
+        self._write_prompt(out_dir, self._meta, self._prompt)
+
+    def load_for_inference(self, base_dir: Path | None, artifact_dir: Path, runtime: str) -> synth.CosyVoice3Loaded:
+        """runtime 'base' (the pretrained LLM; a bundled prompt is used when ``artifact_dir`` has
+        one), 'adapter' (LoRA layers live), 'merged' (folded in memory) or 'merged_export'
+        (``artifact_dir`` is an `export_merged` folder)."""
+        if runtime not in RUNTIMES:
+            raise TrainingError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
+        meta = None
+        for name in (ADAPTER_CONFIG, MERGED_CONFIG):
+            if (artifact_dir / name).is_file():
+                meta = json.loads((artifact_dir / name).read_text(encoding="utf-8"))
+        if runtime != "base" and meta is None:
+            raise TrainingError(f"{artifact_dir} has no {ADAPTER_CONFIG} or {MERGED_CONFIG}; runtime {runtime!r} needs a cosyvoice3 export")
+        self.preflight()
+        upstream.import_upstream(self.config.checkout_dir)
+        from cosyvoice.cli.cosyvoice import CosyVoice3
+
+        compat.patch_audio_loading()
+        cosy = CosyVoice3(str(self.config.model_dir))
+        llm = cosy.model.llm
+        weights, sha = self._base_weights(base_dir)
+        if runtime in ("adapter", "merged") and sha != meta["base_weights_sha256"]:  # type: ignore[index]
+            raise DigestMismatchError(f"{artifact_dir} was trained on LLM weights {meta['base_weights_sha256']}, "  # type: ignore[index]
+                                      f"but {weights} has sha256 {sha}; load it with the base it was trained on")  # fmt: skip
+        if runtime == "merged_export":
+            weights = artifact_dir / MERGED_FILE
+        # upstream loaded llm.pt into a partly bf16 module (rounding it): one dtype first, then load again
+        compat.to_lm_dtype(llm)
+        upstream.load_llm_strict(llm, upstream.read_llm_state(weights), weights)
+        upstream.check_lm_dtype(llm, str(weights))
+        compat.patch_decoding(llm)
+        if runtime in ("adapter", "merged"):
+            lora.inject_lora(llm, LoraSettings(**meta["lora"]))  # type: ignore[index]
+            lora.load_adapter_state(llm, load_file(str(artifact_dir / ADAPTER_FILE)))
+            if runtime == "merged":
+                lora.merge_in_place(llm)
+        llm.eval()
+        prompt = meta["prompt"] if meta else None
+        return synth.CosyVoice3Loaded(cosy=cosy, runtime=runtime, prompt_wav=artifact_dir / prompt["file"] if prompt else None,
+                                      prompt_text=prompt["text"] if prompt else None, meta=meta,
+                                      system_prompt=meta["options"]["system_prompt"] if meta else DEFAULT_SYSTEM_PROMPT)  # fmt: skip
+
+    def export_merged(self, loaded: synth.CosyVoice3Loaded, out_dir: Path) -> None:
+        """Write ``llm.safetensors`` (adapters folded in; exactly ``llm.pt``'s keys), the prompt and its config."""
+        if loaded.meta is None or loaded.prompt_wav is None or loaded.runtime == "base":
+            raise TrainingError(f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
+                                f"merged_export (got runtime {loaded.runtime!r})")  # fmt: skip
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_deterministic(lora.merged_state_dict(loaded.cosy.model.llm), out_dir / MERGED_FILE, metadata={"format": MERGED_FORMAT})
+        self._write_prompt(out_dir, {**loaded.meta, "format": MERGED_FORMAT}, (loaded.prompt_wav.read_bytes(), loaded.prompt_wav.name))
+
+    def synthesize(
+        self, loaded: synth.CosyVoice3Loaded, text: str, speaker: str, seed: int, settings: dict[str, Any]
+    ) -> tuple[np.ndarray, int]:
+        voice = loaded.meta["new_speaker"] if loaded.meta else None
+        if "prompt_wav" not in settings and voice is not None and speaker != voice:
+            raise SynthesisError(
+                f"the bundled prompt is speaker {voice!r}, not {speaker!r}; pass settings['prompt_wav'] and 'prompt_text' for another voice"
+            )
+        return synth.synthesize(loaded, text, seed, settings)

@@ -1,0 +1,157 @@
+"""Where the CosyVoice checkout and the pretrained model live, and the plan options of the backend.
+
+Two kinds of settings, kept apart on purpose:
+
+- `CosyVoice3Config`: machine facts (paths, device, cache folder). They come from the
+  environment (`CosyVoice3Config.from_env`) and never enter a plan digest, because an absolute
+  path says nothing about the result. What the files *are* is established by the preflight
+  (`voxledger.tasks.backends.cosyvoice3.upstream.preflight`), which digests them.
+- `CosyVoice3Options`: result-changing choices, read from a training plan's ``model`` mapping
+  (a closed set of keys: a typo is an error).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import Field, ValidationError
+
+from voxledger.schemas.base import Frozen, Sha256
+from voxledger.schemas.errors import PlanError, TrainingError
+
+ENV_CHECKOUT = "VOXLEDGER_COSYVOICE_DIR"
+ENV_MODEL = "VOXLEDGER_COSYVOICE_MODEL_DIR"
+ENV_CAMPPLUS = "VOXLEDGER_COSYVOICE_CAMPPLUS_ONNX"
+ENV_TOKENIZER = "VOXLEDGER_COSYVOICE_SPEECH_TOKENIZER_ONNX"
+ENV_DEVICE = "VOXLEDGER_COSYVOICE_DEVICE"
+ENV_WORK = "VOXLEDGER_COSYVOICE_WORK_DIR"
+ENV_PYTHON = "VOXLEDGER_COSYVOICE_PYTHON"
+DEFAULT_MODEL_SUBDIR = "pretrained_models/Fun-CosyVoice3-0.5B"
+END_OF_PROMPT = "<|endofprompt|>"
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+class CosyVoice3Config(Frozen):
+    """Paths and device for one machine. Nothing is ever downloaded.
+
+    Attributes:
+        checkout_dir: a FunAudioLLM/CosyVoice checkout (with ``third_party/Matcha-TTS``).
+        model_dir: the Fun-CosyVoice3-0.5B folder (``cosyvoice3.yaml``, ``llm.pt``, ...).
+        campplus_onnx / speech_tokenizer_onnx: the feature extractors; default to the files of
+            the same name in ``model_dir``.
+        device: ``cpu``, ``cuda`` or ``cuda:N`` for training (synthesis uses upstream's own
+            choice: CUDA when available); see `torch_device`.
+        work_dir: cache for prepared data (Kaldi files, parquet) and file digests.
+        python: another interpreter with upstream's own pins (torch 2.3.1, transformers 4.51.3,
+            Python 3.10) to run upstream in. A configuration hook only: running through it is
+            not implemented, so the backend refuses to start while it is set, and
+            ``voxledger cosyvoice3 preflight`` reports its versions.
+    """
+
+    checkout_dir: Path
+    model_dir: Path
+    campplus_onnx: Path | None = None
+    speech_tokenizer_onnx: Path | None = None
+    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    work_dir: Path | None = None
+    python: Path | None = None
+
+    @property
+    def campplus_path(self) -> Path:
+        return self.campplus_onnx or self.model_dir / "campplus.onnx"
+
+    @property
+    def speech_tokenizer_path(self) -> Path:
+        return self.speech_tokenizer_onnx or self.model_dir / "speech_tokenizer_v3.onnx"
+
+    def torch_device(self) -> torch.device:
+        """The training device; plain ``cuda`` under torchrun means ``cuda:$LOCAL_RANK``."""
+        if self.device == "cuda" and os.environ.get("LOCAL_RANK"):
+            return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        return torch.device(self.device)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.work_dir or Path.home() / ".cache" / "voxledger" / "cosyvoice3"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CosyVoice3Config:
+        """Read the configuration from ``VOXLEDGER_COSYVOICE_*`` variables.
+
+        Raises:
+            TrainingError: ``VOXLEDGER_COSYVOICE_DIR`` is unset, or a value is invalid.
+        """
+        env = os.environ if environ is None else environ
+        checkout = env.get(ENV_CHECKOUT)
+        if not checkout:
+            raise TrainingError(
+                f"backend cosyvoice3 needs a CosyVoice checkout: set {ENV_CHECKOUT}=/path/to/CosyVoice "
+                f"(git clone --recursive https://github.com/FunAudioLLM/CosyVoice) and put Fun-CosyVoice3-0.5B "
+                f"in <checkout>/{DEFAULT_MODEL_SUBDIR} or set {ENV_MODEL}"
+            )
+        values: dict[str, Any] = {
+            "checkout_dir": Path(checkout),
+            "model_dir": Path(env.get(ENV_MODEL) or Path(checkout) / DEFAULT_MODEL_SUBDIR),
+        }
+        for key, var in (
+            ("campplus_onnx", ENV_CAMPPLUS),
+            ("speech_tokenizer_onnx", ENV_TOKENIZER),
+            ("work_dir", ENV_WORK),
+            ("python", ENV_PYTHON),
+        ):
+            if env.get(var):
+                values[key] = Path(env[var])
+        if env.get(ENV_DEVICE):
+            values["device"] = env[ENV_DEVICE]
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise TrainingError(f"invalid cosyvoice3 configuration from the environment: {exc.errors()[0]['msg']} ({values})") from exc
+
+
+class CosyVoice3Options(Frozen):
+    """Result-changing settings of a cosyvoice3 training plan (its ``model`` mapping).
+
+    The length filters are upstream's ``filter`` defaults from
+    ``examples/libritts/cosyvoice3/conf/cosyvoice3.yaml`` (100..6000 frames of 10 ms, 1..200 text
+    tokens, text tokens per 10 ms frame within 0.0005..1), except ``max_duration_s``: upstream's
+    speech tokenizer refuses audio over 30 s, so longer clips could never be trained on.
+    """
+
+    system_prompt: str = Field(default=DEFAULT_SYSTEM_PROMPT, min_length=1)
+    min_duration_s: float = Field(default=1.0, ge=0)
+    max_duration_s: float = Field(default=30.0, gt=0, le=30.0)
+    min_text_tokens: int = Field(default=1, ge=1)
+    max_text_tokens: int = Field(default=200, ge=1)
+    min_tokens_per_frame: float = Field(default=0.0005, ge=0)
+    max_tokens_per_frame: float = Field(default=1.0, gt=0)
+    prompt_min_duration_s: float = Field(default=3.0, ge=0)
+    expect_upstream_sha256: Sha256 | None = None
+
+    @classmethod
+    def from_plan_model(cls, plan_name: str, model: Mapping[str, Any]) -> CosyVoice3Options:
+        """Validate a plan's ``model`` mapping; unknown keys are an error naming the valid ones."""
+        try:
+            return cls(**dict(model))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise PlanError(
+                f"plan {plan_name}: invalid cosyvoice3 'model' settings ({problems}); valid keys: {sorted(cls.model_fields)}"
+            ) from exc
+
+
+def instruct_text(instruction: str | None, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> str:
+    """The v3 instruct string for one utterance; it always ends with ``<|endofprompt|>``.
+
+    An instruction that already contains ``<|endofprompt|>`` is used verbatim; otherwise it is
+    appended to the system prompt (upstream's convention:
+    ``"You are a helpful assistant. <instruction><|endofprompt|>"``).
+    """
+    if instruction and END_OF_PROMPT in instruction:
+        return instruction
+    text = f"{system_prompt} {instruction.strip()}" if instruction and instruction.strip() else system_prompt
+    return text + END_OF_PROMPT

@@ -1,0 +1,212 @@
+"""The ``tiny`` backend behind the generic ``Backend`` interface.
+
+Full mode builds a fresh `TinyTTS` (seeded) over the training speakers; LoRA mode loads a base
+model file, appends the new speaker row and attaches PEFT LoRA on q/k/v/o. Deliverables are
+``model.safetensors`` (full) or ``adapter.safetensors`` + ``adapter_config.json`` (LoRA), written
+with fixed metadata so equal weights give equal bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import numpy as np
+import torch
+from peft import get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file
+
+from voxledger.schemas.canonical import canonical_bytes
+from voxledger.schemas.errors import CorpusError, TrainingError
+from voxledger.schemas.training import TrainingPlan
+from voxledger.tasks.backends.base import TrainingSetup
+from voxledger.tasks.backends.tiny import training as tt
+from voxledger.tasks.backends.tiny.align import durations_path
+from voxledger.tasks.backends.tiny.audio import NormStats, compute_norm_stats
+from voxledger.tasks.backends.tiny.data import (
+    CorpusExample,
+    TinyBatch,
+    TinyDataset,
+    corpus_durations,
+    load_examples,
+    to_utterance,
+)
+from voxledger.tasks.backends.tiny.model import (
+    TinyTTS,
+    TinyTTSConfig,
+    attach_lora,
+    load_tiny,
+    merge_lora,
+    save_tiny,
+)
+from voxledger.tasks.backends.tiny.synth import synthesize as tiny_synthesize
+from voxledger.tasks.corpus.espeak import phoneme_inventory
+from voxledger.tasks.corpus.records import LoadedCorpus
+from voxledger.tasks.tensorio import save_deterministic
+
+MODEL_FILE = "model.safetensors"
+ADAPTER_FILE = "adapter.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+@dataclass
+class TinyLoaded:
+    """A model ready for synthesis plus its normalisation statistics."""
+
+    model: torch.nn.Module
+    norm: NormStats
+    runtime: str
+
+
+class TinyBackend:
+    """Backend ``tiny``: a small Qwen2-backbone TTS that trains on CPU."""
+
+    name: Literal["tiny"] = "tiny"
+    needs_stored_base = True
+
+    def __init__(self) -> None:
+        self._train: TinyDataset | None = None
+        self._norm: NormStats | None = None
+        self._plan: TrainingPlan | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The libraries whose behaviour shapes tiny's data and model besides our code."""
+        from importlib import metadata
+
+        return {"backend": self.name, **{p: metadata.version(p) for p in ("espeakng-loader", "transformers", "peft")}}
+
+    def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
+        self._plan = plan
+        train = self._examples(corpus_root, plan.train_splits, plan)
+        cv = self._examples(corpus_root, plan.cv_splits, plan)
+        if plan.mode == "full":
+            model, config = self._fresh(train, plan)
+        else:
+            if base_dir is None:
+                raise TrainingError(f"plan {plan.name}: LoRA mode needs a base model (give the base run's model digest)")
+            model, config = self._lora(base_dir, plan)
+        train_utts = [to_utterance(e, config) for e in train]
+        cv_utts = [to_utterance(e, config) for e in cv]
+        if self._norm is None:
+            self._norm = compute_norm_stats(u.mel for u in train_utts)
+        self._train = TinyDataset(train_utts, config, self._norm, plan.frames_per_batch)
+        cv_set = TinyDataset(cv_utts, config, self._norm, plan.frames_per_batch)
+        sources = sorted({e.durations.source for e in (*train, *cv)})
+        effective = {"model": config.model_dump(mode="json"), "frames_per_batch": plan.frames_per_batch,
+                     "train_utterances": len(train), "cv_utterances": len(cv), "duration_sources": sources}  # fmt: skip
+        return TrainingSetup(
+            model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed)
+        )
+
+    def feature_files(self, loaded: LoadedCorpus) -> dict[str, bytes]:
+        """The per-utterance durations files training reads (relative path -> bytes): the features tree.
+
+        Utterances with an alignment file are converted from it; the others are force-aligned
+        against espeak-ng (`align`). ``setup`` reads the very same durations (memoised per process).
+        """
+        return {durations_path(uid): d.to_bytes(uid) for uid, d in corpus_durations(loaded).items()}
+
+    def _examples(self, root: Path, splits: tuple[str, ...], plan: TrainingPlan) -> list[CorpusExample]:
+        try:
+            return load_examples(root, splits, plan.speakers)
+        except CorpusError as exc:
+            raise TrainingError(f"plan {plan.name}: {exc}") from None
+
+    def _fresh(self, train: list[CorpusExample], plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
+        languages = sorted({e.language for e in train})
+        if len(languages) != 1:
+            raise TrainingError(
+                f"plan {plan.name}: training utterances mix languages {languages}; train one language per model (select speakers or splits)"
+            )
+        # the espeak English inventory keeps demo models comparable; other languages add their own phonemes
+        phonemes = sorted(set(phoneme_inventory()) | {p for e in train for p in e.durations.phonemes})
+        speakers = sorted({e.speaker for e in train})
+        config = TinyTTSConfig(phonemes=tuple(phonemes), speakers=tuple(speakers), language=languages[0], **plan.model)  # type: ignore[arg-type]
+        torch.manual_seed(plan.seed)
+        return TinyTTS(config), config
+
+    def _lora(self, base_dir: Path, plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
+        assert plan.lora is not None and plan.new_speaker is not None
+        base, norm = load_tiny(base_dir / MODEL_FILE)
+        self._norm = norm
+        if plan.new_speaker in base.config.speakers:
+            raise TrainingError(f"speaker {plan.new_speaker!r} is already in the base model; LoRA adds a new voice")
+        torch.manual_seed(plan.seed)
+        base.add_speaker(plan.new_speaker, init="mean")
+        peft = attach_lora(base, plan.lora.r, plan.lora.alpha, plan.lora.dropout, plan.lora.targets)
+        return peft, base.config
+
+    def epoch_batches(self, epoch: int, seed: int) -> list[TinyBatch]:
+        if self._train is None:
+            raise TrainingError("setup() must run before epoch_batches()")
+        return self._train.batches(epoch, seed)
+
+    def train_step(
+        self, model: torch.nn.Module, batch: TinyBatch, optimizer: torch.optim.Optimizer, lr: float, max_grad_norm: float
+    ) -> dict[str, float]:
+        precision = self._plan.precision if self._plan is not None else "fp32"
+        return tt.train_step(model, batch, optimizer, lr=lr, max_grad_norm=max_grad_norm, precision=precision)
+
+    def cv_loss(self, model: torch.nn.Module, batches: list[TinyBatch]) -> float:
+        return tt.cv_loss(model, batches)
+
+    def batch_frames(self, batch: TinyBatch) -> tuple[int, int]:
+        return batch.n_frames, len(batch.ids)
+
+    def trainable_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        if hasattr(model, "peft_config"):
+            return {k: v.detach().clone().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+        return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+
+    def load_trainable_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        if hasattr(model, "peft_config"):
+            result = set_peft_model_state_dict(model, state)
+            unexpected = list(getattr(result, "unexpected_keys", []) or [])
+            if unexpected:
+                raise TrainingError(f"adapter state has unexpected keys {unexpected[:5]}")
+        else:
+            model.load_state_dict(state, strict=True)
+
+    def export(self, model: torch.nn.Module, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if self._norm is None:
+            raise TrainingError("no normalisation statistics: setup() must run before export()")
+        if hasattr(model, "peft_config"):
+            plan = self._plan
+            assert plan is not None and plan.lora is not None
+            save_deterministic(self.trainable_state(model), out_dir / ADAPTER_FILE, metadata={"format": "voxledger-tiny-lora/1"})
+            config = {"format": "voxledger-tiny-lora/1", "new_speaker": plan.new_speaker, **plan.lora.model_dump(mode="json")}
+            (out_dir / ADAPTER_CONFIG).write_bytes(canonical_bytes(config))
+        else:
+            save_tiny(out_dir / MODEL_FILE, model, self._norm)  # type: ignore[arg-type]
+
+    def load_for_inference(self, base_dir: Path | None, artifact_dir: Path, runtime: str) -> TinyLoaded:
+        """runtime: 'base' (artifact_dir is a model), 'adapter', 'merged' (in memory), 'merged_export'."""
+        if runtime in ("base", "merged_export"):
+            model, norm = load_tiny(artifact_dir / MODEL_FILE)
+            return TinyLoaded(model.eval(), norm, runtime)
+        if base_dir is None:
+            raise TrainingError(f"runtime {runtime!r} needs the base model folder")
+        config = json.loads((artifact_dir / ADAPTER_CONFIG).read_text())
+        base, norm = load_tiny(base_dir / MODEL_FILE)
+        base.add_speaker(config["new_speaker"], init="mean")
+        peft = attach_lora(base, config["r"], config["alpha"], 0.0, tuple(config["targets"]))
+        state = load_file(str(artifact_dir / ADAPTER_FILE))
+        self.load_trainable_state(peft, state)
+        peft.eval()
+        if runtime == "merged":
+            return TinyLoaded(merge_lora(peft).eval(), norm, runtime)
+        return TinyLoaded(peft, norm, runtime)
+
+    def export_merged(self, loaded: TinyLoaded, out_dir: Path) -> None:
+        """Write a merged model (adapters folded into the weights) as ``model.safetensors``."""
+        model = loaded.model if loaded.runtime == "merged" else merge_lora(loaded.model)  # type: ignore[arg-type]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_tiny(out_dir / MODEL_FILE, cast(TinyTTS, model), loaded.norm)
+
+    def synthesize(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> tuple[np.ndarray, int]:
+        torch.manual_seed(seed)
+        wav = tiny_synthesize(loaded.model, loaded.norm, text, speaker, seed=seed, durations=settings.get("durations", "predicted"))
+        return wav, 16000

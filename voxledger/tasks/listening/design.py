@@ -1,0 +1,257 @@
+"""Who hears what, in which order: a balanced incomplete block design over prompts.
+
+Raters are blocks and prompts are treatments: every prompt goes to exactly ``k`` raters, chosen
+greedily by (fewest prompts so far, fewest prompts shared with the raters already chosen, seeded
+tie-break), so block sizes differ by at most one; of several seeded passes the one whose rater
+pairs share prompts most evenly is kept (a true BIBD exists only for some sizes). A rater
+hears every candidate of each of their prompts. Positions are counterbalanced by rotation: each
+time a candidate set is laid out (ACR rounds, a MUSHRA screen, an A/B pair) its sorted order is
+rotated one step further, so every candidate takes every ACR round / MUSHRA slot / A-B side in
+turn and the counts differ by at most one per candidate set. Trial order is then shuffled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+
+from voxledger.schemas.listening import ListeningProtocol, SlotRole, Stimulus, StimulusSet, TaskType
+from voxledger.schemas.listening_receipts import BalanceAudit, PositionBalance
+
+LOW_ANCHOR = "low_anchor"
+GOLD_BAD = "gold_degraded"
+ATTENTION = "attention_check"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One thing a rater hears; ``source`` names the audio to render (shared across raters)."""
+
+    role: SlotRole
+    candidate: str
+    prompt_id: str
+    category: str
+    source: str
+    audio_sha256: str
+    expected: int | None = None
+
+
+@dataclass
+class TrialPlan:
+    """One screen before it gets an id and pseudonyms; ``position`` feeds the balance audit."""
+
+    task: TaskType
+    criteria: tuple[str, ...]
+    slots: tuple[Slot, ...]
+    reference: Slot | None = None
+    positions: list[tuple[str, int]] = field(default_factory=list)  # (candidate, position)
+
+
+@dataclass(frozen=True)
+class DesignPlan:
+    """Every rater's trials in order, what could not be built, and the audit."""
+
+    trials: dict[str, list[TrialPlan]]
+    skipped: tuple[str, ...]
+    audit: BalanceAudit
+
+
+def rater_ids(n: int) -> list[str]:
+    """``r01``, ``r02``, ... (zero-padded to the width of ``n``)."""
+    width = max(2, len(str(n)))
+    return [f"r{i:0{width}d}" for i in range(1, n + 1)]
+
+
+def _spread(values: np.ndarray) -> int:
+    return int(values.max() - values.min()) if values.size else 0
+
+
+def assign_prompts(n_prompts: int, n_raters: int, k: int, rng: np.random.Generator, tries: int = 24) -> np.ndarray:
+    """Incidence matrix (raters x prompts): every prompt has exactly ``k`` raters.
+
+    The greedy pass is repeated ``tries`` times from the seeded generator; the design with the
+    most even rater-pair overlap, then prompt-pair concurrence, is kept.
+    """
+    upper_r, upper_p = np.triu_indices(n_raters, 1), np.triu_indices(n_prompts, 1)
+
+    def unevenness(x: np.ndarray) -> tuple[int, int]:
+        return _spread((x @ x.T)[upper_r]), _spread((x.T @ x)[upper_p])
+
+    return min((_greedy(n_prompts, n_raters, k, rng) for _ in range(max(1, tries))), key=unevenness)
+
+
+def _greedy(n_prompts: int, n_raters: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    incidence = np.zeros((n_raters, n_prompts), dtype=np.int64)
+    load = np.zeros(n_raters, dtype=np.int64)
+    for p in rng.permutation(n_prompts):
+        shared = np.zeros(n_raters, dtype=np.int64)
+        taken = np.zeros(n_raters, dtype=bool)
+        for _ in range(k):
+            noise = rng.random(n_raters)
+            pick = int(np.lexsort((noise, shared, load + taken * (n_prompts + 1)))[0])  # fewest prompts, least overlap, seeded
+            taken[pick] = True
+            shared += incidence @ incidence[pick]
+        incidence[taken, p] = 1
+        load += taken
+    return incidence
+
+
+def plan_packets(protocol: ListeningProtocol, stimuli: StimulusSet) -> DesignPlan:
+    """Build every rater's ordered trials from the protocol and the stimuli."""
+    rng = np.random.default_rng(protocol.design.seed)
+    by_prompt: dict[str, dict[str, Stimulus]] = {}
+    for s in stimuli.stimuli:
+        by_prompt.setdefault(s.prompt_id, {})[s.candidate] = s
+    prompts = sorted(by_prompt)
+    raters = rater_ids(protocol.design.raters)
+    incidence = assign_prompts(len(prompts), len(raters), protocol.design.raters_per_prompt, rng)
+    builder = _Builder(protocol, by_prompt, rng)
+    trials: dict[str, list[TrialPlan]] = {}
+    for r, rater in enumerate(raters):
+        trials[rater] = builder.packet([prompts[int(p)] for p in rng.permutation(np.flatnonzero(incidence[r]))])
+    audit = balance_audit(incidence, protocol.design.raters_per_prompt, trials)
+    return DesignPlan(trials, tuple(sorted(set(builder.skipped))), audit)
+
+
+class _Builder:
+    def __init__(self, protocol: ListeningProtocol, by_prompt: dict[str, dict[str, Stimulus]], rng: np.random.Generator) -> None:
+        self.protocol, self.by_prompt, self.rng = protocol, by_prompt, rng
+        self.skipped: list[str] = []
+        self.ref = protocol.reference_candidate
+        self.turns: Counter[tuple[str, ...]] = Counter()
+
+    def rotation(self, *key: str) -> int:
+        """How many times this layout was used before (the rotation to apply now)."""
+        self.turns[key] += 1
+        return self.turns[key] - 1
+
+    def slot(
+        self, role: SlotRole, s: Stimulus, source: str | None = None, candidate: str | None = None, expected: int | None = None
+    ) -> Slot:
+        src = source or f"stim:{s.prompt_id}:{s.candidate}"
+        return Slot(role, candidate or s.candidate, s.prompt_id, s.category, src, s.audio_sha256, expected)
+
+    def packet(self, mine: list[str]) -> list[TrialPlan]:
+        sections = {"acr": self.acr(mine), "mushra": self.mushra(mine), "ab": self.ab(mine)}
+        order = list(dict.fromkeys(c.task for c in self.protocol.criteria))
+        return [t for task in order for t in sections[task]]
+
+    def acr(self, mine: list[str]) -> list[TrialPlan]:
+        rounds: list[list[TrialPlan]] = []
+        for p in mine:
+            cands = sorted(self.by_prompt[p])
+            crits = tuple(c.name for c in self.protocol.criteria if c.task == "acr" and c.applies_to(self.by_prompt[p][cands[0]].category))
+            turn = self.rotation("acr", *cands) if crits else 0
+            for j in range(len(cands) if crits else 0):
+                cand = cands[(j + turn) % len(cands)]
+                trial = TrialPlan("acr", crits, (self.slot("stimulus", self.by_prompt[p][cand]),), positions=[(cand, j)])
+                while len(rounds) <= j:
+                    rounds.append([])
+                rounds[j].append(trial)
+        flat = [t for rnd in rounds for t in self.rng.permutation(np.array(rnd, dtype=object)).tolist()]
+        for check in self.checks(mine):
+            flat.insert(int(self.rng.integers(1, len(flat) + 1)) if flat else 0, check)
+        return flat
+
+    def checks(self, mine: list[str]) -> list[TrialPlan]:
+        check = self.protocol.check_criterion()
+        if check is None:
+            return []
+        out: list[TrialPlan] = []
+        usable = [p for p in self.by_prompt if self.ref in self.by_prompt[p] and check.applies_to(self.by_prompt[p][self.ref].category)]
+        # gold items come from prompts the rater does not otherwise hear, so they cannot be linked to
+        # the same recording elsewhere in the packet (e.g. a labelled MUSHRA reference)
+        with_ref = [p for p in usable if p not in mine] or [p for p in usable if p in mine]
+        for i in range(self.protocol.design.gold_items):
+            if not with_ref:
+                self.skipped.append(f"gold items: no prompt has the reference candidate {self.ref!r} under criterion {check.name!r}")
+                break
+            ref = self.by_prompt[with_ref[int(self.rng.integers(len(with_ref)))]][self.ref]
+            crits = tuple(c.name for c in self.protocol.criteria if c.task == "acr" and c.applies_to(ref.category))
+            slot = self.slot("gold", ref, expected=check.scale.max) if i % 2 == 0 else \
+                self.slot("gold", ref, source=f"gold_bad:{ref.prompt_id}", candidate=GOLD_BAD, expected=check.scale.min)  # fmt: skip
+            out.append(TrialPlan("acr", crits, (slot,)))
+        for _ in range(self.protocol.design.attention_checks):
+            value = int(self.rng.integers(check.scale.min, check.scale.max + 1))
+            slot = Slot("attention", ATTENTION, "", "", f"attention:{value}", "", value)  # audio made at export
+            out.append(TrialPlan("acr", (check.name,), (slot,)))
+        return out
+
+    def mushra(self, mine: list[str]) -> list[TrialPlan]:
+        out: list[TrialPlan] = []
+        for crit in (c for c in self.protocol.criteria if c.task == "mushra"):
+            for p in mine:
+                cands = self.by_prompt[p]
+                ref = cands.get(self.ref)
+                if not crit.applies_to(next(iter(cands.values())).category):
+                    continue
+                if ref is None:
+                    self.skipped.append(f"mushra {crit.name}: prompt {p} has no reference candidate {self.ref!r}")
+                    continue
+                names = sorted(cands) + [LOW_ANCHOR]
+                turn = self.rotation("mushra", crit.name, *names) % len(names)
+                names = names[turn:] + names[:turn]
+                anchor_src = f"anchor:{p}:{crit.low_anchor_cutoff_hz:g}"
+                slots = tuple(
+                    self.slot("low_anchor", ref, source=anchor_src, candidate=LOW_ANCHOR) if n == LOW_ANCHOR
+                    else self.slot("hidden_reference" if n == self.ref else "stimulus", cands[n]) for n in names
+                )  # fmt: skip
+                out.append(
+                    TrialPlan("mushra", (crit.name,), slots, self.slot("open_reference", ref), [(n, i) for i, n in enumerate(names)])
+                )
+        return [out[i] for i in self.rng.permutation(len(out))]
+
+    def ab(self, mine: list[str]) -> list[TrialPlan]:
+        out: list[TrialPlan] = []
+        ab_crits = [c for c in self.protocol.criteria if c.task == "ab"]
+        for p in mine:
+            cands = self.by_prompt[p]
+            category = next(iter(cands.values())).category
+            for a, b in combinations(sorted(cands), 2):
+                has_ref = self.ref in (a, b)
+                crits = tuple(c.name for c in ab_crits if c.applies_to(category) and (not has_ref or c.include_reference))
+                if not crits:
+                    continue
+                if self.rotation("ab", a, b) % 2:
+                    a, b = b, a
+                out.append(
+                    TrialPlan("ab", crits, (self.slot("stimulus", cands[a]), self.slot("stimulus", cands[b])), positions=[(a, 0), (b, 1)])
+                )
+        return [out[i] for i in self.rng.permutation(len(out))]
+
+
+def balance_audit(incidence: np.ndarray, k: int, trials: dict[str, list[TrialPlan]]) -> BalanceAudit:
+    """Coverage, block sizes, pair concurrence and position counts of the design as built."""
+    n_raters, n_prompts = incidence.shape
+    per_rater = incidence.sum(axis=1)
+    per_prompt = incidence.sum(axis=0)
+    concurrence = (incidence.T @ incidence)[np.triu_indices(n_prompts, 1)]
+    overlap = (incidence @ incidence.T)[np.triu_indices(n_raters, 1)]
+    ideal = float(k * (per_rater.mean() - 1) / (n_prompts - 1)) if n_prompts > 1 else 0.0
+    counts: dict[tuple[str, str], Counter[int]] = {}
+    for plans in trials.values():
+        for t in plans:
+            for cand, pos in t.positions:
+                counts.setdefault((t.task, cand), Counter())[pos] += 1
+    width = {task: 1 + max(pos for (tk, _), c in counts.items() if tk == task for pos in c) for task, _ in counts}
+    positions = tuple(
+        PositionBalance(task=task, candidate=cand, counts=tuple(c[i] for i in range(width[task])))  # type: ignore[arg-type]
+        for (task, cand), c in sorted(counts.items())
+    )
+    sizes = [len(v) for v in trials.values()]
+    return BalanceAudit(
+        prompts=n_prompts, raters=n_raters, raters_per_prompt=k,
+        raters_per_prompt_min=int(per_prompt.min()), raters_per_prompt_max=int(per_prompt.max()),
+        prompts_per_rater_min=int(per_rater.min()), prompts_per_rater_max=int(per_rater.max()),
+        trials_per_rater_min=min(sizes), trials_per_rater_max=max(sizes),
+        prompt_pair_concurrence_min=int(concurrence.min()) if concurrence.size else 0,
+        prompt_pair_concurrence_max=int(concurrence.max()) if concurrence.size else 0,
+        prompt_pair_concurrence_ideal=round(ideal, 4),
+        rater_pair_overlap_min=int(overlap.min()) if overlap.size else 0,
+        rater_pair_overlap_max=int(overlap.max()) if overlap.size else 0,
+        positions=positions,
+        position_spread_max=max((max(p.counts) - min(p.counts) for p in positions), default=0),
+    )  # fmt: skip

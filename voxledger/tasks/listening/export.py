@@ -1,0 +1,206 @@
+"""Export blinded per-rater packets and record the ``packet_set`` receipt (plain function).
+
+``OUT/<rater>/`` holds ``index.html`` (the whole page), ``packet.json`` (its canonical manifest;
+sha256 of these bytes = the packet digest) and ``audio/<pseudonym>.wav``. ``OUT/trials.csv``
+lists every trial for external tools, without candidate names. The blinding key goes to
+``<home>/sealed/``; the receipt carries only its commitment.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.canonical import canonical_bytes, sha256_hex
+from voxledger.schemas.errors import BlobMissingError, PacketError
+from voxledger.schemas.listening import (
+    BlindingKey,
+    KeyEntry,
+    ListeningProtocol,
+    PacketAudio,
+    PacketCriterion,
+    PacketManifest,
+    PacketTrial,
+    StimulusSet,
+)  # fmt: skip
+from voxledger.schemas.listening_receipts import PacketRef, PacketSetParameters, PacketSetReceipt
+from voxledger.stores.home import Home
+from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
+from voxledger.tasks.listening.audio import encode_int16
+from voxledger.tasks.listening.design import DesignPlan, Slot, plan_packets
+from voxledger.tasks.listening.keys import home_secret, pseudonym, rater_token, seal_key
+from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
+from voxledger.tasks.listening.page import render_page
+from voxledger.tasks.listening.render import AudioRenderer
+from voxledger.tasks.plans import register_plan
+from voxledger.tasks.receipting import artifact, build_receipt, cache_key
+from voxledger.tasks.stage import StageOutcome, reuse
+
+CSV_COLUMNS = ("rater_id", "packet_sha256", "trial", "position", "task", "criteria", "slot", "stimulus", "file", "reference_file")
+
+
+@dataclass(frozen=True)
+class PacketSetOutcome(StageOutcome[PacketSetReceipt]):
+    """A packet-set stage outcome plus where each rater's folder was written."""
+
+    packet_dirs: dict[str, Path] = field(default_factory=dict)
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise PacketError(f"output folder {out_dir} exists and is not empty; choose a new folder (nothing is overwritten)")
+
+
+def _check_blobs(home: Home, stimuli: StimulusSet) -> None:
+    missing = [f"{s.prompt_id}/{s.candidate} ({s.audio_sha256})" for s in stimuli.stimuli if not home.blobs.has(s.audio_sha256)]
+    if missing:
+        raise BlobMissingError(f"{len(missing)} stimulus audio blob(s) are not in the store: {', '.join(missing[:5])}; put them first")
+
+
+def export_packets(
+    home: Home, protocol: ListeningProtocol, stimuli: StimulusSet, out_dir: Path, *, protocol_name: str, flow: str = "cli"
+) -> PacketSetOutcome:
+    """Build, write and record one packet per rater under ``out_dir`` (which must be new or empty).
+
+    A second call with the same stimuli, protocol and code reuses the receipt and writes the
+    stored packets out again, byte for byte. Raises PacketError, BlobMissingError, PlanError.
+    """
+    started = utc_now()
+    _check_out_dir(out_dir)
+    plan_rid, protocol_sha = register_plan(home, protocol, source_name=protocol_name, flow=flow)
+    stimuli_sha = home.blobs.put_bytes(canonical_bytes(stimuli))
+    _check_blobs(home, stimuli)
+    key = cache_key("packet_set", {"stimuli": stimuli_sha}, protocol_sha, {"evaluation_plan_sha256": stimuli.evaluation_plan_sha256})
+    hit = reuse(home, key, PacketSetReceipt)
+    if hit is not None:
+        return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir))
+    design = plan_packets(protocol, stimuli)
+    by_key = {(s.prompt_id, s.candidate): s for s in stimuli.stimuli}
+    sources = {s.source for plans in design.trials.values() for t in plans for s in (*t.slots, *([t.reference] if t.reference else []))}
+    renderer = AudioRenderer(home, protocol, by_key, sources)
+    writer = _PacketWriter(home, protocol, protocol_sha, renderer, out_dir)
+    for rater, plans in design.trials.items():
+        writer.write(rater, plans)
+    leaks = check_leaks(writer.files, protocol.sample_rate_hz, protocol.blinding)
+    if leaks.leaks and protocol.blinding.on_leak == "fail":
+        raise PacketError(f"blinding leak: {'; '.join(leaks.leaks)}. Nothing was recorded; delete {out_dir}, "
+                          "fix the stimuli or the blinding settings, or set blinding.on_leak: warn to record it instead")  # fmt: skip
+    commitment = seal_key(home, BlindingKey(
+        packet_set_id=writer.set_id, nonce=secrets.token_hex(32), protocol_sha256=protocol_sha,
+        evaluation_plan_sha256=stimuli.evaluation_plan_sha256, entries=tuple(writer.entries)))  # fmt: skip
+    csv_sha = home.blobs.put_bytes(writer.csv_bytes())
+    (out_dir / "trials.csv").write_bytes(home.blobs.get_bytes(csv_sha))
+    receipt = build_receipt(
+        PacketSetReceipt, flow=flow, task="export_packets", started_at=started, key=key,
+        subjects=[*(artifact(home.blobs, f"packet:{p.rater_id}", p.tree_sha256, TREE_MEDIA_TYPE) for p in writer.packets),
+                  artifact(home.blobs, "trials_csv", csv_sha, "text/csv"),
+                  *(artifact(home.blobs, "attention_audio", r.source_sha256, "audio/wav")
+                    for src, r in sorted(renderer.sources.items()) if src.startswith("attention:"))],
+        inputs=[InputRef(role="protocol", sha256=plan_rid, ref="receipt"),
+                InputRef(role="stimuli", sha256=stimuli_sha, ref="artifact"),
+                *(InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli}))],
+        parameters=_parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment).model_copy(update={"leak_check": leaks}),
+    )  # fmt: skip
+    return PacketSetOutcome(home.record(receipt), receipt, False, writer.dirs)
+
+
+def _parameters(
+    writer: _PacketWriter,
+    design: DesignPlan,
+    renderer: AudioRenderer,
+    protocol_sha: str,
+    stimuli: StimulusSet,
+    stimuli_sha: str,
+    commitment: str,
+) -> PacketSetParameters:
+    return PacketSetParameters(
+        packet_set_id=writer.set_id, protocol_sha256=protocol_sha, evaluation_plan_sha256=stimuli.evaluation_plan_sha256,
+        stimuli_sha256=stimuli_sha, key_commitment_sha256=commitment,
+        candidates=tuple(sorted({s.candidate for s in stimuli.stimuli})), packets=tuple(writer.packets),
+        balance=design.audit, loudness=renderer.report, skipped=design.skipped,
+    )  # fmt: skip
+
+
+def _materialize(home: Home, receipt: PacketSetReceipt, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dirs = {}
+    for p in receipt.parameters.packets:
+        dirs[p.rater_id] = out_dir / p.rater_id
+        materialize_tree(home.blobs, p.tree_sha256, dirs[p.rater_id])
+    home.blobs.export(receipt.subject("trials_csv").sha256, out_dir / "trials.csv")
+    return dirs
+
+
+class _PacketWriter:
+    """Writes packets one rater at a time, collecting key entries, CSV rows and packet refs."""
+
+    def __init__(self, home: Home, protocol: ListeningProtocol, protocol_sha: str, renderer: AudioRenderer, out_dir: Path) -> None:
+        self.home, self.protocol, self.protocol_sha, self.renderer, self.out_dir = home, protocol, protocol_sha, renderer, out_dir
+        self.secret = home_secret(home)
+        self.set_id = secrets.token_hex(16)
+        self.entries: list[KeyEntry] = []
+        self.rows: list[tuple[str, ...]] = []
+        self.packets: list[PacketRef] = []
+        self.dirs: dict[str, Path] = {}
+        self.files: list[PacketFile] = []  # every rendered file, for the leak check
+
+    def _name(self, rater: str, slot_key: str) -> str:
+        return pseudonym(self.secret, self.set_id, rater, slot_key, self.protocol.blinding.pseudonym_hex_chars)
+
+    def write(self, rater: str, plans: list) -> None:  # type: ignore[type-arg]
+        folder = self.out_dir / rater
+        (folder / "audio").mkdir(parents=True)
+        trials, audio, entries = [], [], []
+        for n, plan in enumerate(plans, 1):
+            tid = f"t{n:03d}"
+            labelled = [(str(i), s) for i, s in enumerate(plan.slots)] + ([("ref", plan.reference)] if plan.reference else [])
+            names = {}
+            for slot_key, slot in labelled:
+                name = self._name(rater, f"{tid}/{slot_key}")
+                pcm = self.renderer.samples(slot.source, f"{self.set_id}|{name}", hidden_reference=slot.role == "hidden_reference")
+                data = encode_int16(pcm, self.renderer.rate)
+                self.files.append(PacketFile(rater, name, tid, plan.task, slot.role, slot.candidate, slot.prompt_id, pcm))
+                (folder / "audio" / f"{name}.wav").write_bytes(data)
+                audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
+                entries.append(self._entry(name, rater, tid, slot, sha256_hex(data)))
+                names[slot_key] = name
+            trials.append(PacketTrial(id=tid, task=plan.task, criteria=plan.criteria,
+                                      stimuli=tuple(names[str(i)] for i in range(len(plan.slots))), reference=names.get("ref")))  # fmt: skip
+        if len({a.id for a in audio}) != len(audio):
+            raise PacketError(f"pseudonym collision in packet {rater}; raise blinding.pseudonym_hex_chars")
+        manifest = PacketManifest(
+            packet_set_id=self.set_id, rater_id=rater, protocol_sha256=self.protocol_sha, title=self.protocol.title,
+            instructions=self.protocol.instructions, trials=tuple(trials),
+            criteria=tuple(PacketCriterion(name=c.name, task=c.task, question=c.question, scale=c.scale) for c in self.protocol.criteria),
+            audio=tuple(sorted(audio, key=lambda a: a.id)),
+        )  # fmt: skip
+        body = canonical_bytes(manifest)
+        packet_sha = sha256_hex(body)
+        (folder / "packet.json").write_bytes(body)
+        (folder / "index.html").write_text(render_page(manifest, packet_sha, rater_token(self.secret, packet_sha)), encoding="utf-8")
+        tree_sha, _ = put_tree(self.home.blobs, folder, cache=self.home.stat_cache)
+        self.packets.append(PacketRef(rater_id=rater, packet_sha256=packet_sha, tree_sha256=tree_sha, trials=len(trials)))
+        self.entries += entries
+        self.dirs[rater] = folder
+        files = {a.id: a.file for a in audio}
+        for pos, t in enumerate(trials, 1):
+            for i, stim in enumerate(t.stimuli):
+                ref = files[t.reference] if t.reference else ""
+                self.rows.append((rater, packet_sha, t.id, str(pos), t.task, ";".join(t.criteria), str(i), stim, files[stim], ref))
+
+    def _entry(self, name: str, rater: str, tid: str, slot: Slot, rendered_sha: str) -> KeyEntry:
+        source_sha = self.renderer.sources[slot.source].source_sha256
+        return KeyEntry(pseudonym=name, rater_id=rater, trial_id=tid, role=slot.role, candidate=slot.candidate,
+                        prompt_id=slot.prompt_id, category=slot.category, audio_sha256=source_sha,
+                        rendered_sha256=rendered_sha, expected=slot.expected)  # fmt: skip
+
+    def csv_bytes(self) -> bytes:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(CSV_COLUMNS)
+        w.writerows(self.rows)
+        return buf.getvalue().encode("utf-8")

@@ -1,0 +1,152 @@
+"""Blinding-leak check: could a simple per-file feature tell the candidates apart without listening?
+
+For every file of every packet we measure what a curious rater could compute with a few lines of
+numpy: DC offset, leading/trailing silence, exact zeros at the start, RMS, peak, duration, and
+the highest normalised cross-correlation (over all lags) with a labelled MUSHRA reference of the
+same prompt in the same packet (the one file whose identity the page gives away). For each
+feature and each pair of candidates (files with role ``stimulus`` or ``hidden_reference``) the
+Mann-Whitney AUC says how well the feature separates them (folded: 0.5 = chance, 1 = perfectly).
+
+Gated features describe rendering or linkage, not speech: a separation above
+``blinding.leak_auc_max`` fails the export (``on_leak: fail``) or is recorded as a warning
+(``warn``). Intrinsic features (RMS, peak, trailing silence: they follow from spectral balance,
+crest factor and speaking rate, which raters judge) are measured and recorded, never gated. A
+hidden reference is not compared with the open reference of its own screen (it is the reference
+by design); that correlation is recorded separately.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+from scipy.stats import rankdata
+
+from voxledger.schemas.listening import Blinding
+from voxledger.schemas.listening_receipts import FeatureSeparation, LeakCheck, StimulusFeatures
+
+GATED = ("dc_lsb", "leading_silence_s", "leading_zeros", "duration_s", "reference_correlation")
+INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
+CANDIDATE_ROLES = ("stimulus", "hidden_reference")
+SILENCE_DBFS = -60.0  # a 10 ms frame below this RMS counts as silence for the silence features
+LINK_CORRELATION = 0.9  # an item this correlated with a labelled reference can be linked to it
+# differences finer than these are noise (dither, noise floor), not a channel: values are compared
+# after rounding to them, so sub-resolution jitter ties instead of "separating" a handful of files
+RESOLUTION = {"dc_lsb": 1.0, "leading_silence_s": 0.01, "leading_zeros": 20.0, "duration_s": 0.01,
+              "reference_correlation": 0.05, "trailing_silence_s": 0.01, "rms_dbfs": 0.25, "peak_dbfs": 0.25}  # fmt: skip
+MIN_FILES = 6  # fewer files of a candidate than this: the AUC is recorded but gates nothing
+
+
+@dataclass(frozen=True)
+class PacketFile:
+    """One rendered file of a packet, with what the sealed key knows about it."""
+
+    rater_id: str
+    pseudonym: str
+    trial_id: str
+    task: str
+    role: str
+    candidate: str
+    prompt_id: str
+    pcm: np.ndarray  # int16 sample values
+
+
+def _silence_s(pcm: np.ndarray, rate: int, reverse: bool) -> float:
+    """Seconds before the first (or after the last) 10 ms frame louder than ``SILENCE_DBFS``."""
+    frame = max(1, rate // 100)
+    x = (pcm[::-1] if reverse else pcm).astype(np.float64) / 32768
+    n = x.size // frame
+    if n == 0:
+        return 0.0
+    rms = np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1))
+    loud = np.flatnonzero(rms > 10 ** (SILENCE_DBFS / 20))
+    return round((int(loud[0]) if loud.size else n) * frame / rate, 4)
+
+
+def max_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Highest |normalised cross-correlation| of two clips over every lag (FFT)."""
+    x, y = a.astype(np.float64) - a.mean(), b.astype(np.float64) - b.mean()
+    norm = float(np.sqrt(np.dot(x, x) * np.dot(y, y)))
+    if norm == 0:
+        return 0.0
+    n = 1 << int(np.ceil(np.log2(x.size + y.size)))
+    xc = np.fft.irfft(np.fft.rfft(x, n) * np.conj(np.fft.rfft(y, n)), n)
+    return float(np.max(np.abs(xc)) / norm)
+
+
+def _features(f: PacketFile, rate: int, corr: float) -> StimulusFeatures:
+    x = f.pcm.astype(np.float64)
+    rms = float(np.sqrt(np.mean((x / 32768) ** 2)))
+    peak = float(np.max(np.abs(x)) / 32768)
+    return StimulusFeatures(
+        pseudonym=f.pseudonym, candidate=f.candidate, prompt_id=f.prompt_id, dc_lsb=round(float(x.mean()), 3),
+        leading_silence_s=_silence_s(f.pcm, rate, False), trailing_silence_s=_silence_s(f.pcm, rate, True),
+        leading_zeros=int(np.sum(f.pcm[: rate // 100] == 0)), rms_dbfs=round(20 * np.log10(max(rms, 1e-12)), 3),
+        peak_dbfs=round(20 * np.log10(max(peak, 1e-12)), 3), duration_s=round(f.pcm.size / rate, 4), reference_correlation=round(corr, 5),
+    )  # fmt: skip
+
+
+def auc(a: list[float], b: list[float]) -> float:
+    """Folded Mann-Whitney AUC of two samples (ties count half): 0.5 = no separation, 1.0 = complete."""
+    if not a or not b:
+        return 0.5
+    ranks = rankdata(np.concatenate([a, b]))
+    u = float(ranks[: len(a)].sum()) - len(a) * (len(a) + 1) / 2
+    value = u / (len(a) * len(b))
+    return max(value, 1 - value)
+
+
+def _correlations(files: list[PacketFile]) -> tuple[dict[str, float], list[float]]:
+    """Per file: max correlation with a labelled (open) reference of its prompt in its packet, its
+    own MUSHRA screen excluded; and every hidden reference's correlation with its open reference."""
+    best: dict[str, float] = defaultdict(float)
+    hidden: list[float] = []
+    refs: dict[tuple[str, str], list[PacketFile]] = defaultdict(list)
+    for f in files:
+        if f.role == "open_reference":
+            refs[(f.rater_id, f.prompt_id)].append(f)
+    for f in files:
+        for ref in refs.get((f.rater_id, f.prompt_id), []):
+            if f.role == "open_reference":
+                continue
+            c = max_correlation(f.pcm, ref.pcm)
+            if f.trial_id == ref.trial_id:
+                if f.role == "hidden_reference":
+                    hidden.append(c)
+                continue
+            best[f.pseudonym] = max(best[f.pseudonym], c)
+    return best, hidden
+
+
+def _values(feats: list[StimulusFeatures], name: str) -> list[float]:
+    step = RESOLUTION[name]
+    return [round(getattr(f, name) / step) * step for f in feats]
+
+
+def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakCheck:
+    """Measure every file, then every feature's best separation of a candidate pair."""
+    corr, hidden = _correlations(files)
+    linked = sum(c > LINK_CORRELATION for c in corr.values())
+    feats = [_features(f, rate, corr.get(f.pseudonym, 0.0)) for f in files]
+    scored = [(f, ft) for f, ft in zip(files, feats, strict=True) if f.role in CANDIDATE_ROLES]
+    by_cand: dict[str, list[StimulusFeatures]] = defaultdict(list)
+    for _, ft in scored:
+        by_cand[ft.candidate].append(ft)
+    worst, leaks = [], []
+    for name in (*GATED, *INTRINSIC):
+        pairs = [FeatureSeparation(feature=name, a=a, b=b, gated=name in GATED, n_a=len(by_cand[a]), n_b=len(by_cand[b]),
+                                   auc=round(auc(_values(by_cand[a], name), _values(by_cand[b], name)), 4))
+                 for a, b in combinations(sorted(by_cand), 2)]  # fmt: skip
+        if not pairs:
+            continue
+        top = max(pairs, key=lambda p: p.auc)
+        worst.append(top)
+        if top.gated and top.auc > blinding.leak_auc_max and min(top.n_a, top.n_b) >= MIN_FILES:
+            leaks.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f} > {blinding.leak_auc_max:g})")
+    return LeakCheck(
+        auc_max=blinding.leak_auc_max, action=blinding.on_leak, passed=not leaks, worst=tuple(worst), leaks=tuple(leaks),
+        hidden_reference_correlation_max=round(max(hidden), 5) if hidden else None, reference_links=linked,
+        features=tuple(sorted(feats, key=lambda f: f.pseudonym)),
+    )  # fmt: skip

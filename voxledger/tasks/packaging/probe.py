@@ -1,0 +1,121 @@
+"""The probe: one fixed text, one seed, synthesized from a package; and the fresh-process reload.
+
+``probe_stages`` returns the stage arrays the equivalence core compares (``mel`` frames x bins and
+``pcm`` samples). The reload check runs this module as a new Python process
+(``python -m voxledger.tasks.packaging.probe``): it unpacks the package itself, checks the base
+folder against the manifest's base digest, loads base + adapter and writes the stages to an
+``.npz``, so nothing from the packaging process's memory can leak into the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voxledger.schemas.errors import DigestMismatchError, EquivalenceError
+from voxledger.schemas.package import PackageManifest
+
+StageFn = Callable[[Any, Any, str, str, int, dict[str, Any]], dict[str, np.ndarray]]
+
+
+def _tiny_stages(backend: Any, loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> dict[str, np.ndarray]:
+    import torch
+
+    from voxledger.tasks.backends.tiny.audio import vocode
+    from voxledger.tasks.backends.tiny.synth import synthesize_mel
+
+    torch.manual_seed(seed)
+    mel = synthesize_mel(loaded.model, loaded.norm, text, speaker, durations=settings.get("durations", "predicted"))
+    pcm = vocode(mel, seed=seed)
+    wav, _ = backend.synthesize(loaded, text, speaker, seed, settings)
+    if not np.array_equal(wav, pcm):
+        raise EquivalenceError("tiny probe: the backend's synthesize() and mel -> vocode() disagree; the stage split is stale")
+    return {"mel": mel.astype(np.float32), "pcm": pcm.astype(np.float32)}
+
+
+# Closed registry: a backend is packageable once it can split synthesis into stages.
+STAGES: dict[str, StageFn] = {"tiny": _tiny_stages}
+
+
+def probe_stages(backend_name: str, loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Stage arrays of the probe for an already loaded model of ``backend_name``."""
+    from voxledger.tasks.backends.base import get_backend
+
+    fn = STAGES.get(backend_name)
+    if fn is None:
+        raise EquivalenceError(f"backend {backend_name!r} has no probe stages; packageable backends: {sorted(STAGES)}")
+    return fn(get_backend(backend_name), loaded, text, speaker, seed, settings)  # type: ignore[arg-type]
+
+
+def load_packaged(manifest: PackageManifest, base_dir: Path, adapter_dir: Path, runtime: str = "adapter") -> Any:
+    """Load base + unpacked adapter with the backend named in the manifest."""
+    from voxledger.tasks.backends.base import get_backend
+
+    return get_backend(manifest.backend).load_for_inference(base_dir, adapter_dir, runtime)
+
+
+def probe_package(package: Path, base_dir: Path, text: str, seed: int) -> dict[str, np.ndarray]:
+    """Unpack ``package`` (verified), check ``base_dir`` is its base model, synthesize the probe."""
+    from voxledger.schemas.canonical import sha256_hex
+    from voxledger.stores.trees import build_manifest, manifest_bytes
+    from voxledger.tasks.packaging.archive import unpack_package
+
+    base_sha = sha256_hex(manifest_bytes(build_manifest(base_dir)))
+    with tempfile.TemporaryDirectory() as tmp:
+        verified = unpack_package(package, Path(tmp) / "pkg")
+        manifest = verified.manifest
+        if base_sha != manifest.components.base_model_sha256:
+            raise DigestMismatchError(
+                f"base folder {base_dir} is tree {base_sha}, package {package} needs {manifest.components.base_model_sha256}"
+            )
+        loaded = load_packaged(manifest, base_dir, Path(tmp) / "pkg" / "adapter")
+        settings = dict(manifest.inference.settings)
+        return probe_stages(manifest.backend, loaded, text, manifest.inference.speaker, seed, settings)
+
+
+def reload_in_fresh_process(
+    package: Path, base_dir: Path, text: str, seed: int, threads: int, timeout_s: float = 300.0
+) -> tuple[dict[str, np.ndarray], float]:
+    """Run ``probe_package`` in a new interpreter; return its stages and wall time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "stages.npz"
+        cmd = [sys.executable, "-m", "voxledger.tasks.packaging.probe", str(package), str(base_dir), str(out),
+               "--text", text, "--seed", str(seed), "--threads", str(threads)]  # fmt: skip
+        started = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
+        wall = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise EquivalenceError(f"the fresh-process reload of {package} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        with np.load(out, allow_pickle=False) as z:
+            return {k: np.asarray(z[k]) for k in z.files}, wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the reload child: PACKAGE BASE_DIR OUT.npz --text --seed --threads."""
+    parser = argparse.ArgumentParser(prog="python -m voxledger.tasks.packaging.probe")
+    parser.add_argument("package", type=Path)
+    parser.add_argument("base_dir", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--text", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--threads", type=int, required=True)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    stages = probe_package(args.package, args.base_dir, args.text, args.seed)
+    with open(args.out, "xb") as f:
+        np.savez(f, allow_pickle=False, **stages)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

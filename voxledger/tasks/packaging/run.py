@@ -1,0 +1,191 @@
+"""``package_adapter`` as a plain function: assemble, reload-check, merge-check, publish, record.
+
+Order of work: the deterministic tar is written and stored first (a blob keyed by its digest);
+then a fresh Python process reloads base + package and must reproduce our probe waveform; then
+the adapter is merged into the base weights, exported, reloaded and compared with the adapter
+path stage by stage (an ``equivalence`` receipt, a parent of the package receipt); only a package
+that passed both checks is published; the ``package`` receipt is the commit point. A failed check
+is still recorded (status ``failed``) and then raised.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor, StageSpec
+from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+from voxledger.schemas.errors import EquivalenceError
+from voxledger.schemas.package import (
+    PACKAGE_MEDIA_TYPE,
+    PackageManifest,
+    PackageParameters,
+    PackageReceipt,
+    PackageResult,
+    PublishRecord,
+    ReloadCheck,
+)
+from voxledger.stores.home import Home
+from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
+from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.equivalence.record import record_equivalence
+from voxledger.tasks.packaging.archive import unpack_package, verify_package
+from voxledger.tasks.packaging.assemble import PackageRequest, assemble_package
+from voxledger.tasks.packaging.probe import (
+    load_packaged,
+    probe_package,
+    probe_stages,
+    reload_in_fresh_process,
+)
+from voxledger.tasks.packaging.publish import Published, publish_file
+from voxledger.tasks.plans import plan_digest
+from voxledger.tasks.receipting import artifact, build_receipt, cache_key
+from voxledger.tasks.stage import StageOutcome, reuse
+from voxledger.tasks.threads import torch_threads
+
+PROBE_TEXT = "The salt breeze came across from the sea."
+PROBE_PLAN = EquivalencePlan(stages=(StageSpec(name="mel", kind="mel", cols=80), StageSpec(name="pcm", kind="pcm")))
+CPU_TOLERANCE = 0.0  # CPU synthesis is bit-repeatable (eval mode, seeded Griffin-Lim): demand equality
+
+
+@dataclass(frozen=True)
+class PackageOutcome(StageOutcome[PackageReceipt]):
+    """A package stage outcome plus where the tar is (in the store; in the retention root if published)."""
+
+    package_sha256: str = ""
+    package_path: Path = Path()
+    published: Published | None = None
+
+
+def publication_name(manifest_name: str, package_sha256: str) -> str:
+    """File name of a published package: its manifest name and a digest prefix."""
+    return f"{manifest_name}-{package_sha256[:16]}.tar"
+
+
+def _reload_check(ours: np.ndarray, theirs: np.ndarray, text: str, seed: int, speaker: str, threads: int, wall_s: float) -> ReloadCheck:
+    same_shape = ours.shape == theirs.shape
+    err = float(np.max(np.abs(ours.astype(np.float64) - theirs.astype(np.float64)))) if same_shape and ours.size else float("inf")
+    bitwise = same_shape and ours.tobytes() == theirs.tobytes()
+    return ReloadCheck(probe_text=text, probe_seed=seed, speaker=speaker, threads=threads, device="cpu", n_samples=int(ours.size),
+                       bitwise_equal=bitwise, max_abs_err=err if np.isfinite(err) else 1e30, tolerance=CPU_TOLERANCE,
+                       passed=bitwise or err <= CPU_TOLERANCE, child_wall_s=wall_s)  # fmt: skip
+
+
+def _write_dumps(stages: dict[str, np.ndarray], folder: Path) -> Path:
+    folder.mkdir()
+    for name, array in stages.items():
+        np.save(folder / f"{name}.npy", array, allow_pickle=False)
+    return folder
+
+
+def _merged_equivalence(home: Home, manifest: PackageManifest, tar: Path, base_dir: Path, work: Path, ours: dict[str, np.ndarray],
+                        text: str, seed: int, parents: tuple[InputRef, ...], plan: EquivalencePlan, flow: str) -> tuple[str, StageOutcome[EquivalenceReceipt]]:  # fmt: skip
+    """Export merged weights, reload them, compare with the adapter path; return (merged tree, outcome)."""
+    backend = get_backend(manifest.backend)
+    exporter = getattr(backend, "export_merged", None)
+    if exporter is None:
+        raise EquivalenceError(f"backend {manifest.backend!r} has no export_merged(); it cannot produce a merged export")
+    unpack_package(tar, work / "pkg")
+    exporter(load_packaged(manifest, base_dir, work / "pkg" / "adapter", "merged"), work / "merged")
+    merged_sha, _ = put_tree(home.blobs, work / "merged")
+    merged = backend.load_for_inference(None, work / "merged", "merged_export")
+    cand = probe_stages(manifest.backend, merged, text, manifest.inference.speaker, seed, dict(manifest.inference.settings))
+    outcome = record_equivalence(
+        home, str(_write_dumps(ours, work / "dumps-adapter")), str(_write_dumps(cand, work / "dumps-merged")), plan,
+        plan_name=f"package-probe-equivalence-{plan_digest(plan)[:12]}", ref_runtime=RuntimeDescriptor(name="adapter"),
+        cand_runtime=RuntimeDescriptor(name="merged_export"), flow=flow,
+        parents=(*parents, InputRef(role="merged_export", sha256=merged_sha, ref="artifact")),
+    )  # fmt: skip
+    return merged_sha, outcome
+
+
+def package_adapter_fn(
+    home: Home, training_run_rid: str, checkpoint_tree_sha: str, *, promotion_rid: str | None = None,
+    evaluation_rids: tuple[str, ...] | list[str] = (), retention_root: Path | None = None,
+    probe_text: str = PROBE_TEXT, probe_seed: int = 0, equivalence_plan: EquivalencePlan = PROBE_PLAN,
+    flow: str = "package_adapter", threads: int = 1,
+) -> PackageOutcome:  # fmt: skip
+    """Package a LoRA checkpoint of a training run; check it; publish it; record a ``package`` receipt.
+
+    ``equivalence_plan`` judges the merged export against the adapter path (mel and pcm of the
+    probe); a RED band fails packaging. ``threads`` (torch, this process and the fresh one) is
+    part of the request: bit-exact reload holds for a given thread count. Equal requests are served from cache (blobs re-verified).
+
+    Raises: ReceiptError (a bound receipt is missing, of the wrong kind, failed, or unrelated;
+    the checkpoint holds more than deliverables), EquivalenceError (the fresh-process reload
+    differs, or the merged export is RED; both recorded first), DigestMismatchError (stored bytes
+    changed; the retention root holds this name with other bytes).
+    """
+    started, t0 = utc_now(), time.perf_counter()
+    request = PackageRequest(training_run_rid, checkpoint_tree_sha, promotion_rid, tuple(sorted(evaluation_rids)))
+    key = cache_key("package", {"training_run": training_run_rid, "checkpoint": checkpoint_tree_sha}, None,
+                    {"promotion": promotion_rid, "evaluations": request.evaluation_receipts, "probe_text": probe_text,
+                     "probe_seed": probe_seed, "threads": threads, "equivalence_plan": plan_digest(equivalence_plan)})  # fmt: skip
+    hit = reuse(home, key, PackageReceipt)
+    if hit is not None:
+        receipt = hit.receipt
+        sha = receipt.result.package_sha256
+        path = home.blobs.path_of(sha)
+        published = None
+        if retention_root is not None:
+            published = publish_file(path, sha, retention_root, publication_name(verify_package(path).manifest.name, sha))
+        return PackageOutcome(hit.receipt_id, receipt, True, sha, path, published)
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
+        work = Path(tmp)
+        sha, manifest = assemble_package(home.blobs, request, work / "package.tar")
+        params = PackageParameters(backend=manifest.backend, training_run=training_run_rid, checkpoint_tree_sha256=checkpoint_tree_sha,
+                                   promotion_receipt=promotion_rid, evaluation_receipts=request.evaluation_receipts,
+                                   probe_text=probe_text, probe_seed=probe_seed)  # fmt: skip
+        home.blobs.put_file(work / "package.tar", expected_sha256=sha)
+        tar = home.blobs.path_of(sha)
+        materialize_tree(home.blobs, manifest.components.base_model_sha256, work / "base")
+        ours = probe_package(tar, work / "base", probe_text, probe_seed)
+        theirs, child_wall = reload_in_fresh_process(tar, work / "base", probe_text, probe_seed, threads)
+        reload = _reload_check(ours["pcm"], theirs["pcm"], probe_text, probe_seed, manifest.inference.speaker, threads, child_wall)
+        b = manifest.binding
+        inputs = [InputRef(role="training_run", sha256=b.training_run, ref="receipt"), InputRef(role="checkpoint", sha256=b.checkpoint_receipt, ref="receipt"),
+                  InputRef(role="adapter_checkpoint", sha256=b.checkpoint_tree_sha256, ref="artifact"),
+                  InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"),
+                  InputRef(role="audit", sha256=b.audit_receipt, ref="receipt"),
+                  *(InputRef(role=f"evaluation:{i}", sha256=r, ref="receipt") for i, r in enumerate(b.evaluation_receipts)),
+                  *([InputRef(role="promotion", sha256=b.promotion_receipt, ref="receipt")] if b.promotion_receipt else [])]  # fmt: skip
+        subjects = [artifact(home.blobs, "package", sha, PACKAGE_MEDIA_TYPE)]
+        result: dict[str, object] = {"package_sha256": sha, "manifest_sha256": _manifest_sha(manifest), "size_bytes": tar.stat().st_size,
+                                     "n_members": len(manifest.members) + 1, "reload": reload}  # fmt: skip
+        error = (
+            None if reload.passed else f"fresh-process reload differs: max |err| {reload.max_abs_err:.3e} > tolerance {reload.tolerance}"
+        )
+        if reload.passed:
+            merged_sha, eq = _merged_equivalence(
+                home, manifest, tar, work / "base", work, ours, probe_text, probe_seed, tuple(inputs[:4]), equivalence_plan, flow
+            )
+            report = eq.receipt.report
+            subjects.append(artifact(home.blobs, "merged_export", merged_sha, TREE_MEDIA_TYPE))
+            inputs.append(InputRef(role="equivalence", sha256=eq.receipt_id, ref="receipt"))
+            result.update(merged_tree_sha256=merged_sha, equivalence_receipt=eq.receipt_id, equivalence_band=report.band,
+                          stage_rel={s.stage: s.rel for s in report.stages if s.rel is not None})  # fmt: skip
+            error = None if report.passed else f"merged export vs adapter is {report.band}: {eq.receipt.error}"
+        published = None
+        if error is None and retention_root is not None:
+            published = publish_file(tar, sha, retention_root, publication_name(manifest.name, sha))
+            result["published"] = PublishRecord(name=published.path.name, already_present=published.already_present)
+        receipt = build_receipt(
+            PackageReceipt, flow=flow, task="package_adapter", started_at=started, key=key, subjects=subjects, inputs=inputs,
+            status="succeeded" if error is None else "failed", error=error, parameters=params,
+            result=PackageResult(build_wall_s=time.perf_counter() - t0, **result),  # type: ignore[arg-type]
+        )  # fmt: skip
+        rid = home.record(receipt)
+    if error is not None:
+        raise EquivalenceError(f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}")
+    return PackageOutcome(rid, receipt, False, sha, tar, published)
+
+
+def _manifest_sha(manifest: PackageManifest) -> str:
+    from voxledger.schemas.canonical import canonical_digest
+
+    return canonical_digest(manifest)

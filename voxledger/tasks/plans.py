@@ -1,0 +1,73 @@
+"""Frozen plans: YAML files validated into frozen models, identified by canonical digest.
+
+A plan's identity is the sha256 of the validated model's RFC 8785 JSON, so comments, key order
+and spelled-out defaults never change it. Registering a plan stores that JSON and writes a plan
+receipt; a plan file whose content changed after it was registered is refused (a change is a
+new file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from voxledger.schemas.base import utc_now
+from voxledger.schemas.canonical import canonical_bytes, canonical_digest
+from voxledger.schemas.core import PlanParameters, PlanReceipt
+from voxledger.schemas.errors import PlanError
+from voxledger.stores.home import Home
+from voxledger.stores.queries import registered_plans
+from voxledger.tasks.receipting import artifact, build_receipt
+
+M = TypeVar("M", bound=BaseModel)
+PLAN_MEDIA_TYPE = "application/vnd.voxledger.plan+json"
+
+
+def load_plan(path: Path, model: type[M]) -> M:
+    """Read a YAML plan and validate it, listing every problem with its field path."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise PlanError(f"plan file {path} does not exist") from exc
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise PlanError(f"plan file {path} is not readable YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise PlanError(f"plan file {path} must hold a mapping at the top level, got {type(raw).__name__}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()]
+        raise PlanError(f"plan file {path}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from exc
+
+
+def plan_digest(plan: BaseModel) -> str:
+    """The plan's identity."""
+    return canonical_digest(plan)
+
+
+def register_plan(home: Home, plan: BaseModel, *, source_name: str, flow: str = "cli") -> tuple[str, str]:
+    """Store a plan and record its receipt once; return (plan receipt id, plan digest)."""
+    digest = plan_digest(plan)
+    plan_kind = str(getattr(plan, "kind", type(plan).__name__))
+    rows = registered_plans(home.catalog, source_name, plan_kind)
+    for rid, registered in rows:
+        if registered == digest:
+            # the plan's bytes are in hand: a damaged stored copy is healed, never re-used
+            home.blobs.put_bytes(canonical_bytes(plan))
+            return rid, digest
+    if rows:
+        raise PlanError(
+            f"plan {source_name} ({plan_kind}) changed since it was registered as {rows[0][1]} "
+            f"(now {digest}); plans are frozen: save the change under a new file name"
+        )
+    started = utc_now()
+    home.blobs.put_bytes(canonical_bytes(plan))
+    receipt = build_receipt(
+        PlanReceipt, flow=flow, task="register_plan", started_at=started,
+        subjects=[artifact(home.blobs, "plan", digest, PLAN_MEDIA_TYPE)], key=digest,
+        parameters=PlanParameters(plan_kind=plan_kind, plan_sha256=digest, source_name=source_name),
+    )  # fmt: skip
+    return home.record(receipt), digest

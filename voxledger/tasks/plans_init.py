@@ -1,0 +1,271 @@
+"""Editable plans for a user's corpus: audit, base and adapter training, promotion, evaluation,
+listening, and the pipeline that runs them, written from the corpus's own splits, speakers and
+language (read with `load_corpus`).
+
+Roles: the train split, the dev split (training's held-out loss and the promotion gate's
+prompts) and the optional test split (the final evaluation's prompts; the dev split stands in
+when there is none) are found by name (``train`` / ``dev``, ``valid``, ``val``, ``cv`` /
+``test``, ``eval``) or given. With two or more speakers, the base model learns every speaker
+but the target and a LoRA adapter adds the target's voice; with one speaker there is no voice to
+adapt from, so only the audit, base training, evaluation and listening plans are written. A corpus
+that lacks what a plan needs is refused with one line naming the value and the fix; nothing is
+written then.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import soundfile as sf
+import yaml
+
+from voxledger.schemas.errors import CorpusError, UnsafePathError
+from voxledger.schemas.manifest import Utterance
+from voxledger.tasks.backends.tiny.training import BASE_RECIPE, LORA_RECIPE
+from voxledger.tasks.corpus.audio import DECODE_ERRORS
+from voxledger.tasks.corpus.manifests import load_corpus
+from voxledger.tasks.corpus.paths import resolve_audio_path
+from voxledger.tasks.corpus.records import LoadedCorpus
+
+ROLE_WORDS: dict[str, tuple[str, ...]] = {"train": ("train",), "dev": ("dev", "valid", "validation", "val", "cv"), "test": ("test", "eval")}
+PAIRED_GATE_MIN_PROMPTS = 5  # cluster_t needs 5 prompts (schemas/evaluation.py MIN_PROMPTS)
+MAX_PROMPTS = 20
+PLAN_FILES = ("audit.yaml", "train-base.yaml", "train-adapter.yaml", "promote.yaml", "eval.yaml", "listening.yaml", "pipeline.yaml")
+
+
+@dataclass(frozen=True)
+class CorpusRoles:
+    """Which split and speaker plays which part."""
+
+    train: str
+    dev: str
+    test: str | None
+    target: str
+    base_speakers: tuple[str, ...]  # empty: a one-speaker corpus (no adapter)
+    language: str
+    sample_rate_hz: int
+    channels: int
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What `init_plans` wrote and what it decided on the user's behalf."""
+
+    roles: CorpusRoles
+    written: tuple[Path, ...]
+    notes: tuple[str, ...]
+
+
+def _pick_split(splits: list[str], role: str, given: str | None, corpus: Path) -> str | None:
+    if given is not None:
+        if given not in splits:
+            raise CorpusError(f"{corpus}: no split {given!r} for --{role}-split (splits: {', '.join(splits)}); name one of them")
+        return given
+    found = [s for s in splits if set(re.split(r"[^a-z0-9]+", s.lower())) & set(ROLE_WORDS[role])]
+    if len(found) > 1:
+        raise CorpusError(f"{corpus}: splits {found} could each be the {role} split; choose one with --{role}-split")
+    return found[0] if found else None
+
+
+def corpus_roles(loaded: LoadedCorpus, *, train_split: str | None = None, dev_split: str | None = None, test_split: str | None = None,
+                 target: str | None = None) -> CorpusRoles:  # fmt: skip
+    """Decide splits, target speaker, language and audio format from the corpus manifest.
+
+    Raises:
+        CorpusError: a needed split or speaker is missing or ambiguous, or languages are mixed.
+    """
+    corpus, utts = loaded.root, loaded.utterances.utterances
+    splits = sorted({u.split for u in utts})
+    train = _pick_split(splits, "train", train_split, corpus)
+    if train is None:
+        raise CorpusError(
+            f"{corpus}: no train split (splits: {', '.join(splits)}); name one with --train-split or set 'split' to 'train' in the manifest"
+        )
+    dev = _pick_split(splits, "dev", dev_split, corpus)
+    if dev is None or dev == train:
+        raise CorpusError(f"{corpus}: no dev split (splits: {', '.join(splits)}); training needs held-out utterances: "
+                          "mark a few per speaker 'dev' in the manifest, or name a split with --dev-split")  # fmt: skip
+    test = _pick_split(splits, "test", test_split, corpus)
+    speakers = Counter(u.speaker for u in utts if u.split == train)
+    if target is None:
+        target = min(speakers, key=lambda s: (-speakers[s], s))
+    elif target not in speakers:
+        raise CorpusError(
+            f"{corpus}: speaker {target!r} has no utterances in split {train!r} (speakers there: {', '.join(sorted(speakers))}); pick one with --target"
+        )
+    for split in (dev, test):
+        if split and not any(u.split == split and u.speaker == target for u in utts):
+            raise CorpusError(
+                f"{corpus}: target speaker {target!r} has no utterances in split {split!r}; add some, or pick another --target"
+            )
+    languages = sorted({u.language for u in utts})
+    if len(languages) != 1:
+        raise CorpusError(f"{corpus}: utterances mix languages {languages}; one model speaks one language: split the corpus by language")
+    rate, channels = _audio_format(loaded)
+    return CorpusRoles(train, dev, test, target, tuple(sorted(set(speakers) - {target})), languages[0], rate, channels)
+
+
+def _audio_format(loaded: LoadedCorpus) -> tuple[int, int]:
+    """Most common (sample rate, channels) of the corpus's audio files, read from their headers."""
+    utts = loaded.utterances.utterances
+    seen: Counter[tuple[int, int]] = Counter()
+    for u in utts:
+        try:
+            info = sf.info(str(resolve_audio_path(loaded.root, u.audio, loaded.audio_roots)))
+        except (*DECODE_ERRORS, UnsafePathError):  # an unreadable file is the audit's finding, not init's
+            info = None
+        if info is not None:
+            seen[(info.samplerate, info.channels)] += 1
+    if not seen:
+        raise CorpusError(f"{loaded.root}: none of its {len(utts)} audio files could be read; check the manifest's audio paths")
+    return seen.most_common(1)[0][0]
+
+
+def _prompts(utts: list[Utterance], prefix: str) -> list[dict[str, Any]]:
+    return [{"id": f"{prefix}{i:03d}", "category": "short" if len(u.text.split()) <= 7 else "long", "text": u.text, "recording": u.audio}
+            for i, u in enumerate(utts[:MAX_PROMPTS])]  # fmt: skip
+
+
+def _references(prompts: list[dict[str, Any]], refs: list[Utterance]) -> dict[str, str]:
+    """Round-robin target recordings (from the train split, never a prompt's own) per prompt and seed 0."""
+    return {f"{p['id']}:0": refs[k % len(refs)].audio for k, p in enumerate(prompts)}
+
+
+def plan_documents(loaded: LoadedCorpus, roles: CorpusRoles, name: str) -> dict[str, dict[str, Any]]:
+    """File name -> plan document, written by `init_plans`."""
+    utts = loaded.utterances.utterances
+    of_target = [u for u in utts if u.speaker == roles.target]
+    refs = [u for u in of_target if u.split == roles.train]
+    gate = _prompts([u for u in of_target if u.split == roles.dev], "g")
+    final = _prompts([u for u in of_target if u.split == (roles.test or roles.dev)], "e")
+    adapt = bool(roles.base_speakers)
+    base_voice = roles.base_speakers[0] if adapt else roles.target
+    audit = {"kind": "audit_policy", "name": name,
+             "leakage": [{"key": "speaker", "partition": [sorted({u.split for u in utts})]}, {"key": "recording_id"}, {"key": "text_norm"}],
+             "sample_rate_hz": roles.sample_rate_hz, "channels": roles.channels}  # fmt: skip
+    optim = {k: BASE_RECIPE[k] for k in ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")}
+    base = {"kind": "training_plan", "name": f"{name}-base", "backend": "tiny", "mode": "full", "train_splits": [roles.train],
+            "cv_splits": [roles.dev], "speakers": list(roles.base_speakers or (roles.target,)), "seed": 0, "threads": 2,
+            "frames_per_batch": BASE_RECIPE["frames_per_batch"], "precision": BASE_RECIPE["precision"], "max_epochs": 9, "patience": 3,
+            "min_delta": 0.002, "checkpoint_every_steps": 40, "optim": optim, "model": {}}  # fmt: skip
+    candidates: list[dict[str, Any]] = [
+        {"name": "base", "backend": "tiny", "runtime": "base", "artifact": "input:base", "speaker": base_voice}
+    ]
+    if adapt:
+        candidates.append(
+            {
+                "name": "adapter",
+                "backend": "tiny",
+                "runtime": "adapter",
+                "artifact": "input:adapter",
+                "base": "input:base",
+                "speaker": roles.target,
+            }
+        )
+    candidates.append({"name": "recordings", "backend": "recordings", "runtime": "recordings"})
+    evaluation = {"kind": "evaluation_plan", "name": f"{name}-eval", "seeds": [0], "baseline": "base", "candidates": candidates,
+                  "prompts": final, "speaker_references": _references(final, refs or of_target)}  # fmt: skip
+    listening = {"kind": "listening_protocol", "name": f"{name}-listening", "title": "Voice quality listening test", "reference_candidate": "recordings",
+                 "criteria": [{"name": "naturalness", "task": "acr", "question": "How natural does this voice sound?", "direction": "higher_better"},
+                              {"name": "quality", "task": "mushra", "question": "Rate the overall quality of each sample against the reference.",
+                               "low_anchor_cutoff_hz": 3500}],
+                 "design": {"raters": 6, "raters_per_prompt": 3, "seed": 7, "gold_items": 2, "attention_checks": 1}}  # fmt: skip
+    docs: dict[str, dict[str, Any]] = {"audit.yaml": audit, "train-base.yaml": base, "eval.yaml": evaluation, "listening.yaml": listening}
+    if not adapt:
+        return docs
+    lora_optim = {k: LORA_RECIPE[k] for k in ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")}
+    docs["train-adapter.yaml"] = {
+        "kind": "training_plan", "name": f"{name}-adapter", "backend": "tiny", "mode": "lora", "train_splits": [roles.train], "cv_splits": [roles.dev],
+        "speakers": [roles.target], "new_speaker": roles.target, "seed": 0, "threads": 2, "frames_per_batch": LORA_RECIPE["frames_per_batch"],
+        "precision": LORA_RECIPE["precision"], "max_epochs": 60, "patience": 6, "min_delta": 0.001, "checkpoint_every_steps": 20,
+        "optim": lora_optim, "lora": {k: LORA_RECIPE[k] for k in ("r", "alpha", "dropout")}}  # fmt: skip
+    rules: list[dict[str, Any]] = [{"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.5,
+                                    "why": "at least half of the gate prompts must say the text and nothing else"}]  # fmt: skip
+    if len(gate) >= PAIRED_GATE_MIN_PROMPTS:
+        rules += [{"metric": "wer:whisper_en", "statistic": "delta_mean", "op": "<=", "threshold": 0.10,
+                   "why": "intelligibility may not drop by more than 10 WER points on average"},
+                  {"metric": "speaker_sim", "statistic": "delta_mean", "op": ">=", "threshold": 0.05,
+                   "why": "the adapter must move the voice toward the target"}]  # fmt: skip
+    docs["promote.yaml"] = {"kind": "promotion_policy", "name": f"{name}-promote", "best_k": 2, "include_last": True, "baseline_speaker": base_voice,
+                            "gate_plan": {"name": f"{name}-gate", "prompts": gate, "seeds": [0], "speaker_references": _references(gate, refs)},
+                            "rules": rules}  # fmt: skip
+    docs["pipeline.yaml"] = {"kind": "pipeline_plan", "name": name, "audit_policy": "audit.yaml", "base_training": "train-base.yaml",
+                             "adapter_training": "train-adapter.yaml", "promotion_policy": "promote.yaml", "evaluation": "eval.yaml",
+                             "listening_protocol": "listening.yaml", "package": True}  # fmt: skip
+    return docs
+
+
+def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int) -> dict[str, str]:
+    """The first lines of each file: the command that runs it, then what was decided and why."""
+    split_note = (
+        f"train {roles.train!r}, dev {roles.dev!r}, test {roles.test!r}"
+        if roles.test
+        else f"train {roles.train!r}, dev {roles.dev!r} (no test split: evaluation reads dev)"
+    )
+    pairs = (
+        ""
+        if n_gate >= PAIRED_GATE_MIN_PROMPTS
+        else (
+            f"\n# Only the content rule: the dev split has {n_gate} prompt(s) of {roles.target!r}; rules comparing challenger and incumbent "
+            f"(delta_mean of wer/speaker_sim) need {PAIRED_GATE_MIN_PROMPTS}."
+        )
+    )
+    return {
+        "audit.yaml": f"# voxledger audit {corpus} --policy {out}/audit.yaml\n# Splits: {split_note}. Speakers may appear in every split; "
+                      "no recording and no sentence may cross splits.\n",
+        "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# Full training of the tiny TTS "
+                           f"on {', '.join(repr(s) for s in roles.base_speakers or (roles.target,))} (language {roles.language!r}); recipe measured on the demo "
+                           "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng.\n",
+        "train-adapter.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
+                              f"# LoRA on q/k/v/o plus a new speaker row for the target voice {roles.target!r}.\n",
+        "promote.yaml": f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n# Gate prompts: the dev split "
+                        f"{roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n",
+        "eval.yaml": f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA"
+                     + (" --bind adapter=SHA" if roles.base_speakers else "") + f"\n# Prompts: split {roles.test or roles.dev!r} of {roles.target!r}.\n",
+        "listening.yaml": f"# voxledger packets export --plan {out}/listening.yaml --stimuli stimuli.json ./packets\n"
+                          "# (or the listening stage of the pipeline). Omitted fields take the schema defaults (schemas/listening.py).\n",
+        "pipeline.yaml": f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
+                         f"# audit -> base on {', '.join(roles.base_speakers)} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n",
+    }  # fmt: skip
+
+
+def init_plans(corpus: Path, out: Path, *, name: str | None = None, force: bool = False, **choices: str | None) -> InitResult:
+    """Write editable plans for ``corpus`` into ``out``; refuse to overwrite unless ``force``.
+
+    Args:
+        choices: ``train_split``, ``dev_split``, ``test_split``, ``target`` (see `corpus_roles`).
+
+    Raises:
+        CorpusError: the corpus lacks what a plan needs (`corpus_roles`), or a file exists.
+    """
+    loaded = load_corpus(corpus)
+    roles = corpus_roles(loaded, **choices)
+    name = name or _plan_name(corpus)
+    docs = plan_documents(loaded, roles, name)
+    clash = [out / f for f in docs if (out / f).exists()]
+    if clash and not force:
+        raise CorpusError(f"{clash[0]} exists; choose another --out folder or pass --force to overwrite (nothing written)")
+    n_gate = len(docs["promote.yaml"]["gate_plan"]["prompts"]) if "promote.yaml" in docs else 0
+    headers = _headers(str(corpus), str(out), roles, n_gate)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for file, doc in docs.items():
+        (out / file).write_text(headers[file] + yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
+        written.append(out / file)
+    notes = (
+        []
+        if roles.base_speakers
+        else [
+            f"one speaker ({roles.target!r}): no adapter, promotion or pipeline plan; train the base with train-base.yaml and evaluate it with eval.yaml"
+        ]
+    )
+    return InitResult(roles, tuple(written), tuple(notes))
+
+
+def _plan_name(corpus: Path) -> str:
+    stem = corpus.absolute().name if corpus.is_dir() else corpus.absolute().parent.name
+    return re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-") or "corpus"

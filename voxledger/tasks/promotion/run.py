@@ -1,0 +1,176 @@
+"""``promote_adapter`` as a plain function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.errors import GateFailedError
+from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan
+from voxledger.schemas.promotion import (
+    AliasMove,
+    ChallengerDecision,
+    GatePlan,
+    GateRule,
+    PromotionParameters,
+    PromotionPolicy,
+    PromotionReceipt,
+    PromotionResult,
+    RuleValue,
+)  # fmt: skip
+from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
+from voxledger.stores.home import Home
+from voxledger.stores.queries import latest_alias_move, promotion_that_moved
+from voxledger.tasks.evaluation.run import evaluate_plan_fn
+from voxledger.tasks.plans import plan_digest, register_plan
+from voxledger.tasks.receipting import build_receipt, cache_key
+from voxledger.tasks.stage import StageOutcome, record, reuse
+
+
+@dataclass(frozen=True)
+class AliasState:
+    """Where an alias points now, and the base it serves on."""
+
+    target_sha256: str
+    base_sha256: str | None
+    receipt_sha256: str
+
+
+def alias_state(home: Home, alias: str) -> AliasState | None:
+    """The current target of ``alias`` (latest move), or None."""
+    row = latest_alias_move(home.catalog, alias)
+    return AliasState(*row) if row else None
+
+
+def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPolicy) -> list[tuple[str, CheckpointReceipt]]:
+    """Best-k epochs by CV loss plus the last epoch (deduplicated), as (receipt id, receipt)."""
+    ids = [r.sha256 for r in run.inputs if r.role.startswith("checkpoint:")]
+    ckpts = [(rid, home.receipts.read(rid, CheckpointReceipt)) for rid in ids]
+    ranked = sorted(ckpts, key=lambda c: (c[1].parameters.cv_loss, c[1].parameters.epoch))
+    chosen = ranked[: policy.best_k]
+    if policy.include_last and ckpts[-1] not in chosen:
+        chosen.append(ckpts[-1])
+    return sorted(chosen, key=lambda c: c[1].parameters.epoch)
+
+
+def gate_plan_for(template: GatePlan, incumbent: Candidate, challengers: list[Candidate]) -> EvaluationPlan:
+    """The gate plan's prompts, seeds, metrics and statistics with this round's candidates."""
+    return EvaluationPlan(name=f"{template.name}:gate", prompts=template.prompts, seeds=template.seeds, candidates=(incumbent, *challengers),
+                          baseline=incumbent.name, speaker_references=template.speaker_references, metrics=template.metrics,
+                          statistics=template.statistics)  # fmt: skip
+
+
+def judge(
+    rule: GateRule, challenger: str, comparisons: dict[tuple[str, str], Comparison], means: dict[tuple[str, str], float]
+) -> RuleValue:
+    """Evaluate one rule; a missing metric or an interval that could not be estimated fails the rule
+    with the reason stated (never skipped, never judged on a zero-width interval)."""
+    value: float | None = None
+    reason = f"{rule.metric} was not measured for {challenger}"
+    if rule.statistic == "challenger_mean":
+        value = means.get((challenger, rule.metric))
+    else:
+        c = comparisons.get((challenger, rule.metric))
+        if c is not None:
+            value = {"delta_mean": c.delta.mean, "delta_low": c.delta.low, "delta_high": c.delta.high}[rule.statistic]
+            if value is None:
+                reason = f"{rule.statistic}({rule.metric}) for {challenger} is not estimable: {c.delta.note}"
+    if value is None:
+        return RuleValue(**rule.model_dump(exclude={"why"}), value=None, passed=False, detail=reason)
+    ok = value <= rule.threshold if rule.op == "<=" else value >= rule.threshold
+    return RuleValue(**rule.model_dump(exclude={"why"}), value=value, passed=ok,
+                     detail=f"{rule.statistic}({rule.metric}) = {value:.4f} {'meets' if ok else 'fails'} {rule.op} {rule.threshold}")  # fmt: skip
+
+
+def _already_promoted(
+    home: Home, run_rid: str, policy_sha: str, alias: str, champion: AliasState | None
+) -> StageOutcome[PromotionReceipt] | None:
+    """The promotion that made the current champion from this very run and policy, if it did.
+
+    Re-running an unchanged pipeline must not re-judge a run against the champion it produced
+    itself; that promotion's receipt is the answer (verified like any cache hit).
+    """
+    if champion is None:
+        return None
+    rid = promotion_that_moved(home.catalog, alias, champion.target_sha256, run_rid, policy_sha)
+    if rid is None or rid != champion.receipt_sha256:
+        return None
+    return reuse(home, home.receipts.read(rid, PromotionReceipt).cache_key, PromotionReceipt)
+
+
+def promote_adapter_fn(
+    home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
+    progress: Callable[[str], None] | None = None,
+) -> StageOutcome[PromotionReceipt]:  # fmt: skip
+    """Evaluate best-k + last against the champion (or the base model) and move aliases."""
+    from voxledger.schemas.errors import ReceiptError, TrainingError
+
+    started = utc_now()
+    try:
+        run = home.receipts.read(training_run_rid, TrainingRunReceipt)
+    except ReceiptError as exc:
+        raise TrainingError(f"{exc}; pass the id `voxledger train` printed") from exc
+    policy_rid, policy_sha = register_plan(home, policy, source_name=policy_name, flow=flow)
+    base_sha = run.parameters.bound.base_sha256
+    champion = alias_state(home, policy.alias)
+    if champion is not None and champion.base_sha256 != base_sha:
+        raise GateFailedError(
+            f"alias {policy.alias!r} serves on base {champion.base_sha256}, but run {training_run_rid} was trained on base "
+            f"{base_sha}; an adapter can only replace a champion of the same base model"
+        )
+    backend = run.parameters.backend
+    challengers = select_challengers(home, run, policy)
+    speaker = str(run.parameters.effective_config["plan"].get("new_speaker") or policy.baseline_speaker)  # type: ignore[union-attr]
+    cands = [Candidate(name=f"epoch{c.parameters.epoch}", backend=backend, runtime="adapter", artifact=f"input:epoch{c.parameters.epoch}",
+                       base="input:base", speaker=speaker) for _, c in challengers]  # fmt: skip
+    bindings = {f"epoch{c.parameters.epoch}": c.subject("checkpoint").sha256 for _, c in challengers}
+    if base_sha:
+        bindings["base"] = base_sha
+    if champion is None:
+        incumbent = Candidate(name="incumbent", backend=backend, runtime="base", artifact="input:base", speaker=policy.baseline_speaker)
+        incumbent_sha = base_sha or ""
+    else:
+        incumbent = Candidate(
+            name="incumbent", backend=backend, runtime="adapter", artifact="input:incumbent", base="input:base", speaker=speaker
+        )
+        bindings["incumbent"] = incumbent_sha = champion.target_sha256
+    key = cache_key("promote", {"run": training_run_rid, **bindings}, policy_sha, {})
+    hit = reuse(home, key, PromotionReceipt, report=progress) or _already_promoted(
+        home, training_run_rid, policy_sha, policy.alias, champion
+    )
+    if hit is not None:
+        return hit
+    gate = gate_plan_for(policy.gate_plan, incumbent, cands)
+    # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
+    ev = evaluate_plan_fn(home, gate, plan_name=f"{policy_name}#gate@{plan_digest(gate)[:16]}", corpus=corpus, bindings=bindings, flow=flow, progress=progress,
+                          parents=(InputRef(role="policy", sha256=policy_rid, ref="receipt"),))  # fmt: skip
+    comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
+    means = {(s.candidate, m): iv.mean for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
+    decisions = []
+    for (rid, ck), cand in zip(challengers, cands):
+        rules = tuple(judge(r, cand.name, comparisons, means) for r in policy.rules)
+        decisions.append(ChallengerDecision(name=cand.name, checkpoint_receipt=rid, tree_sha256=ck.subject("checkpoint").sha256,
+                                            epoch=ck.parameters.epoch, cv_loss=ck.parameters.cv_loss, rules=rules,
+                                            passed=all(r.passed for r in rules)))  # fmt: skip
+    passing = sorted((d for d in decisions if d.passed), key=lambda d: (d.cv_loss, d.epoch))
+    best_cv = min(decisions, key=lambda d: (d.cv_loss, d.epoch))
+    previous_candidate = alias_state(home, policy.candidate_alias)
+    moves = [AliasMove(alias=policy.candidate_alias, target_sha256=best_cv.tree_sha256, previous_sha256=previous_candidate.target_sha256 if previous_candidate else None,
+                       base_sha256=base_sha, reason=f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})")]  # fmt: skip
+    promoted = passing[0] if passing else None
+    if promoted is not None:
+        moves.append(AliasMove(alias=policy.alias, target_sha256=promoted.tree_sha256, previous_sha256=champion.target_sha256 if champion else None,
+                               base_sha256=base_sha, reason=f"{promoted.name} passed all {len(policy.rules)} gates against {incumbent.runtime} incumbent"))  # fmt: skip
+    failed = "; ".join(f"{d.name}: " + ", ".join(r.detail for r in d.rules if not r.passed) for d in decisions if not d.passed)
+    receipt = build_receipt(
+        PromotionReceipt, flow=flow, task="promote_adapter", started_at=started, key=key,
+        status="succeeded" if promoted else "failed", error=None if promoted else f"no challenger passed every gate: {failed}",
+        inputs=[InputRef(role="training_run", sha256=training_run_rid, ref="receipt"), InputRef(role="policy", sha256=policy_rid, ref="receipt"),
+                InputRef(role="evaluation", sha256=ev.receipt_id, ref="receipt"), *(InputRef(role=f"challenger:{d.name}", sha256=d.checkpoint_receipt, ref="receipt") for d in decisions)],
+        parameters=PromotionParameters(policy_sha256=policy_sha, training_run=training_run_rid, evaluation=ev.receipt_id, incumbent=incumbent.runtime,
+                                       incumbent_sha256=incumbent_sha or ("0" * 64), serving_base_sha256=base_sha),
+        result=PromotionResult(challengers=tuple(decisions), promoted=promoted.name if promoted else None, moves=tuple(moves)),
+    )  # fmt: skip
+    return record(home, receipt)

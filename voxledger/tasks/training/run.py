@@ -1,0 +1,204 @@
+"""``train_adapter`` as a plain function: checks, binding, the loop, and receipts."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from voxledger.schemas.audit import AuditReceipt
+from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.canonical import canonical_bytes, canonical_digest
+from voxledger.schemas.errors import ReceiptError, TrainingError
+from voxledger.schemas.training import (
+    CheckpointParameters,
+    CheckpointReceipt,
+    EpochRecord,
+    TrainingInputs,
+    TrainingPlan,
+    TrainingResult,
+    TrainingRunParameters,
+    TrainingRunReceipt,
+)  # fmt: skip
+from voxledger.stores.home import Home
+from voxledger.stores.identity import code_identity
+from voxledger.stores.trees import (
+    TREE_MEDIA_TYPE,
+    TreeEntry,
+    TreeManifest,
+    manifest_bytes,
+    materialize_tree,
+    put_tree,
+)
+from voxledger.tasks.audit.run import _audio_digests, _audio_tree
+from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.corpus.manifests import load_corpus
+from voxledger.tasks.plans import register_plan
+from voxledger.tasks.receipting import artifact, build_receipt, cache_key
+from voxledger.tasks.stage import StageOutcome, damaged_outputs, record, reuse
+from voxledger.tasks.threads import torch_threads
+from voxledger.tasks.training.loop import run_loop
+
+
+def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
+    """The audit receipt, which must exist and pass; TrainingError otherwise."""
+    try:
+        receipt = home.receipts.read(audit_rid, AuditReceipt)
+    except ReceiptError as exc:
+        raise TrainingError(f"{exc}; pass the id `voxledger audit` printed") from exc
+    if receipt.result.verdict != "pass":
+        raise TrainingError(
+            f"audit {audit_rid} of corpus {receipt.parameters.corpus_name} failed "
+            f"({receipt.result.counts_by_code}); fix the corpus and audit it again before training"
+        )
+    return receipt
+
+
+def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, plan_sha: str, base_sha: str | None, backend_sha: str,
+                backend: Any = None) -> TrainingInputs:  # fmt: skip
+    """Re-hash the corpus and refuse it if it is not exactly what the audit saw."""
+    loaded = load_corpus(corpus)
+    manifest_sha = canonical_digest(loaded.utterances)
+    digests, paths = _audio_digests(loaded, home)
+    tree_sha = canonical_digest(_audio_tree(loaded, digests, paths))
+    for name, now, then in (
+        ("manifest", manifest_sha, audit.parameters.manifest_sha256),
+        ("audio tree", tree_sha, audit.parameters.audio_tree_sha256),
+    ):
+        if now != then:
+            raise TrainingError(f"corpus {corpus} changed since audit {audit_rid}: {name} is {now}, the audit saw {then}; audit it again")
+    features = _features_tree(home, loaded, backend)
+    return TrainingInputs(audit_receipt=audit_rid, plan_sha256=plan_sha, base_sha256=base_sha, manifest_sha256=manifest_sha,
+                          audio_tree_sha256=tree_sha, features_sha256=features, code_sha256=code_identity().source_sha256,
+                          backend_sha256=backend_sha)  # fmt: skip
+
+
+def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
+    """Digest of the per-utterance side files the backend trains on, each stored as a blob.
+
+    A backend that derives them (tiny: phoneme durations, from alignment files or forced
+    alignment) lists them through ``feature_files``; otherwise the corpus's own alignment files
+    are the features.
+    """
+    from voxledger.stores.hashing import hash_files
+
+    derive = getattr(backend, "feature_files", None)  # optional part of the Backend protocol
+    if derive is not None:
+        files = derive(loaded)
+        entries = tuple(
+            TreeEntry(path=rel, size_bytes=len(files[rel]), sha256=home.blobs.put_bytes(files[rel]), executable=False)
+            for rel in sorted(files)
+        )
+        return home.blobs.put_bytes(manifest_bytes(TreeManifest(entries=entries)))
+    rel = sorted({str(u.extra["alignment"]) for u in loaded.utterances.utterances if "alignment" in u.extra})
+    paths = [loaded.root / r for r in rel]
+    missing = [r for r, p in zip(rel, paths) if not p.is_file()]
+    if missing:
+        raise TrainingError(f"corpus {loaded.root}: {len(missing)} alignment file(s) missing, e.g. {missing[:3]}")
+    digests = hash_files(paths, cache=home.stat_cache)
+    tree = TreeManifest(
+        entries=tuple(TreeEntry(path=r, size_bytes=p.stat().st_size, sha256=digests[p], executable=False) for r, p in zip(rel, paths))
+    )
+    for e, p in zip(tree.entries, paths):
+        if not home.blobs.has(e.sha256):
+            home.blobs.put_file(p, expected_sha256=e.sha256)
+    return home.blobs.put_bytes(manifest_bytes(tree))
+
+
+def train_adapter_fn(
+    home: Home, corpus: Path, audit_rid: str, plan: TrainingPlan, *, plan_name: str, base_sha: str | None = None,
+    run_dir: Path | None = None, flow: str = "train_adapter", progress: Callable[[str], None] | None = None,
+) -> StageOutcome[TrainingRunReceipt]:  # fmt: skip
+    """Train under ``plan`` from an audited corpus; resume a crashed run; record every receipt."""
+    started = utc_now()
+    audit = passing_audit(home, audit_rid)
+    plan_rid, plan_sha = register_plan(home, plan, source_name=plan_name, flow=flow)
+    backend = get_backend(plan.backend)
+    if plan.mode == "lora" and base_sha is None and backend.needs_stored_base:
+        raise TrainingError(
+            f"plan {plan_name} is a LoRA plan for backend {plan.backend}: give the base model digest (a full-mode run's 'best' output)"
+        )
+    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()), backend)
+    run_key = cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
+    hit = reuse(home, run_key, TrainingRunReceipt, report=progress)
+    if hit is not None:
+        return hit
+    run_dir = run_dir or home.root / "runs" / f"{plan.name}-{run_key[:12]}"
+    # an earlier attempt of this run may have recorded epochs its last checkpoint does not know of;
+    # only then is each epoch looked up before recording (a catalog round trip saved per epoch)
+    earlier_attempt = run_dir.exists() or home.find_cached(run_key) is not None
+    if _resume_is_damaged(home, run_dir, run_key):
+        # a checkpoint this run already recorded no longer verifies: resuming would re-use it, so
+        # train again from the start (same machine and build: the same bytes come back and heal it)
+        aside = run_dir.with_name(f"{run_dir.name}.damaged-{utc_now():%Y%m%dT%H%M%S}")
+        run_dir.rename(aside)
+        _say(progress, f"a recorded checkpoint of this run is damaged; retraining from the start ({aside.name} kept)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(plan.threads):
+        base_dir = None
+        if base_sha is not None:
+            base_dir = Path(tmp) / "base"
+            materialize_tree(home.blobs, base_sha, base_dir)  # every file verified against its digest
+        setup = backend.setup(corpus, plan, base_dir)
+        parents = [InputRef(role="audit", sha256=audit_rid, ref="receipt"), InputRef(role="plan", sha256=plan_rid, ref="receipt"),
+                   InputRef(role="features", sha256=bound.features_sha256, ref="artifact")]  # fmt: skip
+        if base_sha:
+            parents.append(InputRef(role="base_model", sha256=base_sha, ref="artifact"))
+
+        def on_epoch_end(epoch: int, model: torch.nn.Module, record: EpochRecord) -> str:
+            out = Path(tmp) / f"epoch-{epoch}"
+            backend.export(model, out)
+            tree_sha, _ = put_tree(home.blobs, out)
+            key = canonical_digest({"run_key": run_key, "epoch": epoch, "tree": tree_sha})
+            found = home.find_cached(key) if earlier_attempt else None
+            if found:
+                return found
+            receipt = build_receipt(
+                CheckpointReceipt, flow=flow, task="checkpoint_epoch", started_at=utc_now(), key=key, inputs=parents,
+                subjects=[artifact(home.blobs, "checkpoint", tree_sha, TREE_MEDIA_TYPE)],
+                parameters=CheckpointParameters(run_key=run_key, epoch=epoch, global_step=record.global_step,
+                                                cv_loss=record.cv_loss, train_loss=record.train_loss, bound=bound),
+            )  # fmt: skip
+            return home.record(receipt)
+
+        result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
+    st = result.state
+    ckpts = [home.receipts.read(r, CheckpointReceipt) for r in st.epoch_receipts]
+    best = ckpts[st.best_epoch].subject("checkpoint")
+    last = ckpts[-1].subject("checkpoint")
+    receipt = build_receipt(
+        TrainingRunReceipt, flow=flow, task="train_adapter", started_at=started, key=run_key,
+        subjects=[best.model_copy(update={"role": "best"}), last.model_copy(update={"role": "last"})],
+        inputs=[*parents, *(InputRef(role=f"checkpoint:{i}", sha256=r, ref="receipt") for i, r in enumerate(st.epoch_receipts))],
+        parameters=TrainingRunParameters(run_key=run_key, backend=plan.backend, mode=plan.mode, bound=bound,
+                                         effective_config={"plan": json.loads(canonical_bytes(plan)), **setup.effective_config}),
+        result=TrainingResult(epochs=tuple(EpochRecord.model_validate(h) for h in st.history), best_epoch=st.best_epoch,
+                              best_cv_loss=float(st.best_cv or 0.0), stop_reason=st.stop_reason or "max_epochs",  # type: ignore[arg-type]
+                              total_steps=st.global_step, resumed_at_steps=tuple(st.resumed_at),
+                              trainable_parameters=result.trainable_parameters, total_parameters=result.total_parameters),
+    )  # fmt: skip
+    return record(home, receipt)
+
+
+def _resume_is_damaged(home: Home, run_dir: Path, run_key: str) -> bool:
+    """True when an epoch receipt of this run names a checkpoint whose bytes no longer verify."""
+    if not run_dir.exists():
+        return False
+    from voxledger.stores.queries import receipts_of_run
+
+    for rid in receipts_of_run(home.catalog, run_key):
+        bad = damaged_outputs(home, home.receipts.read(rid, CheckpointReceipt))
+        for sha in bad:
+            home.blobs.quarantine(sha)
+        if bad:
+            return True
+    return False
+
+
+def _say(progress: Callable[[str], None] | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
