@@ -11,30 +11,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-
-@dataclass
-class Figure:
-    """One benchmark line: what, value, unit, and how it compares to its goal."""
-
-    name: str
-    value: float
-    unit: str
-    goal: str = ""
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
+from voxledger.bench_stages.common import Figure
+from voxledger.bench_stages.common import make_corpus as _make_corpus
+from voxledger.bench_stages.common import timed as _timed
 
 
 def bench_hash_large(work: Path, size_mib: int) -> list[Figure]:
@@ -57,18 +42,6 @@ def bench_hash_large(work: Path, size_mib: int) -> list[Figure]:
         Figure(f"sha256 {size_mib} MiB: voxledger", mb / t_ours, "MB/s"),
         Figure("voxledger / openssl throughput", t_ssl / t_ours, "x", ">= 0.9"),
     ]
-
-
-def _make_corpus(root: Path, n: int, size: int) -> list[Path]:
-    root.mkdir(parents=True)
-    files = []
-    for i in range(n):
-        d = root / f"d{i % 100:02d}"
-        d.mkdir(exist_ok=True)
-        p = d / f"f{i:05d}.bin"
-        p.write_bytes(os.urandom(size))
-        files.append(p)
-    return files
 
 
 def bench_corpus(work: Path, n: int) -> list[Figure]:

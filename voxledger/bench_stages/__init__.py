@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voxledger.bench import Figure
 from voxledger.bench_stages.audit import bench_audit, build_noise_corpus
 from voxledger.bench_stages.common import (
+    Figure,
     audit_policy,
     in_child,
     peak_rss_mb,

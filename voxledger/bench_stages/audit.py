@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench import Figure
-from voxledger.bench_stages.common import SAMPLE_RATE_HZ, audit_policy, in_child, peak_rss_mb
+from voxledger.bench_stages.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
 from voxledger.schemas.errors import AuditFailedError, VoxledgerError
 
 # 4-6 letter words: three per one-second clip is ~15 letters/s, ordinary read speech, so the
@@ -24,7 +23,7 @@ WORDS = (
 )  # fmt: skip
 
 
-def _wav_header(n_samples: int) -> bytes:
+def wav_header(n_samples: int) -> bytes:
     """The header soundfile writes for a mono 16-bit 16 kHz clip of ``n_samples`` samples."""
     import soundfile as sf
 
@@ -33,7 +32,7 @@ def _wav_header(n_samples: int) -> bytes:
     return buf.getvalue()[: -2 * n_samples]
 
 
-def _speech_shaped_noise(rng: np.random.Generator, count: int) -> np.ndarray:
+def speech_shaped_noise(rng: np.random.Generator, count: int) -> np.ndarray:
     """``count`` one-second int16 clips: low-passed noise under a 3-5 Hz syllable envelope, peak 0.3."""
     from scipy.signal import lfilter
 
@@ -65,9 +64,9 @@ def build_noise_corpus(root: Path, n: int, seed: int = 0) -> Path:
     """
     if n > len(WORDS) ** 3:
         raise ValueError(f"n={n} exceeds the {len(WORDS) ** 3} distinct transcripts of the noise corpus")
-    header, rng, rows = _wav_header(SAMPLE_RATE_HZ), np.random.default_rng(seed), []
+    header, rng, rows = wav_header(SAMPLE_RATE_HZ), np.random.default_rng(seed), []
     for start in range(0, n, 1000):
-        for j, clip in enumerate(_speech_shaped_noise(rng, min(1000, n - start))):
+        for j, clip in enumerate(speech_shaped_noise(rng, min(1000, n - start))):
             row = _noise_row(start + j)
             path = root / row["audio"]
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import os
 import resource
 import sys
 import time
@@ -15,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +129,33 @@ def train_plan(quick: bool, **over: Any) -> Any:
     }  # fmt: skip
     fields.update(over)
     return TrainingPlan(**fields)
+
+
+@dataclass
+class Figure:
+    """One benchmark line: what, value, unit, and how it compares to its goal."""
+
+    name: str
+    value: float
+    unit: str
+    goal: str = ""
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of one call."""
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def make_corpus(root: Path, n: int, size: int) -> list[Path]:
+    """``n`` random files of ``size`` bytes under ``root`` in 100 folders."""
+    root.mkdir(parents=True)
+    files = []
+    for i in range(n):
+        d = root / f"d{i % 100:02d}"
+        d.mkdir(exist_ok=True)
+        p = d / f"f{i:05d}.bin"
+        p.write_bytes(os.urandom(size))
+        files.append(p)
+    return files

@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench import Figure
-from voxledger.bench_stages.audit import WORDS, _speech_shaped_noise, _wav_header
-from voxledger.bench_stages.common import SAMPLE_RATE_HZ, audit_policy, in_child, peak_rss_mb
+from voxledger.bench_stages.audit import WORDS, speech_shaped_noise, wav_header
+from voxledger.bench_stages.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
 
 CLIP_S = 10
 POOL = 200  # one-second blocks; clip numbers up to POOL**2 = 40,000 are spelt by two blocks
@@ -39,8 +38,8 @@ def build_scale_corpus(root: Path, n: int, seed: int = 0) -> list[Path]:
     """``n`` distinct ten-second clips and their ``manifest.jsonl`` under ``root``; returns the clip paths."""
     if n > POOL**2:
         raise ValueError(f"n={n} exceeds the {POOL**2} clips two pool blocks can spell")
-    blocks = _speech_shaped_noise(np.random.default_rng(seed), POOL)
-    header = _wav_header(CLIP_S * SAMPLE_RATE_HZ)
+    blocks = speech_shaped_noise(np.random.default_rng(seed), POOL)
+    header = wav_header(CLIP_S * SAMPLE_RATE_HZ)
     paths, rows = [], []
     for i in range(n):
         # a seeded order per clip: two clips share a block at the same position with chance

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench import Figure
 from voxledger.bench_stages.common import (
     SAMPLE_RATE_HZ,
     TINY,
+    Figure,
     audit_policy,
     clock,
     in_child,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from voxledger.bench import Figure
+from voxledger.bench_stages.common import Figure
 from voxledger.schemas.errors import VoxledgerError
 
 

@@ -24,7 +24,7 @@ from functools import partial
 import numpy as np
 from scipy import stats
 
-from voxledger.bench import Figure
+from voxledger.bench_stages.common import Figure
 from voxledger.schemas.evaluation import StatisticsSettings
 from voxledger.tasks.evaluation.stats import interval_of_means, t_test
 from voxledger.tasks.listening.stats import crossed_mean

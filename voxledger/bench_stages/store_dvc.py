@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from voxledger.bench import Figure, _make_corpus
+from voxledger.bench_stages.common import Figure, make_corpus
 from voxledger.schemas.errors import VoxledgerError
 
 
@@ -47,7 +47,7 @@ def bench_store_dvc(work: Path, n: int) -> list[Figure]:
 
     repo = work / "dvc-repo"
     data = repo / "data"
-    files = _make_corpus(data, n, 64 * 1024)
+    files = make_corpus(data, n, 64 * 1024)
     hash_files(files, workers=1)  # warm the page cache for both tools
     ours_first = _run(_voxledger(work / "put-home", data), work)
     ours_again = _run(_voxledger(work / "put-home", data), work)

@@ -6,8 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench import Figure
-from voxledger.bench_stages.common import TINY, audit_policy, in_child, stage_timers, train_plan
+from voxledger.bench_stages.common import TINY, Figure, audit_policy, in_child, stage_timers, train_plan
 from voxledger.schemas.errors import VoxledgerError
 
 TRAIN_STAGES = (("setup", TINY, "TinyBackend.setup"), ("step", TINY, "TinyBackend.train_step"), ("cv", TINY, "TinyBackend.cv_loss"))

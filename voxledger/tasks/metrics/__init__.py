@@ -49,3 +49,8 @@ def verify_engine(pin: str) -> None:
         raise EvaluationError(
             f"spec needs {pin} but {name}=={installed} is installed; install {pin} or score with a spec that names the installed version"
         )
+
+
+# the shipped extractors register themselves in ``registry`` on import: whoever reads the
+# registry (evaluation, reports, gates) sees them, and ``registry`` itself imports none of them
+from voxledger.tasks.metrics import builtin as _builtin  # noqa: E402,F401

@@ -92,9 +92,7 @@ def unregister(name: str) -> None:
 
 
 def extractors() -> dict[str, ExtractorDef]:
-    """The registry with the shipped extractors loaded (they register on import)."""
-    from voxledger.tasks.metrics import builtin  # noqa: F401
-
+    """The registry (the package's import registered the shipped extractors)."""
     return EXTRACTORS
 
 
