@@ -259,7 +259,9 @@ def _populate(home: Home, tmp_path: Path) -> list[str]:
         update={"subjects": (Artifact(role="tree", sha256=tree_sha, size_bytes=home.blobs.size_of(tree_sha), media_type=TREE_MEDIA_TYPE),)}
     )
     ids.append(home.record(tree_receipt))
-    ids.append(home.record(ingest_receipt(7)))  # names a digest no store holds
+    rid, doc = home.receipts.write(ingest_receipt(7))  # names a digest no store holds (record() would refuse it)
+    home.catalog.ingest([(rid, doc)])
+    ids.append(rid)
     return ids
 
 
@@ -295,7 +297,7 @@ def test_push_then_ingest_rebuilds_the_same_catalog(remote: S3BlobStore, tmp_pat
 
 def test_ingest_refuses_a_tampered_receipt(remote: S3BlobStore, tmp_path: Path) -> None:
     a = Home(tmp_path / "a")
-    rid = a.record(ingest_receipt(3))
+    rid = a.record(ingest_receipt(3, out=a.blobs.put_bytes(b"three")))
     push_to(a, remote)
     _tamper(remote, rid, b'{"kind": "ingest"}')
     with pytest.raises(DigestMismatchError, match=rid):

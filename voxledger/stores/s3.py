@@ -7,18 +7,24 @@ answers 501 NotImplemented is remembered and written check-then-put, then read b
 verified. An object that already exists is verified, never rewritten. Large files go up as a
 multipart upload to the final key, hashed while uploading; the object only becomes visible when
 the upload completes, so a killed writer leaves no partial object (only an incomplete upload,
-which is aborted on error and otherwise expired by a bucket lifecycle rule).
+which is aborted on error and otherwise expired by a bucket lifecycle rule); its parts go up
+in parallel. ``existing`` answers "which of these digests are shared?" from listings that jump
+over the key space (one request per 1,000 keys or per wanted digest, whichever is fewer), and
+``journal/`` holds append-only segments naming the receipts each push added, so a reader that
+remembers where it stopped lists only what is new.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,7 +33,7 @@ import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from voxledger.schemas.canonical import is_sha256_hex
+from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
 from voxledger.stores.hashing import CHUNK_BYTES, sha256_stream
 
@@ -38,6 +44,8 @@ _MISSING = {"404", "NoSuchKey", "NotFound"}
 _EXISTS = {"412", "PreconditionFailed"}
 _CONFLICT = {"409", "ConditionalRequestConflict"}  # another conditional write to the key in flight
 _UNSUPPORTED = {"501", "NotImplemented"}
+JOURNAL_FORMAT = "voxledger-journal/1"
+LIST_PAGE_KEYS = 1000  # the most keys one ListObjectsV2 call returns
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class S3Config:
     part_size_bytes: int = 8 * MIB
     multipart_threshold_bytes: int = 16 * MIB
     conditional_writes: bool = True
+    max_workers: int = 16
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -60,6 +69,8 @@ class S3Config:
                 f"part_size_bytes={self.part_size_bytes} is below the S3 minimum of {MIN_PART_BYTES}; "
                 "raise VOXLEDGER_S3_PART_SIZE_MIB to 5 or more"
             )
+        if self.max_workers < 1:
+            raise VoxledgerError(f"max_workers={self.max_workers} must be at least 1; set VOXLEDGER_S3_WORKERS to 1 or more")
         if self.prefix and not self.prefix.endswith("/"):
             object.__setattr__(self, "prefix", self.prefix + "/")
 
@@ -73,6 +84,7 @@ class S3Config:
             region=environ.get("VOXLEDGER_S3_REGION") or None,
             part_size_bytes=int(environ.get("VOXLEDGER_S3_PART_SIZE_MIB", "8")) * MIB,
             conditional_writes=environ.get("VOXLEDGER_S3_CONDITIONAL_WRITES", "1") not in ("0", "false"),
+            max_workers=int(environ.get("VOXLEDGER_S3_WORKERS", "16")),
         )
 
 
@@ -122,7 +134,12 @@ class S3BlobStore:
             "s3",
             endpoint_url=config.endpoint_url,
             region_name=config.region,
-            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60),
+            config=Config(
+                retries={"max_attempts": 5, "mode": "standard"},
+                connect_timeout=10,
+                read_timeout=60,
+                max_pool_connections=config.max_workers + 4,  # one connection per transfer thread
+            ),
         )
         self._conditional = config.conditional_writes
         self.url = f"s3://{config.bucket}/{config.prefix}"
@@ -202,16 +219,18 @@ class S3BlobStore:
         self._commit(sha256, lambda extra: self._call("put_object", Key=key, Body=data, **extra))
         return sha256
 
-    def put_file(self, path: Path, expected_sha256: str | None = None) -> str:
+    def put_file(self, path: Path, expected_sha256: str | None = None, *, known_absent: bool = False) -> str:
         """Upload a file (multipart above the threshold, hashed while uploading); return its sha256.
 
         The digest names the key, so it is computed first unless ``expected_sha256`` is given.
         Raises DigestMismatchError when the uploaded bytes do not hash to it (the file changed);
         the upload is then aborted and nothing becomes visible. When the object is already shared
-        the file is not read again: the shared object is verified instead.
+        the file is not read again: the shared object is verified instead. ``known_absent`` skips
+        the existence request when a listing just said the key is free (a racing writer is still
+        caught: the write is create-only).
         """
         sha256 = expected_sha256 or sha256_stream(path)[0]
-        if self.has(sha256):
+        if not known_absent and self.has(sha256):
             self.verify(sha256)
             return sha256
         size = path.stat().st_size
@@ -229,19 +248,23 @@ class S3BlobStore:
             raise DigestMismatchError(f"{path} changed while being stored: expected {expected}, read {actual}")
 
     def _put_multipart(self, path: Path, sha256: str, size: int) -> None:
+        """Parts are read and hashed in order, uploaded by a bounded pool (at most ``max_workers``
+        parts in memory at once); the object appears only at the completing call."""
         key = self.key_of(sha256)
         part_bytes = max(self.config.part_size_bytes, -(-size // MAX_PARTS))
         upload_id = self._call("create_multipart_upload", Key=key)["UploadId"]
         completed = False
         try:
-            parts: list[dict[str, Any]] = []
             h = hashlib.sha256()
-            with open(path, "rb") as f:
+            futures: list[Future[Any]] = []
+            with ThreadPoolExecutor(self.config.max_workers) as pool, open(path, "rb") as f:
                 while chunk := f.read(part_bytes):
                     h.update(chunk)
-                    n = len(parts) + 1
-                    etag = self._call("upload_part", Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"]
-                    parts.append({"ETag": etag, "PartNumber": n})
+                    if len(futures) >= self.config.max_workers:
+                        futures[len(futures) - self.config.max_workers].result()  # bound the bytes held
+                    n = len(futures) + 1
+                    futures.append(pool.submit(self._call, "upload_part", Key=key, UploadId=upload_id, PartNumber=n, Body=chunk))
+            parts = [{"ETag": fut.result()["ETag"], "PartNumber": n} for n, fut in enumerate(futures, 1)]
             self._check_upload(path, sha256, h.hexdigest())
             done = {"Parts": parts}
             completed = self._commit(
@@ -291,8 +314,9 @@ class S3BlobStore:
         except ClientError as exc:
             raise self._missing(sha256) from exc
 
-    def _list(self, prefix: str) -> Iterator[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.config.bucket, Prefix=prefix)
+    def _list(self, prefix: str, start_after: str = "") -> Iterator[str]:
+        extra = {"StartAfter": start_after} if start_after else {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.config.bucket, Prefix=prefix, **extra)
         try:
             for page in pages:
                 for item in page.get("Contents", []):
@@ -342,3 +366,87 @@ class S3BlobStore:
         """Every receipt id listed in the shared store, sorted (deterministic ingest)."""
         found = (r.partition("/")[2] for r in self._list(f"{self.config.prefix}receipts/"))
         return sorted(rid for rid in found if is_sha256_hex(rid))
+
+    # ---- bulk existence -----------------------------------------------------------------------
+    def existing(self, digests: Iterable[str]) -> set[str]:
+        """Which of ``digests`` the store holds, answered by listings rather than one HEAD each.
+
+        The wanted digests are sorted and split into contiguous runs, one per worker. Each run
+        lists from just before its next unanswered digest; a page (up to 1,000 keys) answers
+        every wanted digest up to its last key, then the listing jumps to the next unanswered
+        one. Requests are thus about min(wanted, keys in range / 1,000).
+        """
+        wanted = sorted(set(digests))
+        for d in wanted:
+            self.key_of(d)  # refuse malformed digests before any request
+        if not wanted:
+            return set()
+        n_runs = min(self.config.max_workers, -(-len(wanted) // 64))
+        size = -(-len(wanted) // n_runs)
+        runs = [wanted[i : i + size] for i in range(0, len(wanted), size)]
+        found: set[str] = set()
+        with ThreadPoolExecutor(len(runs)) as pool:
+            for part in pool.map(self._existing_run, runs):
+                found |= part
+        return found
+
+    def _existing_run(self, run: list[str]) -> set[str]:
+        found: set[str] = set()
+        i = 0
+        while i < len(run):
+            start = self.key_of(run[i])[:-1]  # sorts just before the wanted key
+            page = self._call("list_objects_v2", Prefix=f"{self.config.prefix}objects/sha256/", StartAfter=start, MaxKeys=LIST_PAGE_KEYS)
+            keys = {item["Key"] for item in page.get("Contents", [])}
+            last = max(keys) if page.get("IsTruncated") and keys else None
+            while i < len(run) and (last is None or self.key_of(run[i]) <= last):
+                if self.key_of(run[i]) in keys:
+                    found.add(run[i])
+                i += 1
+        return found
+
+    # ---- journal --------------------------------------------------------------------------------
+    def append_journal(self, rids: list[str], now_ns: int | None = None) -> str:
+        """Write one create-only journal segment naming ``rids``; return its key.
+
+        The key is ``journal/<writer's clock, ns, 20 digits>-<sha256 of the segment>``: it sorts
+        by time, so a reader lists from where it stopped, and it names its own digest, so every
+        segment read is verified.
+        """
+        for rid in rids:
+            if not is_sha256_hex(rid):
+                raise VoxledgerError(f"{rid!r} is not a receipt id (64 hex characters)")
+        data = canonical_bytes({"format": JOURNAL_FORMAT, "receipts": sorted(set(rids))})
+        stamp = time.time_ns() if now_ns is None else now_ns
+        key = f"{self.config.prefix}journal/{stamp:020d}-{hashlib.sha256(data).hexdigest()}"
+        try:
+            self._call("put_object", Key=key, Body=data, **({"IfNoneMatch": "*"} if self._conditional else {}))
+        except ClientError as exc:
+            if _code(exc) in _UNSUPPORTED:
+                self._conditional = False
+                self._call("put_object", Key=key, Body=data)
+            elif _code(exc) not in _EXISTS | _CONFLICT:  # same bytes at the same instant: already there
+                raise
+        return key[len(self.config.prefix) :]
+
+    def journal_after(self, start_after: str = "") -> list[str]:
+        """Journal segment keys (relative to the prefix, sorted) that sort after ``start_after``."""
+        prefix = f"{self.config.prefix}journal/"
+        after = f"{self.config.prefix}{start_after}" if start_after else ""
+        return [f"journal/{rest}" for rest in self._list(prefix, after)]
+
+    def read_journal(self, name: str) -> list[str]:
+        """The receipt ids of one segment, verified against the digest in its name."""
+        expected = name.rpartition("-")[2]
+        if not name.startswith("journal/") or not is_sha256_hex(expected):
+            raise VoxledgerError(f"{name!r} is not a journal segment key (journal/<ns>-<sha256>)")
+        key = f"{self.config.prefix}{name}"
+        try:
+            body = self._call("get_object", Key=key)["Body"]
+        except ClientError as exc:
+            raise BlobMissingError(f"journal segment {name} is not in {self.url}; it was listed a moment ago, so retry") from exc
+        with io.BufferedReader(_VerifyingStream(body, expected, f"s3://{self.config.bucket}/{key}"), CHUNK_BYTES) as f:
+            doc = json.loads(f.read())
+        rids = doc.get("receipts") if isinstance(doc, dict) and doc.get("format") == JOURNAL_FORMAT else None
+        if not isinstance(rids, list) or not all(isinstance(r, str) and is_sha256_hex(r) for r in rids):
+            raise VoxledgerError(f"journal segment {name} in {self.url} is not a {JOURNAL_FORMAT} document; delete the key")
+        return rids
