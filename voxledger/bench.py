@@ -127,7 +127,7 @@ def bench_catalog(work: Path, n_receipts: int, n_edges: int) -> list[Figure]:
     ]
 
 
-SECTIONS = ("hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc")
+SECTIONS = ("hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync")
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
 
 

@@ -154,3 +154,14 @@ def test_parallel_transfers_copy_many_blobs(bucket: S3BlobStore, tmp_path: Path)
     got = ingest_from(store, b)
     assert (got.receipts_copied, got.blobs_copied) == (60, 60)
     assert sorted(b.blobs.iter_digests()) == sorted(a.blobs.iter_digests())
+
+
+@pytest.mark.slow  # 15-75 s: a moto server process starts, and the baseline copies everything again
+def test_bench_sync_quick_meets_its_request_goals(tmp_path: Path) -> None:
+    """``voxledger bench --only sync`` at a smoke size: a moto server process of its own, every figure present."""
+    from voxledger.bench_stages.sync import bench_sync
+
+    figures = {f.name: f for f in bench_sync(tmp_path, 20)}
+    assert len(figures) == 9
+    assert figures["push 20 receipts + 20 blobs, no change"].goal == "0 requests"
+    assert figures["pull 20 receipts + 20 blobs, no change: requests"].value <= 5

@@ -23,7 +23,7 @@ from voxledger.bench_stages.evaluation import bench_eval
 from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
 from voxledger.bench_stages.train import bench_train
 
-STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc")
+STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync")
 __all__ = ["STAGE_SECTIONS", "audit_policy", "bench_audit", "bench_cli_audit", "bench_demo", "bench_eval", "bench_prefect", "bench_train",
            "build_noise_corpus", "in_child", "peak_rss_mb", "prefect_child", "run_stages", "stage_timers", "train_plan"]  # fmt: skip
 
@@ -54,4 +54,8 @@ def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str 
         from voxledger.bench_stages.store_dvc import bench_store_dvc
 
         figures += bench_store_dvc(work, 300 if quick else 10_000)
+    if "sync" in sections:
+        from voxledger.bench_stages.sync import bench_sync
+
+        figures += bench_sync(work, 200 if quick else 10_000)
     return figures
