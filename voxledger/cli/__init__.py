@@ -18,6 +18,7 @@ from voxledger.cli import core as _core
 from voxledger.cli import corpus as _corpus
 from voxledger.cli import cosyvoice3 as _cosyvoice3
 from voxledger.cli import demo as _demo
+from voxledger.cli import deploy as _deploy
 from voxledger.cli import equivalence as _equivalence
 from voxledger.cli import init as _init
 from voxledger.cli import listening as _listening
@@ -71,6 +72,7 @@ for _module in (
     _corpus,
     _cosyvoice3,
     _demo,
+    _deploy,
     _equivalence,
     _init,
     _listening,

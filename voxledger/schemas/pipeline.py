@@ -23,7 +23,19 @@ class PipelinePlan(Frozen):
     evaluation: str
     listening_protocol: str | None = None
     package: bool = True
-    schedule_cron: str | None = Field(default=None, description="cron expression for `voxledger serve`")
+    schedule_cron: str | None = Field(default=None, description="cron expression for `voxledger serve` and `voxledger deploy`")
+    # Where stages run (`voxledger deploy`). Left out of the plan's JSON when unset, so plans written
+    # before these fields existed keep their digests.
+    work_pool: str | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="Prefect work pool of the pipeline and of every stage not in stage_pools"
+    )
+    stage_pools: dict[StageName, str] = Field(
+        default_factory=dict, exclude_if=lambda v: not v, description="Prefect work pool per stage, overriding work_pool"
+    )
+
+    def pool_of(self, stage: StageName | Literal["pipeline"]) -> str:
+        """The work pool a stage (or the pipeline itself) is deployed to; ``default`` when the plan names none."""
+        return (self.stage_pools.get(stage) if stage != "pipeline" else None) or self.work_pool or "default"
 
 
 class StageRecord(Frozen):

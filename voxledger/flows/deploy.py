@@ -1,0 +1,121 @@
+"""Prefect deployments of a pipeline plan: one per stage flow plus the pipeline, each on its work pool.
+
+Each deployment is ``flow.from_source(<voxledger source dir>, <entrypoint>).deploy(...)``: the
+code is loaded from a local directory, so a process worker on a machine holding the same checkout
+runs it without any image or remote storage. The pipeline deployment carries the plan's cron
+schedule and every parameter a run needs; the stage deployments carry the parameters known at
+deploy time (home, corpus, plan file), the rest being given when a run is started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from voxledger.schemas.errors import PlanError
+from voxledger.schemas.pipeline import PipelinePlan, StageName
+
+# stage -> (entrypoint relative to the source dir, stage plan field naming its plan file, or None)
+STAGE_FLOWS: dict[str, tuple[str, str | None]] = {
+    "audit": ("voxledger/flows/audit.py:audit", "audit_policy"),
+    "train_base": ("voxledger/flows/train.py:train", "base_training"),
+    "train_adapter": ("voxledger/flows/train.py:train", "adapter_training"),
+    "promote": ("voxledger/flows/promote.py:promote", "promotion_policy"),
+    "evaluate": ("voxledger/flows/evaluate.py:evaluate", "evaluation"),
+    "package": ("voxledger/flows/package.py:package", None),
+    "export_packets": ("voxledger/flows/packets.py:packets", "listening_protocol"),
+}
+PIPELINE_ENTRYPOINT = "voxledger/flows/pipeline.py:pipeline"
+_PLAN_PARAMETER = {"audit": "policy_file", "export_packets": "protocol_file"}  # else ``plan_file``
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """One deployment to register: its name, entrypoint, work pool, schedule and fixed parameters."""
+
+    name: str
+    entrypoint: str
+    work_pool: str
+    cron: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def source_dir() -> Path:
+    """The directory holding the ``voxledger`` package (what ``from_source`` loads entrypoints from)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: str) -> list[DeploymentSpec]:
+    """Every deployment a plan asks for: its stages (those it runs) then the pipeline.
+
+    Raises PlanError naming each stage in ``stage_pools`` that the plan does not run.
+    """
+    if set(get_args(StageName)) != set(STAGE_FLOWS):
+        raise PlanError(f"stages {sorted(get_args(StageName))} and deployable flows {sorted(STAGE_FLOWS)} differ; update STAGE_FLOWS")
+    plans_dir = plan_file.resolve().parent
+    specs: list[DeploymentSpec] = []
+    for stage, (entrypoint, plan_field) in STAGE_FLOWS.items():
+        named: str | None = getattr(plan, plan_field) if plan_field else None
+        if not (named or (stage == "package" and plan.package)):
+            continue
+        parameters: dict[str, Any] = {"home": home}
+        if stage not in ("package", "export_packets"):
+            parameters["corpus"] = corpus
+        if named:
+            parameters[_PLAN_PARAMETER.get(stage, "plan_file")] = str(plans_dir / named)
+        specs.append(DeploymentSpec(f"{plan.name}-{stage}", entrypoint, plan.pool_of(stage), None, parameters))  # type: ignore[arg-type]
+    unused = sorted(set(plan.stage_pools) - {s.name.removeprefix(f"{plan.name}-") for s in specs})
+    if unused:
+        raise PlanError(
+            f"pipeline plan {plan.name!r} maps stage(s) {unused} to work pools but does not run them; remove them from stage_pools"
+        )
+    pipeline_params = {"home": home, "corpus": corpus, "plan_file": str(plan_file.resolve())}
+    specs.append(
+        DeploymentSpec(f"{plan.name}-pipeline", PIPELINE_ENTRYPOINT, plan.pool_of("pipeline"), plan.schedule_cron, pipeline_params)
+    )
+    return specs
+
+
+def ensure_pools(names: set[str]) -> list[str]:
+    """Create each missing work pool as a ``process`` pool; return the names created."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    created: list[str] = []
+    with get_client(sync_client=True) as client:
+        for name in sorted(names):
+            try:
+                client.read_work_pool(name)
+            except ObjectNotFound:
+                client.create_work_pool(WorkPoolCreate(name=name, type="process"))
+                created.append(name)
+    return created
+
+
+def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[str]:
+    """Register every spec against the current Prefect API; return the deployment ids.
+
+    Flows are loaded from ``source`` (default: this checkout), never built into an image.
+    """
+    from prefect import flow
+
+    root = str(source or source_dir())
+    ids: list[str] = []
+    for spec in specs:
+        loaded: Any = flow.from_source(source=root, entrypoint=spec.entrypoint)
+        ids.append(
+            str(
+                loaded.deploy(
+                    name=spec.name,
+                    work_pool_name=spec.work_pool,
+                    cron=spec.cron,
+                    parameters=spec.parameters,
+                    build=False,
+                    push=False,
+                    print_next_steps=False,
+                )
+            )
+        )
+    return ids
