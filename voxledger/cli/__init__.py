@@ -7,7 +7,9 @@ failure exits non-zero with a one-paragraph message and no traceback. Command mo
 
 from __future__ import annotations
 
+import errno
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import click
@@ -40,12 +42,52 @@ class Boundary(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001  (the one boundary: a defect still ends in one line)
-            raise click.ClickException(
-                f"unexpected {type(exc).__name__}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
-            ) from exc
+            raise click.ClickException(_environment_message(ctx, exc) or _defect_message(exc)) from exc
+
+
+def _defect_message(exc: BaseException) -> str:
+    return f"unexpected {type(exc).__name__}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
+
+
+def _environment_message(ctx: click.Context, exc: BaseException) -> str | None:
+    """A full disk or a read-only file system, said plainly: what happened, what is safe, what to do."""
+    chain = [exc, *(_causes(exc))]
+    text = " ".join(str(e) for e in chain).lower()
+    home = ctx.obj.get("home_obj") if isinstance(ctx.obj, dict) else None
+    where = f" ({home.root})" if home is not None else ""
+    if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "disk is full" in text or "no space left" in text:
+        return (
+            f"the disk is full{where}: the command stopped before recording anything. Nothing already recorded was lost "
+            "(bytes are stored before receipts, and the catalog row is written last). Free space there "
+            "(old checkpoints: `voxledger checkpoints prune --plan-out prune.json`; temporary files under <home>/store/tmp), "
+            f"then run the command again. ({type(exc).__name__}: {exc})"
+        )
+    if any(isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) for e in chain):
+        return (
+            f"cannot write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror if isinstance(exc, OSError) else exc}. "
+            "Nothing recorded was changed. Read commands work on a read-only home; to record, use a writable --home."
+        )
+    return None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur = exc.__cause__ or exc.__context__
+    while cur is not None and len(out) < 5:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _version() -> str:
+    try:
+        return version("voxledger")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 @click.group(cls=Boundary)
+@click.version_option(_version(), "--version", prog_name="voxledger", message="%(prog)s %(version)s")
 @click.option(
     "--home",
     envvar="VOXLEDGER_HOME",

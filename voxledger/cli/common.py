@@ -7,12 +7,15 @@ Command modules import from here and from nothing else in ``voxledger.cli``; the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import nullcontext
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def plans_dir() -> Path:
@@ -50,7 +53,24 @@ def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwa
 
         show("connecting to the Prefect server")
         with prefect_session(home.root), reporting(show):
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                show("finishing")
+                _drain_prefect_workers()
+
+
+def _drain_prefect_workers() -> None:
+    """Send Prefect's queued events and logs while its console is still quiet, so its exit-time
+    drain has nothing left to warn about after the command's own output."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        try:
+            worker.drain_all(timeout=5, at_exit=False)
+        except Exception:  # noqa: BLE001  (best effort: the atexit drain retries)
+            pass
 
 
 def emit_json(value: Any) -> None:
@@ -58,12 +78,51 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def resolve_receipt(ctx: click.Context, ref: str) -> str:
-    """The full digest of a receipt or artifact named by a unique prefix (or whole)."""
-    from voxledger.stores.lineage import resolve_node
+def resolve_node(ctx: click.Context, ref: str) -> str:
+    """The full digest of a receipt or artifact in the catalog named whole or by a unique prefix (>= 8 hex).
+
+    Raises CatalogError naming ``ref`` when it is too short, unknown or ambiguous.
+    """
+    from voxledger.stores.lineage import resolve_node as _resolve
 
     with open_home(ctx).catalog.connect(read_only=True) as con:
-        return resolve_node(con, ref)
+        return _resolve(con, ref)
+
+
+def resolve_receipt(ctx: click.Context, ref: str, *kinds: str) -> str:
+    """The full id of a receipt named whole or by a unique prefix, optionally of one of ``kinds``.
+
+    Raises ReceiptError when ``ref`` names an artifact (bytes, not a receipt) or a receipt of
+    another kind, naming what it is and the command that finds the right id.
+    """
+    from voxledger.schemas.errors import CatalogError, ReceiptError
+    from voxledger.stores.lineage import receipt_kind
+    from voxledger.stores.lineage import resolve_node as _resolve
+
+    home = open_home(ctx)
+    with home.catalog.connect(read_only=True) as con:
+        try:
+            node = _resolve(con, ref)
+        except CatalogError:
+            if len(ref.strip()) == 64 and home.blobs.has(ref.strip().lower()):
+                raise ReceiptError(f"{ref!r} names bytes in the store (a file or part of a tree), not a receipt") from None
+            raise
+        kind = receipt_kind(con, node)
+    if kind is None:
+        raise ReceiptError(
+            f"{ref!r} names an artifact ({node[:16]}...), not a receipt; `voxledger lineage {node[:12]}` shows the receipt that produced it"
+        )
+    if kinds and kind not in kinds:
+        raise ReceiptError(
+            f"{ref!r} is a {kind} receipt, not {' or '.join(kinds)}; "
+            f"`voxledger query \"SELECT receipt_sha256 FROM receipts WHERE kind = '{kinds[0]}'\"` lists those"
+        )
+    return node
+
+
+def json_option(what: str = "the result") -> Callable[[F], F]:
+    """The shared ``--json`` flag: print ``what`` as JSON for scripts instead of tables and lines."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON (for scripts) instead of a table.")
 
 
 def interval_cell(iv: dict[str, Any] | None, signed: bool = False) -> str:

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.tree import Tree
 
-from voxledger.cli.common import emit_json, open_home, resolve_receipt
+from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt
 from voxledger.schemas.errors import CatalogError, ReceiptError
 
 console = Console()
@@ -25,7 +25,7 @@ def store() -> None:
 
 @store.command("put")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @click.pass_context
 def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
     """Store a file or directory and record an ingest receipt.
@@ -43,17 +43,17 @@ def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
 
 @store.command("verify")
 @click.argument("digests", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @click.pass_context
 def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) -> None:
-    """Re-hash objects (all of them when none is named); fail naming every bad one.
+    """Re-hash objects (all of them when none is named; digests or unique prefixes); fail naming every bad one.
 
     Example: voxledger store verify
     """
     from voxledger.schemas.errors import VoxledgerError
 
     home = open_home(ctx)
-    todo = list(digests) or sorted(home.blobs.iter_digests())
+    todo = [_stored_digest(ctx, d) for d in digests] or sorted(home.blobs.iter_digests())
     bad: list[str] = []
     with Progress(console=console, transient=True, disable=as_json) as progress:
         for d in progress.track(todo, description="verifying"):
@@ -67,6 +67,18 @@ def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) ->
         raise click.ClickException(f"{len(bad)} of {len(todo)} objects failed:\n" + "\n".join(bad))
     if not as_json:
         click.echo(f"ok: {len(todo)} objects verified")
+
+
+def _stored_digest(ctx: click.Context, ref: str) -> str:
+    """A digest as given (64 hex), else the one stored object or catalog node it is a unique prefix of."""
+    ref = ref.strip().lower()
+    if len(ref) == 64 or len(ref) < 8:
+        return ref if len(ref) == 64 else resolve_node(ctx, ref)  # resolve_node explains what is wrong with it
+    folder = open_home(ctx).blobs.objects / ref[:2]
+    found = sorted(ref[:2] + p.name for p in folder.glob(ref[2:] + "*")) if folder.is_dir() else []
+    if len(found) > 1:
+        raise CatalogError(f"prefix {ref!r} is ambiguous ({', '.join(f[:16] for f in found[:3])}...): give more characters")
+    return found[0] if found else resolve_node(ctx, ref)
 
 
 @click.group()
@@ -132,21 +144,29 @@ def receipt_schemas(write: bool) -> None:
 @click.command("lineage")
 @click.argument("ref")
 @click.option("--up/--down", default=True, help="Walk to what produced REF (up) or what used it (down).")
-@click.option("--depth", type=int, default=20, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["tree", "graph", "json"]), default="tree", show_default=True)
+@click.option("--depth", type=click.IntRange(min=1), default=20, show_default=True, help="Hops to walk.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["tree", "graph", "json"]),
+    default="tree",
+    show_default=True,
+    help="A tree, Graphviz dot, or JSON edges.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the edges as JSON (same as --format json).")
 @click.pass_context
-def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str) -> None:
+def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str, as_json: bool) -> None:
     """Walk the provenance graph from a receipt or artifact digest (or a unique prefix).
 
     Example: voxledger lineage 3fa2c1d9 --up --depth 5
     """
     from voxledger.stores.lineage import walk
 
+    node = resolve_node(ctx, ref)
     with open_home(ctx).catalog.connect(read_only=True) as con:
-        node = resolve_receipt(ctx, ref) if len(ref) != 64 else ref
         edges = walk(con, node, "up" if up else "down", depth)
         labels = dict(con.execute("SELECT receipt_sha256, kind || ' (' || task || ')' FROM receipts").fetchall())
-    if fmt == "json":
+    if fmt == "json" or as_json:
         emit_json([e.__dict__ for e in edges])
     elif fmt == "graph":
         click.echo("digraph lineage {")
@@ -184,7 +204,7 @@ def _render_tree(node: str, edges: list, labels: dict[str, str], up: bool) -> st
 
 @click.command("query")
 @click.argument("sql")
-@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects.")
+@json_option("the rows as JSON objects")
 @click.pass_context
 def query(ctx: click.Context, sql: str, as_json: bool) -> None:
     """Run read-only SQL against the catalog.
@@ -193,12 +213,16 @@ def query(ctx: click.Context, sql: str, as_json: bool) -> None:
     """
     import duckdb
 
+    if not sql.strip():
+        raise click.BadParameter('give a SQL statement, e.g. "SELECT kind, count(*) FROM receipts GROUP BY kind"', param_hint="SQL")
     with open_home(ctx).catalog.connect(read_only=True) as con:
         try:
             cur = con.execute(sql)
         except duckdb.Error as exc:
             raise CatalogError(f"query failed: {exc}") from exc
-        cols = [d[0] for d in cur.description or []]
+        if cur.description is None:
+            raise CatalogError(f"query returned no result set: {sql!r} is not a query (use SELECT, SHOW or DESCRIBE)")
+        cols = [d[0] for d in cur.description]
         rows = cur.fetchall()
     if as_json:
         emit_json([dict(zip(cols, r)) for r in rows])
@@ -216,7 +240,7 @@ def export() -> None:
 
 @export.command("in-toto")
 @click.argument("receipt_id")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here (never overwritten).")
 @click.pass_context
 def export_in_toto(ctx: click.Context, receipt_id: str, output: Path | None) -> None:
     """Write an in-toto Statement v1 (subjects = outputs, predicate = the receipt).
@@ -231,8 +255,13 @@ def export_in_toto(ctx: click.Context, receipt_id: str, output: Path | None) -> 
     if output is None:
         click.echo(text)
     else:
-        with open(output, "x", encoding="utf-8") as f:
-            f.write(text + "\n")
+        try:
+            with open(output, "x", encoding="utf-8") as f:
+                f.write(text + "\n")
+        except FileExistsError as exc:
+            raise click.BadParameter(
+                f"{output} exists; statements are never overwritten: choose a new file", param_hint="--output"
+            ) from exc
         click.echo(f"wrote {output}")
 
 
@@ -272,7 +301,7 @@ def catalog_migrations(ctx: click.Context) -> None:
     help="Comma-separated sections: hash, corpus, catalog (stores); audit, train, eval, prefect (stages); "
     "demo (stage times of the latest pipeline run in --home).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print figures as JSON.")
+@json_option("the figures")
 @click.pass_context
 def bench(ctx: click.Context, quick: bool, only: str, as_json: bool) -> None:
     """Measure throughput against baselines taken in the same run (openssl, one core, cold cache, bare loops).

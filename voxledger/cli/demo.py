@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from voxledger.cli.common import emit_json, json_option, open_home, plans_dir, print_stages, run_flow
 from voxledger.cli.common import interval_cell as _iv
-from voxledger.cli.common import open_home, plans_dir, print_stages, run_flow
 
 console = Console()
 
@@ -26,16 +27,28 @@ def demo() -> None:
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--size", type=click.Choice(["tiny", "small", "full"]), default="full", show_default=True)
 @click.option("--flawed", is_flag=True, help="Plant one problem of each kind the audit must catch (listed in planted.json).")
-def demo_corpus(out: Path, size: str, flawed: bool) -> None:
+@json_option("what was written")
+def demo_corpus(out: Path, size: str, flawed: bool, as_json: bool) -> None:
     """Synthesise the multi-speaker espeak-ng demo corpus (deterministic: identical bytes every run).
 
     Example: voxledger demo corpus ./demo/corpus --size small
     """
     from voxledger.tasks.corpus.demo import build_demo_corpus
 
-    with console.status(f"synthesising the {size} demo corpus"):
+    with console.status(f"synthesising the {size} demo corpus") if not as_json else nullcontext():
         info = build_demo_corpus(out, size=size, flawed=flawed)  # type: ignore[arg-type]
-    console.print(f"wrote {out}: {info}")
+    summary = {"out": str(info.out_dir), "manifest": str(info.manifest_path), "size": info.size, "flawed": info.flawed,
+               "utterances": info.utterance_count, "splits": info.split_utterances, "speakers": [v.speaker for v in info.voices],
+               "planted": len(info.planted)}  # fmt: skip
+    if as_json:
+        emit_json(summary)
+        return
+    splits = ", ".join(f"{k} {v}" for k, v in sorted(info.split_utterances.items()))
+    click.echo(f"wrote {info.utterance_count} utterances to {info.out_dir} ({splits})")
+    click.echo("speakers: " + ", ".join(f"{v.speaker} ({v.role}, {v.espeak_voice})" for v in info.voices))
+    if info.flawed:
+        click.echo(f"planted problems: {len(info.planted)} (listed in {info.out_dir / 'planted.json'})")
+    click.echo(f"next: voxledger audit {info.out_dir}")
 
 
 @demo.command("run")
@@ -47,8 +60,9 @@ def demo_corpus(out: Path, size: str, flawed: bool) -> None:
     default=plans_dir() / "pipeline-demo.yaml",
     show_default=True,
 )
+@json_option("the stage outcomes and the dashboard path")
 @click.pass_context
-def demo_run(ctx: click.Context, out: Path, plan_file: Path) -> None:
+def demo_run(ctx: click.Context, out: Path, plan_file: Path, as_json: bool) -> None:
     """Build the demo corpus, run the whole pipeline, export packets and write the dashboard.
 
     Example: voxledger demo run --out ./demo
@@ -61,7 +75,7 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path) -> None:
     corpus = out / "corpus"
     t0 = time.perf_counter()
     if not (corpus / "manifest.jsonl").is_file():
-        with console.status("synthesising the demo corpus (espeak-ng, 5 voices, 1,460 utterances)"):
+        with console.status("synthesising the demo corpus (espeak-ng, 5 voices, 1,460 utterances)") if not as_json else nullcontext():
             build_demo_corpus(corpus, size="full")
     t_corpus = time.perf_counter() - t0
     summary = run_flow(
@@ -72,8 +86,13 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path) -> None:
         str(plan_file.absolute()),
         str(plans_dir()),
         str((out / "packets").absolute()),
+        quiet=as_json,
     )
     dash = build_dashboard(home.catalog, out / "dashboard.html", blobs=home.blobs.get_bytes)
+    if as_json:
+        emit_json({"pipeline_receipt": summary.pipeline_receipt, "dashboard": str(dash.absolute()),
+                   "stages": [s.model_dump(mode="json") for s in summary.stages]})  # fmt: skip
+        return
     print_stages(summary.stages)
     _final_table(home, summary, dash, t_corpus, time.perf_counter() - t0)
 

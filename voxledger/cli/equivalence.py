@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home, plans_dir, run_flow
+from voxledger.cli.common import emit_json, open_home, plans_dir, resolve_node, run_flow
 from voxledger.schemas.errors import EquivalenceError
 
 console = Console()
@@ -46,6 +46,7 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
     """
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
+    reference, candidate = (_dump_ref(ctx, r) for r in (reference, candidate))
     out = run_flow(ctx, equivalence_flow, str(open_home(ctx).root), "compare", reference, candidate, str(plan.absolute()),
                    _runtime(ref_runtime), _runtime(cand_runtime), quiet=as_json)  # fmt: skip
     _report(out, as_json)
@@ -66,7 +67,7 @@ def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, can
               seed: int, plan: Path, as_json: bool) -> None:  # fmt: skip
     """Blame a gap between two runtimes of a tiny adapter on the stage that causes it.
 
-    BASE and ADAPTER are stored tree digests (a full training run's model, a LoRA run's
+    BASE and ADAPTER are stored tree digests or unique prefixes (a full training run's model, a LoRA run's
     checkpoint). Each stage of the candidate gets the reference's input (durations, then mel),
     so a gap shows at its source and nowhere after. The fed-forward dumps are compared under
     PLAN and recorded as an equivalence receipt; exits non-zero on RED.
@@ -75,9 +76,15 @@ def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, can
     """
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
+    base, adapter = resolve_node(ctx, base), resolve_node(ctx, adapter)
     out = run_flow(ctx, equivalence_flow, str(open_home(ctx).root), "attribute", base, adapter, str(plan.absolute()),
                    {"name": ref_runtime}, {"name": cand_runtime}, text, speaker, seed, quiet=as_json)  # fmt: skip
     _report(out, as_json)
+
+
+def _dump_ref(ctx: click.Context, ref: str) -> str:
+    """A dump folder as given; anything else is a stored tree digest or unique prefix."""
+    return ref if Path(ref).exists() else resolve_node(ctx, ref)
 
 
 def _report(out: object, as_json: bool) -> None:

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home, plans_dir, run_flow
+from voxledger.cli.common import emit_json, open_home, plans_dir, resolve_receipt, run_flow
 
 console = Console()
 DEFAULT_PROTOCOL = plans_dir() / "listening-demo.yaml"
@@ -69,7 +69,8 @@ def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out:
 
 @packets.command("verify")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def packets_verify(folder: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def packets_verify(folder: Path, as_json: bool) -> None:
     """Check a rater's packet folder is intact (page, manifest, every audio file) before sending it.
 
     Example: voxledger packets verify ./packets/r01
@@ -77,6 +78,11 @@ def packets_verify(folder: Path) -> None:
     from voxledger.tasks.listening.verify import verify_packet_dir
 
     manifest = verify_packet_dir(folder)
+    if as_json:
+        emit_json(
+            {"folder": str(folder), "rater_id": manifest.rater_id, "trials": len(manifest.trials), "audio_files": len(manifest.audio)}
+        )
+        return
     click.echo(f"ok: packet of rater {manifest.rater_id}: {len(manifest.trials)} trials, {len(manifest.audio)} audio files intact")
 
 
@@ -98,12 +104,16 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
 
     Example: voxledger ratings aggregate 3fa2c1d9 ./submissions/*.json --csv ratings.csv
     """
-    from voxledger.cli.common import resolve_receipt as _resolve
     from voxledger.flows.ratings import ratings as ratings_flow
 
     home = open_home(ctx)
     outcome = run_flow(
-        ctx, ratings_flow, str(home.root), _resolve(ctx, packet_set), [str(s.absolute()) for s in submissions], quiet=as_json
+        ctx,
+        ratings_flow,
+        str(home.root),
+        resolve_receipt(ctx, packet_set, "packet_set"),
+        [str(s.absolute()) for s in submissions],
+        quiet=as_json,
     )
     r = outcome.receipt.result
     if csv_out is not None:

@@ -8,20 +8,13 @@ from typing import Any
 
 import click
 
-from voxledger.cli.common import emit_json, open_home, run_flow
+from voxledger.cli.common import emit_json, open_home, resolve_receipt, run_flow
 from voxledger.schemas.errors import BlobMissingError, CatalogError, VoxledgerError
 
 
 @click.group()
 def package() -> None:
     """Adapter packages: deterministic tars bound to their receipts."""
-
-
-def _resolve_receipt(ctx: click.Context, ref: str) -> str:
-    from voxledger.stores.lineage import resolve_node
-
-    with open_home(ctx).catalog.connect(read_only=True) as con:
-        return resolve_node(con, ref)
 
 
 def _checkpoint(ctx: click.Context, run_id: str, choice: str) -> str:
@@ -49,10 +42,10 @@ def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Pat
     from voxledger.flows.package import package as package_flow
 
     home = open_home(ctx)
-    run_id = _resolve_receipt(ctx, training_run)
+    run_id = resolve_receipt(ctx, training_run, "training_run")
     out = run_flow(
         ctx, package_flow, str(home.root), run_id, _checkpoint(ctx, run_id, checkpoint),
-        _resolve_receipt(ctx, promotion) if promotion else None, tuple(_resolve_receipt(ctx, e) for e in evaluations),
+        resolve_receipt(ctx, promotion, "promotion") if promotion else None, tuple(resolve_receipt(ctx, e, "evaluation") for e in evaluations),
         str(retention.absolute()) if retention else None, probe_seed, quiet=as_json,
     )  # fmt: skip
     r = out.receipt.result
@@ -78,7 +71,9 @@ def _locate(ctx: click.Context, ref: str) -> tuple[Path, bool]:
     if path.exists():
         return path, False
     home = open_home(ctx)
-    digest = ref.lower()
+    digest = ref.strip().lower()
+    if len(digest) < 8 or not all(c in "0123456789abcdef" for c in digest):
+        raise CatalogError(f"{ref!r} is neither a file nor a package digest (64 hex, or a unique prefix of >= 8); give the .tar path")
     if len(digest) != 64:
         with home.catalog.connect(read_only=True) as con:
             rows = con.execute(
@@ -196,6 +191,8 @@ def keygen(prefix: Path) -> None:
     """
     from voxledger.tasks.packaging.attest import write_keypair
 
+    if not prefix.absolute().parent.is_dir():
+        raise click.BadParameter(f"folder {prefix.parent} does not exist; create it first (mkdir -p {prefix.parent})", param_hint="PREFIX")
     key_path, pub_path = write_keypair(prefix)
     click.echo(f"wrote {key_path} (0600) and {pub_path}")
 

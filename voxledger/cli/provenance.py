@@ -6,8 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home
-from voxledger.cli.common import resolve_receipt as _resolve
+from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt
 
 console = Console()
 
@@ -32,23 +31,27 @@ def provenance() -> None:
 
 @provenance.command("downstream")
 @click.argument("ref")
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the rows")
 @click.pass_context
 def downstream_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
     """Everything downstream of a corpus (its manifest or audio-tree digest, or its audit receipt).
 
     Example: voxledger provenance downstream 5f29360
     """
+    from voxledger.stores.lineage import walk
     from voxledger.stores.provenance import downstream
 
-    node = _resolve(ctx, ref)
+    node = resolve_node(ctx, ref)
     with open_home(ctx).catalog.connect(read_only=True) as con:
-        _show(downstream(con, node), as_json, f"downstream of {node[:16]}")
+        # an artifact (a corpus manifest or audio tree) starts at the receipts that recorded it
+        starts = [node, *sorted({e.src for e in walk(con, node, "up", 1) if e.direction == "output"})]
+        rows = {r["receipt"]: r for start in starts for r in downstream(con, start)}
+    _show(sorted(rows.values(), key=lambda r: (str(r["finished_at"]), r["receipt"])), as_json, f"downstream of {node[:16]}")
 
 
 @provenance.command("speaker")
 @click.argument("speaker")
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the rows")
 @click.pass_context
 def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
     """Which packages were trained (adapter or base) on data containing SPEAKER.
@@ -64,7 +67,7 @@ def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
 @provenance.command("champion-at")
 @click.argument("when")
 @click.option("--alias", default="champion", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the rows")
 @click.pass_context
 def champion_at_cmd(ctx: click.Context, when: str, alias: str, as_json: bool) -> None:
     """What the alias pointed at on a date, and why.
@@ -80,7 +83,7 @@ def champion_at_cmd(ctx: click.Context, when: str, alias: str, as_json: bool) ->
 
 @provenance.command("normaliser")
 @click.argument("version")
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the rows")
 @click.pass_context
 def normaliser_cmd(ctx: click.Context, version: str, as_json: bool) -> None:
     """Which evaluations used normaliser VERSION (e.g. whisper-normalizer==0.1.15:EnglishTextNormalizer).
@@ -97,7 +100,7 @@ def normaliser_cmd(ctx: click.Context, version: str, as_json: bool) -> None:
 @click.argument("a")
 @click.argument("b")
 @click.option("--all", "show_all", is_flag=True, help="Include volatile fields (timings).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the rows")
 @click.pass_context
 def diff_cmd(ctx: click.Context, a: str, b: str, show_all: bool, as_json: bool) -> None:
     """Diff two receipts (e.g. two pipeline or training runs) field by field.
@@ -107,7 +110,7 @@ def diff_cmd(ctx: click.Context, a: str, b: str, show_all: bool, as_json: bool) 
     from voxledger.stores.provenance import diff_receipts
 
     home = open_home(ctx)
-    rows = diff_receipts(home.receipts.read_document(_resolve(ctx, a)), home.receipts.read_document(_resolve(ctx, b)))
+    rows = diff_receipts(home.receipts.read_document(resolve_receipt(ctx, a)), home.receipts.read_document(resolve_receipt(ctx, b)))
     _show([r for r in rows if show_all or not r["volatile"]], as_json, "differences")
 
 

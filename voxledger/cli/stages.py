@@ -6,15 +6,19 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pydantic
 from rich.console import Console
 from rich.table import Table
 
 from voxledger.cli.common import (
     emit_json,
     interval_cell,
+    json_option,
     open_home,
     plans_dir,
     print_stages,
+    resolve_node,
+    resolve_receipt,
     run_flow,
 )
 
@@ -24,10 +28,10 @@ PLANS = plans_dir()
 
 @click.command("train")
 @click.argument("corpus", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--audit", "audit_rid", required=True, help="Receipt id of a passing audit of CORPUS.")
+@click.option("--audit", "audit_rid", required=True, help="Receipt id (or a unique prefix of >= 8 hex) of a passing audit of CORPUS.")
 @click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
-@click.option("--base", "base_sha", default=None, help="Base model tree digest (LoRA plans).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--base", "base_sha", default=None, help="Base model tree digest or unique prefix (LoRA plans).")
+@json_option("the run summary")
 @click.pass_context
 def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, base_sha: str | None, as_json: bool) -> None:
     """Train (or resume a crashed run) under a frozen training plan.
@@ -36,11 +40,22 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
     """
     from voxledger.flows.train import train as train_flow
 
-    out = run_flow(ctx, train_flow, str(open_home(ctx).root), str(corpus.absolute()), audit_rid, str(plan_file.absolute()), base_sha)
+    audit_id = resolve_receipt(ctx, audit_rid, "audit")
+    base = resolve_node(ctx, base_sha) if base_sha else None
+    out = run_flow(
+        ctx, train_flow, str(open_home(ctx).root), str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json
+    )
     r = out.receipt
     summary = {"receipt": out.receipt_id, "cached": out.cached, "best": r.subject("best").sha256, "last": r.subject("last").sha256,
                "best_epoch": r.result.best_epoch, "epochs": len(r.result.epochs), "stop_reason": r.result.stop_reason}  # fmt: skip
-    emit_json(summary) if as_json else click.echo("\n".join(f"{k}: {v}" for k, v in summary.items()))
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"trained {summary['epochs']} epoch(s), stopped: {r.result.stop_reason}{' [cached]' if out.cached else ''}")
+    click.echo(f"best checkpoint (epoch {r.result.best_epoch}): {summary['best']}")
+    click.echo(f"last checkpoint: {summary['last']}")
+    click.echo(f"receipt {out.receipt_id}")
+    click.echo(f"next: voxledger promote {out.receipt_id[:12]} --corpus {corpus}")
 
 
 @click.command("promote")
@@ -53,16 +68,21 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
     show_default=True,
 )
 @click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@json_option("the decision")
 @click.pass_context
-def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Path) -> None:
-    """Gate a training run's best-k + last checkpoints against the champion; move aliases.
+def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Path, as_json: bool) -> None:
+    """Gate a training run's (id or unique prefix) best-k + last checkpoints against the champion; move aliases.
 
     Example: voxledger promote 9c1e... --policy plans/promote-demo.yaml --corpus ./demo/corpus
     """
     from voxledger.flows.promote import promote as promote_flow
 
-    out = run_flow(ctx, promote_flow, str(open_home(ctx).root), str(corpus.absolute()), training_run, str(policy_file.absolute()))
+    run_id = resolve_receipt(ctx, training_run, "training_run")
+    out = run_flow(ctx, promote_flow, str(open_home(ctx).root), str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
     r = out.receipt.result
+    if as_json:
+        emit_json({"receipt": out.receipt_id, "cached": out.cached, "promoted": r.promoted})
+        return
     click.echo(f"promoted {r.promoted}{' [cached]' if out.cached else ''}; receipt {out.receipt_id}")
 
 
@@ -74,33 +94,43 @@ def eval_group() -> None:
 @eval_group.command("run")
 @click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
-@click.option("--bind", "binds", multiple=True, help="NAME=SHA256 for input:NAME artifacts in the plan.")
+@click.option("--bind", "binds", multiple=True, help="NAME=SHA256 (or a unique prefix) for input:NAME artifacts in the plan.")
+@json_option("the evaluation result")
 @click.pass_context
-def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str, ...]) -> None:
+def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str, ...], as_json: bool) -> None:
     """Run a frozen evaluation plan (registered before any generation).
 
     Example: voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA
     """
     from voxledger.flows.evaluate import evaluate as evaluate_flow
 
-    bindings = dict(b.split("=", 1) for b in binds)
-    out = run_flow(ctx, evaluate_flow, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), bindings)
-    _print_report(open_home(ctx).receipts.read_document(out.receipt_id))
+    bindings = {name: resolve_node(ctx, digest) for name, digest in (_binding(b) for b in binds)}
+    out = run_flow(ctx, evaluate_flow, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), bindings, quiet=as_json)
+    doc = open_home(ctx).receipts.read_document(out.receipt_id)
+    if as_json:
+        emit_json({"receipt": out.receipt_id, "cached": out.cached, "result": doc["result"]})
+        return
+    _print_report(doc)
     click.echo(f"receipt {out.receipt_id}")
+
+
+def _binding(text: str) -> tuple[str, str]:
+    name, sep, digest = text.partition("=")
+    if not sep or not name.strip() or not digest.strip():
+        raise click.BadParameter(f"{text!r} is not NAME=SHA256 (e.g. --bind base=3fa2c1d9...)", param_hint="--bind")
+    return name.strip(), digest.strip()
 
 
 @eval_group.command("report")
 @click.argument("receipt_id")
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the evaluation result")
 @click.pass_context
 def eval_report(ctx: click.Context, receipt_id: str, as_json: bool) -> None:
     """Print an evaluation's per-candidate metrics and paired comparisons.
 
     Example: voxledger eval report 5d0c...
     """
-    from voxledger.cli.common import resolve_receipt as _resolve
-
-    doc = open_home(ctx).receipts.read_document(_resolve(ctx, receipt_id))
+    doc = open_home(ctx).receipts.read_document(resolve_receipt(ctx, receipt_id, "evaluation"))
     if as_json:
         emit_json(doc["result"])
     else:
@@ -156,14 +186,16 @@ def alias_group() -> None:
 
 @alias_group.command("history")
 @click.argument("alias", required=False)
-@click.option("--at", "at", default=None, help="Only the move in force at this ISO date/time.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--at", "at", default=None, help="Only the move in force at this ISO date/time (e.g. 2026-11-29T12:00:00Z).")
+@json_option("the moves")
 @click.pass_context
 def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json: bool) -> None:
     """Show the append-only alias history ("what was champion on date D, and why").
 
     Example: voxledger alias history champion --at 2026-11-29T12:00:00Z
     """
+    if at:
+        at = _iso_time(at)
     sql = "SELECT alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
     params: list[Any] = []
     if alias:
@@ -175,6 +207,11 @@ def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json
     sql += " ORDER BY moved_at, alias"
     with open_home(ctx).catalog.connect(read_only=True) as con:
         rows = con.execute(sql, params).fetchall()
+        known = [r[0] for r in con.execute("SELECT DISTINCT alias FROM alias_history ORDER BY alias").fetchall()] if alias else []
+    if alias and alias not in known:
+        raise click.ClickException(
+            f"no alias {alias!r} in this home's history; known aliases: {', '.join(known) or 'none (no promotion recorded yet)'}"
+        )
     if as_json:
         emit_json([dict(zip(("alias", "target", "base", "moved_at", "reason", "receipt"), r)) for r in rows])
         return
@@ -192,8 +229,10 @@ def pipeline_group() -> None:
 @pipeline_group.command("run")
 @click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
-@click.option("--packets", "packets_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--packets", "packets_dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Write listening packets here."
+)
+@json_option("the stage outcomes")
 @click.pass_context
 def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir: Path | None, as_json: bool) -> None:
     """Run audit -> train -> promote -> evaluate -> package -> packets from a pipeline plan.
@@ -221,9 +260,10 @@ def checkpoints_group() -> None:
 @click.option(
     "--execute", "execute", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Execute a reviewed plan file."
 )
-@click.option("--keep-best", type=int, default=1, show_default=True)
+@click.option("--keep-best", type=click.IntRange(min=0), default=1, show_default=True, help="Best checkpoints kept per run.")
+@json_option("what was planned or removed")
 @click.pass_context
-def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path | None, keep_best: int) -> None:
+def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path | None, keep_best: int, as_json: bool) -> None:
     """Plan (--plan-out) or execute (--execute) checkpoint pruning; referenced checkpoints are never removed.
 
     Example: voxledger checkpoints prune --plan-out prune.json && voxledger checkpoints prune --execute prune.json
@@ -235,15 +275,44 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
         raise click.UsageError("give exactly one of --plan-out FILE or --execute FILE")
     if plan_out is not None:
         plan = make_plan(home, keep_best)
-        with open(plan_out, "x", encoding="utf-8") as f:
-            f.write(plan.model_dump_json(indent=2))
+        try:
+            with open(plan_out, "x", encoding="utf-8") as f:
+                f.write(plan.model_dump_json(indent=2))
+        except FileExistsError as exc:
+            raise click.BadParameter(f"{plan_out} exists; plans are never overwritten: choose a new file", param_hint="--plan-out") from exc
         n = sum(len(e.blobs) for e in plan.remove)
+        if as_json:
+            emit_json({"plan": str(plan_out), "keep": len(plan.keep), "remove": len(plan.remove), "blobs": n})
+            return
         console.print(
             f"wrote {plan_out}: keep {len(plan.keep)} checkpoints, remove {len(plan.remove)} ({n} blobs); review it, then --execute"
         )
         return
-    rid, receipt = execute_plan(home, execute)  # type: ignore[arg-type]
+    try:
+        rid, receipt = execute_plan(home, execute)  # type: ignore[arg-type]
+    except pydantic.ValidationError as exc:
+        raise click.BadParameter(
+            f"{execute} is not a prune plan ({exc.error_count()} problem(s), e.g. {exc.errors()[0]['msg']}); "
+            "write one with --plan-out and review it",
+            param_hint="--execute",
+        ) from exc
+    if as_json:
+        emit_json({"receipt": rid, "removed_blobs": len(receipt.parameters.removed_blobs), "freed_bytes": receipt.parameters.freed_bytes})
+        return
     console.print(f"removed {len(receipt.parameters.removed_blobs)} blobs ({receipt.parameters.freed_bytes:,} bytes); receipt {rid}")
+
+
+def _iso_time(text: str) -> str:
+    """``text`` as an ISO 8601 time (UTC when no zone is given), or a usage error naming it."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"{text!r} is not an ISO date/time; give e.g. 2026-11-29 or 2026-11-29T12:00:00Z", param_hint="--at"
+        ) from exc
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).isoformat()
 
 
 COMMANDS = (train, promote, eval_group, alias_group, pipeline_group, checkpoints_group)

@@ -18,6 +18,7 @@ FindingCode = Literal[
     "audio_missing", "audio_unreadable", "sample_rate_mismatch", "channel_mismatch",
     "duration_out_of_bounds", "silence", "clipping", "dc_offset", "non_finite",
     "empty_transcript", "control_characters", "speaking_rate", "asr_disagreement", "noisy_audio",
+    "empty_corpus",
 ]  # fmt: skip
 
 

@@ -32,15 +32,25 @@ DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
 class Catalog:
     """A handle on the catalog file; use ``with catalog.connect() as con`` for each unit of work."""
 
-    def __init__(self, path: Path, *, lock_timeout_s: float = 60.0) -> None:
+    def __init__(self, path: Path, *, lock_timeout_s: float = 60.0, read_only: bool = False) -> None:
         self.path = path
         self.lock = FileLock(str(path) + ".lock")
         self.lock_timeout_s = lock_timeout_s
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
 
     @contextmanager
     def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Open the database under the file lock; migrations are applied on first write."""
+        """Open the database under the file lock; migrations are applied on first write.
+
+        A read-only catalog (see ``Home``) is opened without the lock file (it cannot be created
+        there, and nothing writes through this handle) and refuses write connections.
+        """
+        if self.read_only:
+            with self._connect_read_only(write=not read_only) as con:
+                yield con
+            return
         try:
             self.lock.acquire(timeout=self.lock_timeout_s)
         except Timeout as exc:
@@ -60,6 +70,24 @@ class Catalog:
                 con.close()
         finally:
             self.lock.release()
+
+    @contextmanager
+    def _connect_read_only(self, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        if write:
+            raise CatalogError(
+                f"catalog {self.path} is read-only (its home is not writable, or VOXLEDGER_READ_ONLY is set): "
+                "read commands work; record into a writable home"
+            )
+        if not self.path.is_file():
+            raise CatalogError(f"no catalog at {self.path}, and this home is read-only so none can be created; check --home")
+        try:
+            con = duckdb.connect(str(self.path), read_only=True, config=DUCKDB_CONFIG)
+        except duckdb.Error as exc:
+            raise CatalogError(f"cannot open read-only catalog {self.path}: {exc}") from exc
+        try:
+            yield con
+        finally:
+            con.close()
 
     def _open_and_migrate(self) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(self.path), config=DUCKDB_CONFIG)

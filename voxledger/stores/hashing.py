@@ -70,19 +70,32 @@ class StatCache:
     """Persistent map from a file's stat identity to its digest (SQLite, safe for many processes).
 
     A hit requires device, inode, size, mtime and ctime to match exactly, so a rewritten file
-    (even with a restored mtime: ctime still moves) is hashed again.
+    (even with a restored mtime: ctime still moves) is hashed again. With ``read_only`` (a home
+    mounted read-only, say), or when the file cannot be opened for writing, the cache lives in
+    memory for this process: it only saves re-hashing, so nothing is lost but speed.
     """
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self._path = path
         self._local = threading.local()
-        with self._conn() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
-                " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
-                " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))"
-            )
+        self._memory: dict[StatKey, str] | None = {} if read_only else None
+        if read_only:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with self._conn() as conn:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
+                    " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
+                    " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))"
+                )
+        except (OSError, sqlite3.OperationalError):
+            self._memory = {}  # not writable here: keep this process's digests in memory instead
+
+    @property
+    def persistent(self) -> bool:
+        """False when digests are kept in memory only (read-only home or unwritable cache file)."""
+        return self._memory is None
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -95,6 +108,8 @@ class StatCache:
 
     def get_many(self, keys: list[StatKey]) -> dict[StatKey, str]:
         """Look up many keys at once; missing keys are absent from the result."""
+        if self._memory is not None:
+            return {k: self._memory[k] for k in keys if k in self._memory}
         found: dict[StatKey, str] = {}
         conn = self._conn()
         for start in range(0, len(keys), 500):
@@ -107,6 +122,9 @@ class StatCache:
 
     def put_many(self, items: Iterable[tuple[StatKey, str]]) -> None:
         """Record digests for stat keys."""
+        if self._memory is not None:
+            self._memory.update(items)
+            return
         conn = self._conn()
         conn.execute("BEGIN")
         conn.executemany("INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)", [(*k, d) for k, d in items])

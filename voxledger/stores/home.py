@@ -24,15 +24,32 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(env).absolute() if env else Path.cwd() / ".voxledger"
 
 
+READ_ONLY_ENV = "VOXLEDGER_READ_ONLY"
+
+
+def is_read_only(root: Path) -> bool:
+    """True when ``VOXLEDGER_READ_ONLY`` is set (1/true/yes), or the home or its catalog exists and
+    this process may not write it (a shared catalog mounted read-only, say).
+
+    The variable exists because file permissions cannot say it for every caller (root writes
+    anything) and a read-only mount may still report a directory as writable to ``access``.
+    """
+    if os.environ.get(READ_ONLY_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return True
+    catalog = root / "catalog.duckdb"
+    return (root.is_dir() and not os.access(root, os.W_OK)) or (catalog.is_file() and not os.access(catalog, os.W_OK))
+
+
 class Home:
     """Store + receipts + catalog + stat cache under one root."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, lock_timeout_s: float = 60.0) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, lock_timeout_s: float = 60.0, read_only: bool | None = None) -> None:
         self.root = resolve_home(root)
+        self.read_only = is_read_only(self.root) if read_only is None else read_only
         self.blobs = LocalBlobStore(self.root / "store")
         self.receipts = ReceiptStore(self.blobs)
-        self.catalog = Catalog(self.root / "catalog.duckdb", lock_timeout_s=lock_timeout_s)
-        self.stat_cache = StatCache(self.root / "cache" / "stat-cache.sqlite")
+        self.catalog = Catalog(self.root / "catalog.duckdb", lock_timeout_s=lock_timeout_s, read_only=self.read_only)
+        self.stat_cache = StatCache(self.root / "cache" / "stat-cache.sqlite", read_only=self.read_only)
 
     def check_subjects(self, receipt: ReceiptBase) -> None:
         """Refuse a receipt that names an output whose bytes are missing or damaged.
@@ -50,8 +67,19 @@ class Home:
                     f"has {len(bad)} missing or damaged object(s), e.g. {bad[0]}; re-run the stage to regenerate it"
                 )
 
+    def require_writable(self) -> None:
+        """Raise CatalogError before anything is written when this home is read-only."""
+        if self.read_only:
+            from voxledger.schemas.errors import CatalogError
+
+            raise CatalogError(
+                f"home {self.root} is read-only (not writable by this user, or {READ_ONLY_ENV} is set): "
+                "read commands (query, lineage, store verify, dashboard, ...) work; record into a writable home"
+            )
+
     def record(self, receipt: ReceiptBase) -> str:
         """Commit a receipt: outputs checked, blob, marker, then catalog rows (the commit point)."""
+        self.require_writable()
         self.check_subjects(receipt)
         rid, doc = self.receipts.write(receipt)
         self.catalog.ingest([(rid, doc)], self.blobs.get_bytes)
@@ -59,6 +87,7 @@ class Home:
 
     def record_many(self, receipts: list[ReceiptBase]) -> list[str]:
         """Commit many receipts with one catalog transaction."""
+        self.require_writable()
         for r in receipts:
             self.check_subjects(r)
         written = [self.receipts.write(r) for r in receipts]
@@ -76,6 +105,7 @@ class Home:
 
     def rebuild_catalog(self) -> int:
         """Recreate the catalog from the store alone; return the number of receipts indexed."""
+        self.require_writable()
         tmp = self.catalog.path.with_name(self.catalog.path.name + ".rebuild")
         tmp.unlink(missing_ok=True)
         fresh = Catalog(tmp)

@@ -27,23 +27,42 @@ class LineageEdge:
     depth: int
 
 
+HEX = frozenset("0123456789abcdef")
+MIN_PREFIX = 8
+
+
 def resolve_node(con: duckdb.DuckDBPyConnection, ref: str) -> str:
-    """Resolve a full id or a unique hex prefix (>= 8 characters) to a node digest."""
+    """Resolve a full id or a unique hex prefix (>= 8 characters) to a node digest in the catalog.
+
+    Raises CatalogError naming the reference when it is not hex, too short, unknown or ambiguous.
+    """
     ref = ref.strip().lower()
-    if len(ref) == 64:
-        return ref
-    if len(ref) < 8:
-        raise CatalogError(f"{ref!r} is too short to name a node: give at least 8 hex characters")
+    if not ref or not set(ref) <= HEX or len(ref) > 64:
+        raise CatalogError(
+            f"{ref!r} is not a sha256 digest or prefix: give at least {MIN_PREFIX} hex characters of a receipt or artifact id"
+        )
+    if len(ref) < MIN_PREFIX:
+        raise CatalogError(f"{ref!r} is too short to name a node: give at least {MIN_PREFIX} hex characters")
     rows = con.execute(
         "SELECT DISTINCT n FROM (SELECT src AS n FROM edges UNION ALL SELECT dst FROM edges"
-        " UNION ALL SELECT receipt_sha256 FROM receipts) WHERE starts_with(n, ?) LIMIT 3",
+        " UNION ALL SELECT receipt_sha256 FROM receipts UNION ALL SELECT sha256 FROM artifacts) WHERE starts_with(n, ?) LIMIT 3",
         [ref],
     ).fetchall()
     if not rows:
-        raise CatalogError(f"no receipt or artifact in the catalog starts with {ref!r}")
+        what = "id" if len(ref) == 64 else "prefix"
+        raise CatalogError(
+            f"no receipt or artifact in the catalog has the {what} {ref!r}; "
+            '`voxledger query "SELECT kind, receipt_sha256 FROM receipts"` lists the receipts'
+        )
     if len(rows) > 1:
         raise CatalogError(f"prefix {ref!r} is ambiguous ({', '.join(r[0][:16] for r in rows)}...): give more characters")
     return str(rows[0][0])
+
+
+def receipt_kind(con: duckdb.DuckDBPyConnection, node: str) -> str | None:
+    """The kind of the receipt with this id, or None when the node is an artifact."""
+    row = con.execute("SELECT kind FROM receipts WHERE receipt_sha256 = ?", [node]).fetchone()
+    return str(row[0]) if row else None
 
 
 def walk(con: duckdb.DuckDBPyConnection, start: str, direction: Direction, depth: int) -> list[LineageEdge]:

@@ -107,6 +107,9 @@ def _check(corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy) -
         Finding(code=i.code, severity="error", message=f"{i.file}:{i.line}: {i.message}", file=i.file, line=i.line)  # type: ignore[arg-type]
         for i in corpus.issues
     ]
+    if not utts:  # nothing to train on is never a pass, whatever else the manifest held
+        findings.append(Finding(code="empty_corpus", severity="error", message=f"the corpus at {corpus.root} has no utterances: "
+                                "check the manifest path and its lines (issues above, if any, say why lines were dropped)"))  # fmt: skip
     findings += checks.leakage(utts, policy.leakage)
     findings += checks.duplicates(utts, digests, facts, policy)
     for u in utts:

@@ -95,7 +95,7 @@ def extract_all(home: Home, plan: EvaluationPlan, gens: list[Generation], corpus
         seen[key] = [Observation.model_validate(o) for o in row["observations"]]
         measured[key] = row.get("audio_sha256")
     ex = Extractors(plan, corpus)
-    for g in gens:
+    for i, g in enumerate(gens, 1):
         key = (g.candidate, g.prompt_id, g.seed)
         if not g.valid or (key in seen and measured[key] in (None, g.audio_sha256)):
             continue  # measured before, on these very bytes
@@ -105,5 +105,5 @@ def extract_all(home: Home, plan: EvaluationPlan, gens: list[Generation], corpus
                         "observations": [o.model_dump(mode="json") for o in obs]})  # fmt: skip
         seen[key] = obs
         if progress:
-            progress(f"measured {g.candidate} {g.prompt_id}")
+            progress(f"measuring {i}/{len(gens)}: {g.candidate} {g.prompt_id} seed {g.seed}")
     return [o for g in gens if (g.candidate, g.prompt_id, g.seed) in seen for o in seen[(g.candidate, g.prompt_id, g.seed)]]

@@ -60,6 +60,7 @@ def generate_all(
             del done[key]
             if progress:
                 progress(f"clip {row.audio_sha256[:12]} of {'/'.join(map(str, key))} is damaged; regenerating it")
+    total, made = len(plan.candidates) * len(plan.prompts) * len(plan.seeds), len(done)
     for cand in plan.candidates:
         todo = [(p, s) for p in plan.prompts for s in plan.seeds if (cand.name, p.id, s) not in done]
         if not todo:
@@ -70,8 +71,9 @@ def generate_all(
                 row = _one(home, synth, cand, prompt, seed)
                 journal.append(row.model_dump(mode="json"))
                 done[(cand.name, prompt.id, seed)] = row
+                made += 1
                 if progress:
-                    progress(f"{cand.name} {prompt.id} seed {seed}: {'ok' if row.valid else row.error}")
+                    progress(f"generating {made}/{total}: {cand.name} {prompt.id} seed {seed}: {'ok' if row.valid else row.error}")
     return [done[(c.name, p.id, s)] for c in plan.candidates for p in plan.prompts for s in plan.seeds]
 
 

@@ -61,6 +61,16 @@ class LoopResult:
 EpochHook = Callable[[int, torch.nn.Module, EpochRecord], str]
 
 
+def _progress_line(state: LoopState, n_batches: int, max_epochs: int, total_steps: int, sums: dict[str, float]) -> str:
+    """``epoch 2/10 step 37/120 (412/1200 overall) loss 1.2345 ETA 3m05s``; the ETA assumes
+    every remaining step costs this epoch's mean step time (early stopping only shortens it)."""
+    mean_s = sums["wall"] / max(1.0, sums["steps"])
+    eta_s = int(mean_s * max(0, total_steps - state.global_step))
+    loss = sums["loss"] / max(1.0, sums["steps"])
+    return (f"training: epoch {state.epoch + 1}/{max_epochs} step {state.batch}/{n_batches} "
+            f"({state.global_step}/{total_steps} overall) loss {loss:.4f} ETA {eta_s // 60}m{eta_s % 60:02d}s")  # fmt: skip
+
+
 def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], plan: TrainingPlan, bound: TrainingInputs,
              ckpt_dir: Path, on_epoch_end: EpochHook, progress: Callable[[str], None] | None = None) -> LoopResult:  # fmt: skip
     """Train ``model`` under ``plan``; resume from the newest guarded checkpoint in ``ckpt_dir``.
@@ -113,7 +123,7 @@ def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], pl
                 checkpoint()
                 s["ckpt"] += time.perf_counter() - t1
             if progress:
-                progress(f"epoch {state.epoch} step {state.batch}/{len(batches)} loss {out['loss']:.4f}")
+                progress(_progress_line(state, len(batches), plan.max_epochs, total_steps, s))
         cv = backend.cv_loss(model, cv_batches)
         s = state.sums
         n = max(1.0, s["steps"])
