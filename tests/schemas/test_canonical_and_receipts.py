@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.factories import hexd, ingest_receipt
+from tests.factories import hexd, ingest_receipt, record_synthetic
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import ReceiptError
 from voxledger.schemas.registry import KINDS, schema_files
@@ -79,7 +79,7 @@ def test_naive_timestamps_are_refused() -> None:
 
 
 def test_tampered_receipt_blob_is_detected(home) -> None:  # type: ignore[no-untyped-def]
-    rid = home.record(ingest_receipt(5, out=hexd(99)))
+    rid = record_synthetic(home, ingest_receipt(5, out=hexd(99)))[0]
     path = home.blobs.path_of(rid)
     path.chmod(0o644)
     path.write_bytes(path.read_bytes().replace(b'"item-5"', b'"item-6"'))

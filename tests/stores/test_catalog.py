@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import hexd, ingest_receipt
+from tests.factories import hexd, ingest_receipt, record_synthetic
 from voxledger.schemas.base import InputRef
 from voxledger.schemas.errors import CatalogError
 from voxledger.stores.catalog import Catalog
@@ -30,7 +30,7 @@ def _chain(home: Home, n: int) -> list[str]:
     ids = []
     for i in range(1, n + 1):
         inputs = (InputRef(role="source", sha256=hexd(i - 1), ref="artifact"),) if i > 1 else ()
-        ids.append(home.record(ingest_receipt(i, inputs=inputs)))
+        ids.append(record_synthetic(home, ingest_receipt(i, inputs=inputs))[0])
     return ids
 
 
@@ -40,10 +40,10 @@ def test_migrations_are_recorded_in_order(home: Home) -> None:
 
 def test_ingest_is_idempotent(home: Home) -> None:
     r = ingest_receipt(1)
-    home.record(r)
+    record_synthetic(home, r)
     before = _dump(home)
-    home.record(r)
-    home.record_many([r, r])
+    record_synthetic(home, r)
+    record_synthetic(home, r, r)
     assert _dump(home) == before
     assert len(before["receipts"]) == 1
 
@@ -99,12 +99,12 @@ INGESTER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
-from tests.factories import ingest_receipt
+from tests.factories import ingest_receipt, record_synthetic
 from voxledger.stores.home import Home
 home = Home(Path(sys.argv[1]))
 k = int(sys.argv[2])
 for i in range(20):
-    home.record(ingest_receipt(1000 * k + i))
+    record_synthetic(home, ingest_receipt(1000 * k + i))
 """
 
 
