@@ -19,7 +19,7 @@ demo: install
 	$(BIN)/voxledger demo run
 
 test: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25
 
 bench: install
 	$(BIN)/voxledger bench
