@@ -36,3 +36,19 @@ def test_imports_point_one_way() -> None:
                     problems.append(f"{path.relative_to(ROOT)} imports {name}")
     assert checked >= 10, f"only {checked} files checked: is the layout broken?"
     assert not problems, "\n".join(problems)
+
+
+def test_catalog_sql_lives_in_stores() -> None:
+    """Tasks, flows, the CLI and dashboards ask the catalog through functions in ``stores/``; the
+    one exception is ``voxledger query``, which runs the user's own SQL."""
+    import re
+
+    pattern = re.compile(r"\.execute\(")
+    allowed = {"voxledger/cli/core.py": 1}
+    found: dict[str, int] = {}
+    for layer in ("tasks", "flows", "cli", "dashboards"):
+        for path in sorted((ROOT / "voxledger" / layer).rglob("*.py")):
+            n = len(pattern.findall(path.read_text()))
+            if n:
+                found[path.relative_to(ROOT).as_posix()] = n
+    assert found == allowed, f"SQL outside stores/: {found}"

@@ -161,11 +161,12 @@ def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str, as_jso
     Example: voxledger lineage 3fa2c1d9 --up --depth 5
     """
     from voxledger.stores.lineage import walk
+    from voxledger.stores.queries import receipt_labels
 
     node = resolve_node(ctx, ref)
     with open_home(ctx).catalog.connect(read_only=True) as con:
         edges = walk(con, node, "up" if up else "down", depth)
-        labels = dict(con.execute("SELECT receipt_sha256, kind || ' (' || task || ')' FROM receipts").fetchall())
+        labels = receipt_labels(con)
     if fmt == "json" or as_json:
         emit_json([e.__dict__ for e in edges])
     elif fmt == "graph":

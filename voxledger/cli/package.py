@@ -75,13 +75,12 @@ def _locate(ctx: click.Context, ref: str) -> tuple[Path, bool]:
     if len(digest) < 8 or not all(c in "0123456789abcdef" for c in digest):
         raise CatalogError(f"{ref!r} is neither a file nor a package digest (64 hex, or a unique prefix of >= 8); give the .tar path")
     if len(digest) != 64:
-        with home.catalog.connect(read_only=True) as con:
-            rows = con.execute(
-                "SELECT DISTINCT package_sha256 FROM packages WHERE starts_with(package_sha256, ?) LIMIT 3", [digest]
-            ).fetchall()
+        from voxledger.stores.queries import packages_with_prefix
+
+        rows = packages_with_prefix(home.catalog, digest)
         if len(rows) != 1:
             raise CatalogError(f"{ref!r} is not a file and {'no' if not rows else 'more than one'} recorded package digest starts with it")
-        digest = rows[0][0]
+        digest = rows[0]
     if len(digest) != 64 or not home.blobs.has(digest):
         raise BlobMissingError(f"{ref!r} is neither a file nor a package digest in the store at {home.blobs.root}; give the .tar path")
     return home.blobs.path_of(digest), True
@@ -93,12 +92,10 @@ def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[
     if not resolve_home(ctx.find_root().obj["home"]).is_dir():
         return None, None
     home = open_home(ctx)
-    with home.catalog.connect(read_only=True) as con:
-        row = con.execute(
-            "SELECT receipt_sha256 FROM packages WHERE package_sha256 = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
-            [sha256],
-        ).fetchone()
-    return (row[0], home.receipts.read_document(row[0])) if row else (None, None)
+    from voxledger.stores.queries import package_receipt_of
+
+    rid = package_receipt_of(home.catalog, sha256)
+    return (rid, home.receipts.read_document(rid)) if rid else (None, None)
 
 
 @package.command("verify")

@@ -196,18 +196,9 @@ def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json
     """
     if at:
         at = _iso_time(at)
-    sql = "SELECT alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
-    params: list[Any] = []
-    if alias:
-        sql += " AND alias = ?"
-        params.append(alias)
-    if at:
-        sql += " AND moved_at <= ?::TIMESTAMPTZ QUALIFY row_number() OVER (PARTITION BY alias ORDER BY moved_at DESC) = 1"
-        params.append(at)
-    sql += " ORDER BY moved_at, alias"
-    with open_home(ctx).catalog.connect(read_only=True) as con:
-        rows = con.execute(sql, params).fetchall()
-        known = [r[0] for r in con.execute("SELECT DISTINCT alias FROM alias_history ORDER BY alias").fetchall()] if alias else []
+    from voxledger.stores.queries import alias_moves
+
+    rows, known = alias_moves(open_home(ctx).catalog, alias, at)
     if alias and alias not in known:
         raise click.ClickException(
             f"no alias {alias!r} in this home's history; known aliases: {', '.join(known) or 'none (no promotion recorded yet)'}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from voxledger.stores.catalog import Catalog
 
 
@@ -69,3 +71,58 @@ def references_for_pruning(catalog: Catalog, kinds: tuple[str, ...]) -> tuple[li
         checkpoints = {str(r[0]) for r in con.execute("SELECT receipt_sha256 FROM checkpoints").fetchall()}
         docs = [str(r[0]) for r in con.execute("SELECT doc FROM receipts WHERE list_contains(?, kind)", [list(kinds)]).fetchall()]
     return edges, checkpoints, docs
+
+
+def receipt_labels(con: Any) -> dict[str, str]:
+    """Receipt id -> "kind (task)" for every receipt (labels of a lineage picture)."""
+    return {str(r): str(label) for r, label in con.execute("SELECT receipt_sha256, kind || ' (' || task || ')' FROM receipts").fetchall()}
+
+
+def packages_with_prefix(catalog: Catalog, prefix: str, limit: int = 3) -> list[str]:
+    """Recorded package digests starting with ``prefix`` (at most ``limit``)."""
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT DISTINCT package_sha256 FROM packages WHERE starts_with(package_sha256, ?) LIMIT ?", [prefix, limit]
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def package_receipt_of(catalog: Catalog, package_sha256: str) -> str | None:
+    """The newest succeeded package receipt that built this package digest."""
+    with catalog.connect(read_only=True) as con:
+        row = con.execute(
+            "SELECT receipt_sha256 FROM packages WHERE package_sha256 = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
+            [package_sha256],
+        ).fetchone()
+    return str(row[0]) if row else None
+
+
+def alias_moves(catalog: Catalog, alias: str | None, at: str | None) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Alias history rows (alias, target, base, moved_at, reason, receipt), optionally one alias and
+    only the move in force at ISO time ``at``; plus every alias name the history knows."""
+    sql = "SELECT alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
+    params: list[Any] = []
+    if alias:
+        sql += " AND alias = ?"
+        params.append(alias)
+    if at:
+        sql += " AND moved_at <= ?::TIMESTAMPTZ QUALIFY row_number() OVER (PARTITION BY alias ORDER BY moved_at DESC) = 1"
+        params.append(at)
+    sql += " ORDER BY moved_at, alias"
+    with catalog.connect(read_only=True) as con:
+        rows = [tuple(r) for r in con.execute(sql, params).fetchall()]
+        known = [str(r[0]) for r in con.execute("SELECT DISTINCT alias FROM alias_history ORDER BY alias").fetchall()]
+    return rows, known
+
+
+def aggregated_submissions(catalog: Catalog, packet_set_id: str) -> dict[str, str]:
+    """packet digest -> submission digest, for submissions an aggregate of this packet set used."""
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT s.doc->>'$.parameters.packet_sha256', s.doc->>'$.parameters.submission_sha256' FROM receipts s"
+            " WHERE s.kind = 'submission' AND s.doc->>'$.parameters.packet_set_receipt_sha256' = ?"
+            " AND EXISTS (SELECT 1 FROM edges e JOIN receipts a ON a.receipt_sha256 = e.dst"
+            "             WHERE e.src = s.receipt_sha256 AND e.role = 'submission' AND a.kind = 'aggregate')",
+            [packet_set_id],
+        ).fetchall()
+    return {str(p): str(s) for p, s in rows}

@@ -130,14 +130,9 @@ def _prior_submissions(home: Home, packet_set_id: str) -> dict[str, str]:
     Only submissions that are inputs of an aggregate count: a submission receipt left without
     its aggregate (by a run that failed before its commit) never locks its rater out.
     """
-    with home.catalog.connect(read_only=True) as con:
-        rows = con.execute(
-            "SELECT s.doc->>'$.parameters.packet_sha256', s.doc->>'$.parameters.submission_sha256' FROM receipts s"
-            " WHERE s.kind = 'submission' AND s.doc->>'$.parameters.packet_set_receipt_sha256' = ?"
-            " AND EXISTS (SELECT 1 FROM edges e JOIN receipts a ON a.receipt_sha256 = e.dst"
-            "             WHERE e.src = s.receipt_sha256 AND e.role = 'submission' AND a.kind = 'aggregate')", [packet_set_id],
-        ).fetchall()  # fmt: skip
-    return {p: s for p, s in rows}
+    from voxledger.stores.queries import aggregated_submissions
+
+    return aggregated_submissions(home.catalog, packet_set_id)
 
 
 @dataclass
