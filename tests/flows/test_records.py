@@ -198,3 +198,14 @@ def test_cli_work_shows_in_prefect_history(first_run, tmp_path: Path) -> None:  
     assert "COMPLETED" in found.get("package", []), found
     assert "COMPLETED" in found.get("packets", []), found
     assert "FAILED" in found.get("ratings", []), found
+
+
+def test_demo_report_reads_the_numbers_from_the_receipts(first_run) -> None:  # type: ignore[no-untyped-def]
+    home_dir, _, first, _ = first_run
+    result = CliRunner().invoke(main, ["--home", str(home_dir), "demo", "report", first["pipeline_receipt"][:12], "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert [s["stage"] for s in report["stages"]] == ORDER
+    ev = Home(home_dir).receipts.read_document(first["evaluate"]["receipt_id"])
+    wer = {s["candidate"]: s["overall"]["wer:whisper_en"]["mean"] for s in ev["result"]["summaries"]}
+    assert {c["candidate"]: c["wer_mean"] for c in report["candidates"]} == wer

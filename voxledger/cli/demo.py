@@ -114,6 +114,61 @@ def _final_table(home: Any, summary: Any, dash: Path, t_corpus: float, total: fl
     console.print(f"dashboard: [bold]{dash.absolute()}[/bold]")
 
 
+@demo.command("report")
+@click.argument("pipeline_run", required=False)
+@json_option("the figures")
+@click.pass_context
+def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> None:
+    """Print the README's "what the demo measured" tables from a pipeline run's receipts (Markdown).
+
+    Every number is read from the receipts of PIPELINE_RUN (default: the latest succeeded one),
+    with the machine and code they were measured on, so the README is regenerated, never typed.
+
+    Example: voxledger demo report > measured.md
+    """
+    from voxledger.cli.common import resolve_receipt
+    from voxledger.schemas.evaluation import EvaluationReceipt
+    from voxledger.schemas.pipeline import PipelineRunReceipt
+    from voxledger.schemas.training import TrainingRunReceipt
+    from voxledger.stores.queries import latest_pipeline_run
+
+    home = open_home(ctx)
+    rid = resolve_receipt(ctx, pipeline_run, "pipeline_run") if pipeline_run else latest_pipeline_run(home.catalog)
+    if rid is None:
+        raise click.ClickException("no succeeded pipeline run in this home; run `voxledger demo run` first")
+    run = home.receipts.read(rid, PipelineRunReceipt)
+    stages: list[dict[str, Any]] = []
+    for st in run.stages:
+        row: dict[str, Any] = {"stage": st.stage, "wall_s": round(st.wall_s, 1), "cached": st.cached, "status": st.status}
+        if st.receipt_id and st.stage.startswith("train"):
+            t = home.receipts.read(st.receipt_id, TrainingRunReceipt).result
+            row["result"] = (f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
+                             f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}")  # fmt: skip
+        stages.append(row)
+    ev_id = next((s.receipt_id for s in run.stages if s.stage == "evaluate"), None)
+    candidates: list[dict[str, Any]] = []
+    if ev_id:
+        for summ in home.receipts.read(ev_id, EvaluationReceipt).result.summaries:
+            o = summ.overall
+            candidates.append({"candidate": summ.candidate, "wer_mean": o["wer:whisper_en"].mean if "wer:whisper_en" in o else None,
+                               "wer_pooled": summ.micro_wer.get("whisper_en"),
+                               "speaker_sim": o["speaker_sim"].mean if "speaker_sim" in o else None})  # fmt: skip
+    env = run.environment
+    machine = f"{env.platform}, Python {env.python}, torch {env.torch}; code {(env.code.git_commit or env.code.source_sha256)[:12]}"
+    if as_json:
+        emit_json({"pipeline_run": rid, "machine": machine, "stages": stages, "candidates": candidates})
+        return
+    click.echo(f"Pipeline run `{rid[:16]}`, {run.finished_at:%Y-%m-%d}, {machine}.\n")
+    click.echo("| stage | wall | cached | result |\n|---|---|---|---|")
+    for r in stages:
+        click.echo(f"| {r['stage']} | {r['wall_s']:.0f} s | {'yes' if r['cached'] else 'no'} | {r.get('result', r['status'])} |")
+    click.echo(f"\nPipeline {sum(r['wall_s'] for r in stages):.0f} s of stage time.\n")
+    click.echo("| candidate | WER (mean of prompts) | WER (pooled) | speaker similarity |\n|---|---|---|---|")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for c in candidates:
+        click.echo(f"| {c['candidate']} | {fmt(c['wer_mean'])} | {fmt(c['wer_pooled'])} | {fmt(c['speaker_sim'])} |")
+
+
 @click.command("dashboard")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("dashboard.html"), show_default=True)
 @click.pass_context

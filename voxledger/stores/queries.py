@@ -126,3 +126,12 @@ def aggregated_submissions(catalog: Catalog, packet_set_id: str) -> dict[str, st
             [packet_set_id],
         ).fetchall()
     return {str(p): str(s) for p, s in rows}
+
+
+def latest_pipeline_run(catalog: Catalog, status: str = "succeeded") -> str | None:
+    """The newest pipeline-run receipt with this status."""
+    with catalog.connect(read_only=True) as con:
+        row = con.execute(
+            "SELECT receipt_sha256 FROM receipts WHERE kind = 'pipeline_run' AND status = ? ORDER BY finished_at DESC LIMIT 1", [status]
+        ).fetchone()
+    return str(row[0]) if row else None
