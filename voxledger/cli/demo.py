@@ -164,7 +164,10 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
         click.echo(f"| {r['stage']} | {r['wall_s']:.0f} s | {'yes' if r['cached'] else 'no'} | {r.get('result', r['status'])} |")
     click.echo(f"\nPipeline {sum(r['wall_s'] for r in stages):.0f} s of stage time.\n")
     click.echo("| candidate | WER (mean of prompts) | WER (pooled) | speaker similarity |\n|---|---|---|---|")
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
     for c in candidates:
         click.echo(f"| {c['candidate']} | {fmt(c['wer_mean'])} | {fmt(c['wer_pooled'])} | {fmt(c['speaker_sim'])} |")
 
