@@ -26,7 +26,7 @@ def audit_corpus(home: str, corpus: str, policy_file: str, audio_roots: tuple[st
     policy = load_plan(Path(policy_file), AuditPolicy)
     report(f"auditing {corpus}")
     return audit_corpus_fn(Home(home), Path(corpus), policy, policy_name=Path(policy_file).name, flow=flow_name(),
-                           audio_roots=tuple(Path(r) for r in audio_roots))  # fmt: skip
+                           audio_roots=tuple(Path(r) for r in audio_roots), progress=report)  # fmt: skip
 
 
 def require_pass(out: StageOutcome[AuditReceipt], corpus: str) -> None:

@@ -68,6 +68,7 @@ def prefect_session(home_root: Path | None = None) -> Iterator[str]:
     elif mode == "home":
         mode = "ephemeral"
     settings[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
+    logging.getLogger("speechbrain").setLevel(logging.WARNING)  # its INFO lines would cross the progress line
     with temporary_settings(settings), _quiet_console():
         yield mode
 

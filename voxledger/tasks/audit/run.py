@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from voxledger.schemas.audit import AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
 from voxledger.schemas.base import InputRef, utc_now
@@ -46,7 +48,14 @@ def _audio_tree(corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, 
 
 
 def audit_corpus_fn(
-    home: Home, corpus_path: Path, policy: AuditPolicy, *, policy_name: str, flow: str = "audit_corpus", audio_roots: tuple[Path, ...] = ()
+    home: Home,
+    corpus_path: Path,
+    policy: AuditPolicy,
+    *,
+    policy_name: str,
+    flow: str = "audit_corpus",
+    audio_roots: tuple[Path, ...] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> StageOutcome[AuditReceipt]:
     """Audit a corpus; the receipt is recorded whatever the verdict (a failure is evidence too).
 
@@ -75,7 +84,7 @@ def audit_corpus_fn(
         for entry in tree.entries:
             if not home.blobs.intact(entry.sha256):
                 home.blobs.put_file(by_name[entry.path], expected_sha256=entry.sha256)
-    result = _check(corpus, digests, policy)
+    result = _check(corpus, digests, policy, progress)
     receipt = build_receipt(
         AuditReceipt, flow=flow, task="audit_corpus", started_at=started, key=key,
         subjects=[artifact(home.blobs, "manifest", manifest_sha, MANIFEST_MEDIA_TYPE),
@@ -89,17 +98,21 @@ def audit_corpus_fn(
     return record(home, receipt)
 
 
-def _check(corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy) -> AuditResult:
+def _check(
+    corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy, progress: Callable[[str], None] | None = None
+) -> AuditResult:
     utts = list(corpus.utterances.utterances)
+    done = [0]
+
+    def measure(u: Any) -> FileFacts:
+        out = measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, ""))
+        done[0] += 1
+        if progress is not None and (done[0] % 50 == 0 or done[0] == len(utts)):
+            progress(f"audit: measured {done[0]}/{len(utts)} files")
+        return out
+
     with ThreadPoolExecutor(max_workers=default_workers()) as pool:
-        facts: dict[str, FileFacts] = dict(
-            zip(
-                [u.id for u in utts],
-                pool.map(
-                    lambda u: measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, "")), utts
-                ),
-            )
-        )
+        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(measure, utts)))
     # a segment is known by its recording's digest plus its sample range: two cuts of one
     # recording are not duplicates, the same cut listed twice is
     digests = {uid: segment_identity(d, facts[uid].samples) if facts[uid].samples else d for uid, d in digests.items()}  # type: ignore[arg-type]
