@@ -10,41 +10,20 @@ from typing import Any
 from voxledger.schemas.audit import AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes
-from voxledger.schemas.errors import UnsafePathError
-from voxledger.stores.hashing import default_workers, hash_files
+from voxledger.stores.hashing import default_workers
 from voxledger.stores.home import Home
-from voxledger.stores.trees import TREE_MEDIA_TYPE, TreeEntry, TreeManifest, manifest_bytes
+from voxledger.stores.trees import TREE_MEDIA_TYPE, manifest_bytes
 from voxledger.tasks.audit import checks
-from voxledger.tasks.audit.measure import FileFacts, measure_file, resolve_audio
+from voxledger.tasks.audit.measure import FileFacts, measure_file
 from voxledger.tasks.corpus.audio import segment_identity
 from voxledger.tasks.corpus.manifests import LoadedCorpus, load_corpus
 from voxledger.tasks.corpus.paths import tree_name
+from voxledger.tasks.corpus.sources import audio_digests, audio_tree
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
 
 MANIFEST_MEDIA_TYPE = "application/vnd.voxledger.manifest+json"
-
-
-def _audio_digests(corpus: LoadedCorpus, home: Home) -> tuple[dict[str, str], dict[str, Path]]:
-    paths: dict[str, Path] = {}
-    for u in corpus.utterances.utterances:
-        try:
-            p = resolve_audio(corpus.root, u, corpus.audio_roots)
-        except UnsafePathError:
-            continue
-        if p.is_file():
-            paths[u.id] = p
-    by_path = hash_files(sorted(set(paths.values())), cache=home.stat_cache)
-    return {uid: by_path[p] for uid, p in paths.items()}, paths
-
-
-def _audio_tree(corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path]) -> TreeManifest:
-    entries = {
-        tree_name(u.audio): TreeEntry(path=tree_name(u.audio), size_bytes=paths[u.id].stat().st_size, sha256=digests[u.id], executable=False)
-        for u in corpus.utterances.utterances if u.id in digests
-    }  # fmt: skip
-    return TreeManifest(entries=tuple(entries[k] for k in sorted(entries)))
 
 
 def audit_corpus_fn(
@@ -65,8 +44,8 @@ def audit_corpus_fn(
     started = utc_now()
     plan_rid, policy_sha = register_plan(home, policy, source_name=policy_name, flow=flow)
     corpus = load_corpus(corpus_path, audio_roots=audio_roots)
-    digests, paths = _audio_digests(corpus, home)
-    tree = _audio_tree(corpus, digests, paths)
+    digests, paths = audio_digests(corpus, home.stat_cache)
+    tree = audio_tree(corpus, digests, paths)
     tree_sha = home.blobs.put_bytes(manifest_bytes(tree))
     manifest_sha = home.blobs.put_bytes(canonical_bytes(corpus.utterances))
     file_shas = {f.relative_to(corpus.root).as_posix(): home.blobs.put_file(f) for f in corpus.manifest_files}

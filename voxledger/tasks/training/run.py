@@ -34,9 +34,9 @@ from voxledger.stores.trees import (
     materialize_tree,
     put_tree,
 )
-from voxledger.tasks.audit.run import _audio_digests, _audio_tree
 from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.corpus.manifests import load_corpus
+from voxledger.tasks.corpus.sources import audio_digests, audio_tree
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, damaged_outputs, record, reuse
@@ -63,8 +63,8 @@ def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, p
     """Re-hash the corpus and refuse it if it is not exactly what the audit saw."""
     loaded = load_corpus(corpus)
     manifest_sha = canonical_digest(loaded.utterances)
-    digests, paths = _audio_digests(loaded, home)
-    tree_sha = canonical_digest(_audio_tree(loaded, digests, paths))
+    digests, paths = audio_digests(loaded, home.stat_cache)
+    tree_sha = canonical_digest(audio_tree(loaded, digests, paths))
     for name, now, then in (
         ("manifest", manifest_sha, audit.parameters.manifest_sha256),
         ("audio tree", tree_sha, audit.parameters.audio_tree_sha256),
