@@ -75,7 +75,10 @@ class TinyBackend:
         """The libraries whose behaviour shapes tiny's data and model besides our code."""
         from importlib import metadata
 
-        return {"backend": self.name, **{p: metadata.version(p) for p in ("espeakng-loader", "transformers", "peft")}}
+        from voxledger.tasks.backends.tiny.training import native_bf16
+
+        versions = {p: metadata.version(p) for p in ("espeakng-loader", "transformers", "peft")}
+        return {"backend": self.name, **versions, "native_bf16": native_bf16()}
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
         self._plan = plan
@@ -95,7 +98,8 @@ class TinyBackend:
         cv_set = TinyDataset(cv_utts, config, self._norm, plan.frames_per_batch)
         sources = sorted({e.durations.source for e in (*train, *cv)})
         effective = {"model": config.model_dump(mode="json"), "frames_per_batch": plan.frames_per_batch,
-                     "train_utterances": len(train), "cv_utterances": len(cv), "duration_sources": sources}  # fmt: skip
+                     "train_utterances": len(train), "cv_utterances": len(cv), "duration_sources": sources,
+                     "precision_effective": tt.effective_precision(plan.precision)}  # fmt: skip
         return TrainingSetup(
             model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed)
         )
