@@ -123,7 +123,7 @@ def test_nothing_accepted_is_an_error_naming_every_reason(exported: Exported, tm
     assert res.exit_code != 0 and "PacketError: no submission accepted" in res.output
     plan_receipt = exported.receipt.input("protocol").sha256
     res = CliRunner().invoke(main, ["--home", str(exported.home.root), "ratings", "aggregate", plan_receipt, str(bad)])
-    assert res.exit_code != 0 and "is a 'plan' receipt, not a packet_set" in res.output
+    assert res.exit_code != 0 and "is a plan receipt, not packet_set" in res.output
 
 
 def test_broken_packet_folder_is_refused(exported: Exported) -> None:

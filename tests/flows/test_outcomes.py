@@ -46,15 +46,6 @@ def _inject(monkeypatch: pytest.MonkeyPatch, stage: str, exc: Exception) -> None
     monkeypatch.setattr(mod, name, failing)
 
 
-@pytest.fixture(scope="module")
-def baseline(first_run, corpus: Path) -> tuple[Path, Path, dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """An uninjected run of the shared home just before the failure tests: every stage's current
-    receipt (other tests may have moved the champion since the first run, which rightly makes the
-    next run judge the promotion again, once)."""
-    home_dir, plans, _, _ = first_run
-    return home_dir, plans, run(home_dir, corpus, plans)
-
-
 def _latest_failed_run(home: Home) -> PipelineRunReceipt:
     with home.catalog.connect(read_only=True) as con:
         rid = con.execute(
