@@ -26,6 +26,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from voxledger.schemas.errors import VoxledgerError
+from voxledger.tasks.processes import pid_alive as _alive
 
 STARTUP_TIMEOUT_S = 120.0
 IDLE_TIMEOUT_S = 3600.0
@@ -88,16 +89,6 @@ def healthy(api_url: str, timeout_s: float = 2.0) -> bool:
             return bool(r.status == 200)
     except OSError:
         return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _free_port() -> int:

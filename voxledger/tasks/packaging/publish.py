@@ -21,6 +21,7 @@ from pathlib import Path
 from voxledger.schemas.errors import DigestMismatchError, UnsafePathError, VoxledgerError
 from voxledger.stores.blobs import fsync_dir
 from voxledger.stores.hashing import sha256_file
+from voxledger.tasks.processes import pid_alive as _alive
 
 INCOMING = ".incoming"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -34,16 +35,6 @@ class Published:
     path: Path
     sha256: str
     already_present: bool
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep_incoming(root: Path) -> list[str]:
