@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 demo: install
 	$(BIN)/voxledger demo run
 
+# two workers by default (CI has two cores); TEST_WORKERS=0 runs everything in one process
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -m "not slow" --durations=25
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 bench: install
 	$(BIN)/voxledger bench

@@ -14,6 +14,19 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 os.environ.setdefault("PREFECT_SERVER_UI_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    # parallel workers (`make test` runs two): one thread each, so they do not fight over the cores
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``) a module's tests stay on one worker, so its
+    module-scoped fixtures (trained models, corpora) are built once, and every test that uses the
+    session's pipeline run (``first_run``) shares one worker, in collection order."""
+    for item in items:
+        uses_run = "first_run" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("first_run" if uses_run else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -69,6 +69,86 @@ def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) ->
         click.echo(f"ok: {len(todo)} objects verified")
 
 
+def _sync_report(kind: str, out: dict[str, object], as_json: bool, seconds: float) -> None:
+    if as_json:
+        emit_json(out | {"seconds": round(seconds, 3)})
+        return
+    click.echo(
+        f"{kind} {out['store']}: {out['receipts_copied']} receipts and {out['blobs_copied']} blobs "
+        f"({int(out['bytes_copied']):,} bytes) copied, {out['receipts_seen']} receipts seen"  # type: ignore[call-overload]
+        + (f", {out['catalog_rows_new']} new catalog rows" if kind == "pulled" else "")
+        + f" in {seconds:.1f} s"
+    )
+    missing = out["missing_blobs"]
+    if missing:
+        click.echo(f"warning: {len(missing)} blobs named by receipts were not in the source; first: {missing[0]}", err=True)  # type: ignore[arg-type,index]
+
+
+@store.command("push")
+@click.option("--full", is_flag=True, help="Consider every local receipt, not only those not yet pushed or pulled.")
+@json_option("what was copied")
+@click.pass_context
+def store_push(ctx: click.Context, full: bool, as_json: bool) -> None:
+    """Publish this home's receipts and their blobs to the shared S3 store (VOXLEDGER_S3_* settings).
+
+    Blobs go up before the receipts that name them, receipts before their markers; only what the
+    bucket lacks is sent, create-only. Example: VOXLEDGER_S3_BUCKET=voxledger voxledger store push
+    """
+    import time
+
+    from voxledger.cli.common import run_flow
+    from voxledger.flows.sync import push
+
+    t0 = time.perf_counter()
+    out = run_flow(ctx, push, str(open_home(ctx).root), full)
+    _sync_report("pushed", out, as_json, time.perf_counter() - t0)
+
+
+@store.command("pull")
+@click.option("--full", is_flag=True, help="List every receipt in the bucket instead of the journal after the last pull.")
+@json_option("what was copied")
+@click.pass_context
+def store_pull(ctx: click.Context, full: bool, as_json: bool) -> None:
+    """Ingest what the shared S3 store gained since the last pull: receipts verified against their
+    ids and schemas, blobs against their digests, then indexed in the catalog.
+
+    Example: VOXLEDGER_S3_BUCKET=voxledger voxledger store pull
+    """
+    import time
+
+    from voxledger.cli.common import run_flow
+    from voxledger.flows.sync import pull
+
+    t0 = time.perf_counter()
+    out = run_flow(ctx, pull, str(open_home(ctx).root), full)
+    _sync_report("pulled", out, as_json, time.perf_counter() - t0)
+
+
+@store.command("status")
+@click.option("--offline", is_flag=True, help="Only what this home remembers; make no request to the bucket.")
+@json_option("the counts")
+@click.pass_context
+def store_status(ctx: click.Context, offline: bool, as_json: bool) -> None:
+    """What this home has not pushed yet, and (one listing) what the next pull would read.
+
+    Example: voxledger store status --json
+    """
+    from dataclasses import asdict
+
+    from voxledger.stores.s3 import S3BlobStore
+    from voxledger.stores.sync import sync_status
+
+    st = sync_status(open_home(ctx), S3BlobStore.from_env(), ask_remote=not offline)
+    if as_json:
+        emit_json(asdict(st))
+        return
+    click.echo(f"shared store: {st.store}")
+    click.echo(f"local receipts: {st.local_receipts} ({st.known_shared} known shared, {st.not_pushed} not pushed)")
+    click.echo(f"last pull cursor: {st.cursor or 'never pulled'}")
+    if st.new_segments is not None:
+        click.echo(f"new journal segments in the bucket: {st.new_segments}" + (" (run `voxledger store pull`)" if st.new_segments else ""))
+
+
 def _stored_digest(ctx: click.Context, ref: str) -> str:
     """A digest as given (64 hex), else the one stored object or catalog node it is a unique prefix of."""
     ref = ref.strip().lower()
@@ -300,7 +380,9 @@ def catalog_migrations(ctx: click.Context) -> None:
     default="hash,corpus,catalog,audit,train,eval,prefect,demo",
     show_default=True,
     help="Comma-separated sections: hash, corpus, catalog (stores); audit, train, eval, prefect (stages); "
-    "demo (stage times of the latest pipeline run in --home).",
+    "demo (stage times of the latest pipeline run in --home); stats (simulated error rates of every interval and test), "
+    "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server). "
+    "The last four are not in the default set.",
 )
 @json_option("the figures")
 @click.pass_context

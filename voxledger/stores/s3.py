@@ -82,10 +82,20 @@ class S3Config:
             prefix=environ.get("VOXLEDGER_S3_PREFIX", ""),
             endpoint_url=environ.get("VOXLEDGER_S3_ENDPOINT_URL") or None,
             region=environ.get("VOXLEDGER_S3_REGION") or None,
-            part_size_bytes=int(environ.get("VOXLEDGER_S3_PART_SIZE_MIB", "8")) * MIB,
+            part_size_bytes=_int_setting(environ, "VOXLEDGER_S3_PART_SIZE_MIB", 8) * MIB,
             conditional_writes=environ.get("VOXLEDGER_S3_CONDITIONAL_WRITES", "1") not in ("0", "false"),
-            max_workers=int(environ.get("VOXLEDGER_S3_WORKERS", "16")),
+            max_workers=_int_setting(environ, "VOXLEDGER_S3_WORKERS", 16),
         )
+
+
+def _int_setting(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise VoxledgerError(f"{name}={raw!r} is not a whole number; set it to e.g. {default} or unset it") from None
 
 
 def _code(exc: ClientError) -> str:

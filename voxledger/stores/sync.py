@@ -316,3 +316,31 @@ def push_to(home: Home, remote: S3BlobStore, *, full: bool = False) -> SyncRepor
     state.add_shared(todo)
     state.add_applied(own)  # this home holds them; the cursor stays where the last pull left it
     return report
+
+
+# ---- status ---------------------------------------------------------------------------------------
+@dataclass
+class SyncStatus:
+    """Where a home stands with one shared store; ``new_segments`` is None when not asked."""
+
+    store: str
+    local_receipts: int
+    known_shared: int
+    not_pushed: int
+    cursor: str | None
+    new_segments: int | None = None
+
+
+def sync_status(home: Home, remote: S3BlobStore, *, ask_remote: bool = True) -> SyncStatus:
+    """Counts from the home's sync state; with ``ask_remote`` one listing says how many journal
+    segments other machines added since the last pull (what the next pull would read)."""
+    state = SyncState(home, remote)
+    local = set(home.receipts.ids())
+    shared = state.shared()
+    cursor = state.cursor()
+    new: int | None = None
+    if ask_remote:
+        listed = remote.journal_after("" if cursor is None else _start_after(cursor))
+        new = len(set(listed) - state.applied(listed))
+    return SyncStatus(store=remote.url, local_receipts=len(local), known_shared=len(local & shared),
+                      not_pushed=len(local - shared), cursor=cursor, new_segments=new)  # fmt: skip
