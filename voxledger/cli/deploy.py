@@ -13,9 +13,15 @@ from voxledger.cli.common import emit_json, json_option, open_home
 @click.argument("plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--corpus", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path), help="Corpus the stages read.")
 @click.option("--dry-run", is_flag=True, help="Print the deployments and their work pools; register nothing.")
+@click.option(
+    "--shared-store",
+    is_flag=True,
+    help="Workers on several machines: each flow run pulls from the shared S3 store (VOXLEDGER_S3_*) before its stage and "
+    "pushes after, in the worker's own home (its VOXLEDGER_HOME).",
+)
 @json_option("the deployments")
 @click.pass_context
-def deploy(ctx: click.Context, plan_file: Path, corpus: Path, dry_run: bool, as_json: bool) -> None:
+def deploy(ctx: click.Context, plan_file: Path, corpus: Path, dry_run: bool, shared_store: bool, as_json: bool) -> None:
     """Register each stage flow and the pipeline as Prefect deployments on the plan's work pools.
 
     Work pools come from the plan's ``work_pool`` and ``stage_pools`` (``default`` when unset);
@@ -31,8 +37,8 @@ def deploy(ctx: click.Context, plan_file: Path, corpus: Path, dry_run: bool, as_
 
     home = open_home(ctx)
     plan = load_plan(plan_file, PipelinePlan)
-    specs = deployment_specs(plan, plan_file, home=str(home.root), corpus=str(corpus.resolve()))
-    rows = [{"name": s.name, "entrypoint": s.entrypoint, "work_pool": s.work_pool, "cron": s.cron} for s in specs]
+    specs = deployment_specs(plan, plan_file, home=str(home.root), corpus=str(corpus.resolve()), shared_store=shared_store)
+    rows = [{"name": s.name, "entrypoint": s.entrypoint, "work_pool": s.work_pool, "cron": s.cron, "env": s.env} for s in specs]
     if not dry_run:
         with prefect_session(home.root):
             created = ensure_pools({s.work_pool for s in specs})

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prefect.cache_policies import NONE
@@ -31,3 +34,39 @@ def flow_name(default: str = "cli") -> str:
 
     ctx = FlowRunContext.get()
     return ctx.flow.name if ctx is not None and ctx.flow is not None else default
+
+
+SYNC_VARIABLE = "VOXLEDGER_SYNC"
+
+
+def sync_enabled() -> bool:
+    """Whether this process works against the shared store (``VOXLEDGER_SYNC=1``, set on workers
+    by ``voxledger deploy --shared-store``)."""
+    return os.environ.get(SYNC_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+@contextmanager
+def shared_store(home: str) -> Iterator[None]:
+    """Around a stage on a worker: pull what other machines pushed (its inputs, verified) before it
+    runs, push what it recorded after, also when it failed (a failure receipt is evidence too).
+
+    Off unless ``sync_enabled()``. A push that fails while the stage itself failed is logged and
+    the stage's own error is the one raised.
+    """
+    if not sync_enabled():
+        yield
+        return
+    from prefect.logging import get_run_logger
+
+    from voxledger.flows.sync import pull_task, push_task
+
+    pull_task(home)
+    try:
+        yield
+    except BaseException:
+        try:
+            push_task(home)
+        except Exception as exc:  # noqa: BLE001  (the stage's own error matters more; this one is logged)
+            get_run_logger().error("push after the failed stage failed too: %s", exc)
+        raise
+    push_task(home)

@@ -39,6 +39,7 @@ class DeploymentSpec:
     work_pool: str
     cron: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # set in the worker's flow-run process
 
 
 def source_dir() -> Path:
@@ -46,8 +47,12 @@ def source_dir() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: str) -> list[DeploymentSpec]:
+def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: str, shared_store: bool = False) -> list[DeploymentSpec]:
     """Every deployment a plan asks for: its stages (those it runs) then the pipeline.
+
+    With ``shared_store`` every deployment runs with ``VOXLEDGER_SYNC=1`` (pull before, push after;
+    see ``flows.common.shared_store``) and ``home`` is left empty, so each worker uses its own
+    local home (its ``VOXLEDGER_HOME``).
 
     Raises PlanError naming each stage in ``stage_pools`` that the plan does not run.
     """
@@ -55,6 +60,9 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
         raise PlanError(f"stages {sorted(get_args(StageName))} and deployable flows {sorted(STAGE_FLOWS)} differ; update STAGE_FLOWS")
     plans_dir = plan_file.resolve().parent
     specs: list[DeploymentSpec] = []
+    env = {"VOXLEDGER_SYNC": "1"} if shared_store else {}
+    if shared_store:
+        home = ""
     for stage, (entrypoint, plan_field) in STAGE_FLOWS.items():
         named: str | None = getattr(plan, plan_field) if plan_field else None
         if not (named or (stage == "package" and plan.package)):
@@ -64,7 +72,7 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
             parameters["corpus"] = corpus
         if named:
             parameters[_PLAN_PARAMETER.get(stage, "plan_file")] = str(plans_dir / named)
-        specs.append(DeploymentSpec(f"{plan.name}-{stage}", entrypoint, plan.pool_of(stage), None, parameters))  # type: ignore[arg-type]
+        specs.append(DeploymentSpec(f"{plan.name}-{stage}", entrypoint, plan.pool_of(stage), None, parameters, env))  # type: ignore[arg-type]
     unused = sorted(set(plan.stage_pools) - {s.name.removeprefix(f"{plan.name}-") for s in specs})
     if unused:
         raise PlanError(
@@ -72,7 +80,7 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
         )
     pipeline_params = {"home": home, "corpus": corpus, "plan_file": str(plan_file.resolve())}
     specs.append(
-        DeploymentSpec(f"{plan.name}-pipeline", PIPELINE_ENTRYPOINT, plan.pool_of("pipeline"), plan.schedule_cron, pipeline_params)
+        DeploymentSpec(f"{plan.name}-pipeline", PIPELINE_ENTRYPOINT, plan.pool_of("pipeline"), plan.schedule_cron, pipeline_params, env)
     )
     return specs
 
@@ -99,23 +107,27 @@ def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[st
 
     Flows are loaded from ``source`` (default: this checkout), never built into an image.
     """
+    import contextlib
+    import io
+
     from prefect import flow
 
     root = str(source or source_dir())
     ids: list[str] = []
+    quiet = io.StringIO()  # Prefect prints a table and hints per deployment; the caller reports instead
     for spec in specs:
         loaded: Any = flow.from_source(source=root, entrypoint=spec.entrypoint)
-        ids.append(
-            str(
-                loaded.deploy(
-                    name=spec.name,
-                    work_pool_name=spec.work_pool,
-                    cron=spec.cron,
-                    parameters=spec.parameters,
-                    build=False,
-                    push=False,
-                    print_next_steps=False,
-                )
+        with contextlib.redirect_stdout(quiet):
+            deployment_id = loaded.deploy(
+                name=spec.name,
+                work_pool_name=spec.work_pool,
+                cron=spec.cron,
+                parameters=spec.parameters,
+                job_variables={"env": spec.env} if spec.env else None,
+                build=False,
+                push=False,
+                print_next_steps=False,
+                ignore_warnings=True,
             )
-        )
+        ids.append(str(deployment_id))
     return ids

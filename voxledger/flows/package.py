@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name
+from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
 from voxledger.stores.home import Home
 from voxledger.tasks.packaging.run import PackageOutcome, package_adapter_fn
 
@@ -23,4 +23,5 @@ def package_adapter(home: str, run_rid: str, tree_sha: str, promotion_rid: str |
 def package(home: str, run_rid: str, tree_sha: str, promotion_rid: str | None = None, eval_rids: tuple[str, ...] = (),
             retention: str | None = None, probe_seed: int = 0) -> PackageOutcome:  # fmt: skip
     """Package a training run's checkpoint (a LoRA tree digest)."""
-    return package_adapter(home, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed)
+    with shared_store(home):
+        return package_adapter(home, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed)

@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import flow, task
 from pydantic import ValidationError
 
-from voxledger.flows.common import STAGE_TASK, flow_name
+from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
@@ -47,4 +47,5 @@ def export_packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: 
 def packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: str | None = None,
             stimuli_file: str | None = None) -> StageOutcome[PacketSetReceipt]:  # fmt: skip
     """Export one packet per rater under ``out_dir`` (new or empty)."""
-    return export_packets(home, protocol_file, out_dir, evaluation_rid, stimuli_file)
+    with shared_store(home):
+        return export_packets(home, protocol_file, out_dir, evaluation_rid, stimuli_file)

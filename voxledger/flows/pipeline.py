@@ -20,6 +20,7 @@ from prefect import flow
 from pydantic import BaseModel
 
 from voxledger.flows.audit import audit_corpus, require_pass
+from voxledger.flows.common import shared_store
 from voxledger.flows.evaluate import evaluate_plan
 from voxledger.flows.package import package_adapter
 from voxledger.flows.packets import export_packets
@@ -134,6 +135,11 @@ class PipelineSummary:
 @flow(name="pipeline")
 def pipeline(home: str, corpus: str, plan_file: str, plans_dir: str | None = None, packets_dir: str | None = None) -> PipelineSummary:
     """Run every stage of a pipeline plan; the pipeline receipt records each stage as it ended."""
+    with shared_store(home):
+        return _pipeline(home, corpus, plan_file, plans_dir, packets_dir)
+
+
+def _pipeline(home: str, corpus: str, plan_file: str, plans_dir: str | None, packets_dir: str | None) -> PipelineSummary:
     started, h = utc_now(), Home(home)
     plan = load_plan(Path(plan_file), PipelinePlan)
     files = stage_plan_files(plan, Path(plan_file), Path(plans_dir) if plans_dir else None)

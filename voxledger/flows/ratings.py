@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name
+from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
 from voxledger.stores.home import Home
 from voxledger.tasks.listening.aggregate import AggregateOutcome
 from voxledger.tasks.listening.aggregate import aggregate_ratings as aggregate_ratings_fn
@@ -21,4 +21,5 @@ def aggregate_ratings(home: str, packet_set: str, submissions: list[str]) -> Agg
 @flow(name="ratings")
 def ratings(home: str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
     """Run when submissions arrive (outside the scheduled pipeline)."""
-    return aggregate_ratings(home, packet_set, submissions)
+    with shared_store(home):
+        return aggregate_ratings(home, packet_set, submissions)

@@ -1,0 +1,117 @@
+"""Stages on Prefect's own workers, over a shared S3 store: two ``prefect worker start`` processes on
+two pools, each with its own home, run the audit and the base training deployed by
+``voxledger deploy --shared-store``; a third, empty home pulls the bucket and holds what a
+single-home run of the same plans produces (same cache keys, same output digests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.corpus_factory import build_small_corpus
+from tests.flows.conftest import write_plans
+from tests.stores import test_s3
+from voxledger.flows.deploy import deployment_specs, ensure_pools, register
+from voxledger.schemas.pipeline import PipelinePlan
+from voxledger.stores.home import Home
+from voxledger.tasks.plans import load_plan
+
+endpoint, client, make_store = test_s3.endpoint, test_s3.client, test_s3.make_store
+
+
+def _worker(pool: str, home: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process", "--limit", "1"]
+    return subprocess.Popen(cmd, env={**os.environ, **env, "VOXLEDGER_HOME": str(home)}, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _outputs(home: Home) -> set[tuple[str, str, str]]:
+    """(kind, cache key, subjects) of every stage receipt: what must match across machines. A
+    training key names its audit receipt, whose id differs between two runs (its timestamps), so
+    for training the outputs (checkpoint and best/last tree digests) are what is compared."""
+    with home.catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT kind, CASE WHEN kind = 'audit' THEN doc->>'$.cache_key' ELSE '' END, doc->>'$.subjects' FROM receipts"
+            " WHERE kind IN ('audit', 'training_run', 'checkpoint')"
+        ).fetchall()
+    return {(k, key, subjects) for k, key, subjects in rows}
+
+
+def test_two_workers_on_two_pools_share_one_bucket(make_store: Any, tmp_path: Path) -> None:
+    from prefect.deployments import run_deployment
+
+    remote = make_store()
+    s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
+              "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
+    corpus = build_small_corpus(tmp_path / "corpus")
+    plans = write_plans(tmp_path / "plans")
+    base = yaml.safe_load((plans / "base.yaml").read_text()) | {"max_epochs": 1}
+    (plans / "base.yaml").write_text(yaml.safe_dump(base))
+    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {
+        "name": "wk",
+        "work_pool": "wk-cpu",
+        "stage_pools": {"train_base": "wk-gpu"},
+    }
+    (plans / "pipeline.yaml").write_text(yaml.safe_dump(pipe))
+    specs = deployment_specs(load_plan(plans / "pipeline.yaml", PipelinePlan), plans / "pipeline.yaml", home="unused", corpus=str(corpus),
+                             shared_store=True)  # fmt: skip
+    assert all(s.parameters.get("home") == "" and s.env == {"VOXLEDGER_SYNC": "1"} for s in specs)
+    ensure_pools({"wk-cpu", "wk-gpu"})
+    register(specs)
+
+    workers = [_worker("wk-cpu", tmp_path / "home-cpu", s3_env, tmp_path / "cpu.log"),
+               _worker("wk-gpu", tmp_path / "home-gpu", s3_env, tmp_path / "gpu.log")]  # fmt: skip
+    try:
+        audit_run = run_deployment("audit/wk-audit", timeout=600)
+        assert audit_run.state is not None and audit_run.state.is_completed(), (tmp_path / "cpu.log").read_text()[-3000:]
+        # which audit? the bucket says: a third home pulls it (as the pipeline's machine would)
+        catalog = Home(tmp_path / "home-catalog")
+        _pull(catalog, s3_env)
+        with catalog.catalog.connect(read_only=True) as con:
+            (audit_rid,) = con.execute("SELECT receipt_sha256 FROM receipts WHERE kind = 'audit'").fetchone()
+        assert not (tmp_path / "home-gpu").exists()  # the training worker has not run anything yet
+        train_run = run_deployment("train/wk-train_base", parameters={"audit_rid": audit_rid}, timeout=600)
+        assert train_run.state is not None and train_run.state.is_completed(), (tmp_path / "gpu.log").read_text()[-3000:]
+    finally:
+        for w in workers:
+            _stop(w)
+    assert audit_rid in set(Home(tmp_path / "home-gpu").receipts.ids())  # the training worker pulled its input first
+    _pull(catalog, s3_env)
+    # the same stages in one home, in this process: same cache keys and output digests
+    from voxledger.flows.audit import audit
+    from voxledger.flows.train import train
+
+    single = Home(tmp_path / "home-single")
+    rid = audit(str(single.root), str(corpus), str(plans / "audit.yaml")).receipt_id
+    train(str(single.root), str(corpus), rid, str(plans / "base.yaml"))
+    assert _outputs(catalog) == _outputs(single) and len(_outputs(single)) >= 3
+    with catalog.catalog.connect(read_only=True) as con:
+        bound = con.execute("SELECT doc->>'$.parameters.bound.audit_receipt' FROM receipts WHERE kind = 'training_run'").fetchall()
+    assert bound == [(audit_rid,)]  # lineage across machines: the run names the audit the other worker recorded
+
+
+def _pull(home: Home, env: dict[str, str]) -> None:
+    from voxledger.stores.s3 import S3BlobStore, S3Config
+    from voxledger.stores.sync import ingest_from
+
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        ingest_from(S3BlobStore(S3Config.from_env()), home)
