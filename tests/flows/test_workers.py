@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,69 @@ def _pull(home: Home, env: dict[str, str]) -> None:
         for k, v in env.items():
             mp.setenv(k, v)
         ingest_from(S3BlobStore(S3Config.from_env()), home)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_training_leaves_nothing_partial_and_the_retry_resumes(make_store: Any, tmp_path: Path) -> None:
+    from prefect.deployments import run_deployment
+
+    from voxledger.flows.audit import audit
+    from voxledger.stores.s3 import S3BlobStore, S3Config
+    from voxledger.stores.sync import push_to
+
+    remote = make_store()
+    s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
+              "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
+    corpus = build_small_corpus(tmp_path / "corpus")
+    plans = write_plans(tmp_path / "plans")
+    base = yaml.safe_load((plans / "base.yaml").read_text()) | {"max_epochs": 6}
+    (plans / "base.yaml").write_text(yaml.safe_dump(base))
+    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {
+        "name": "kill",
+        "work_pool": "kill-cpu",
+        "stage_pools": {"train_base": "kill-gpu"},
+    }
+    (plans / "pipeline.yaml").write_text(yaml.safe_dump(pipe))
+    specs = deployment_specs(load_plan(plans / "pipeline.yaml", PipelinePlan), plans / "pipeline.yaml", home="", corpus=str(corpus),
+                             shared_store=True)  # fmt: skip
+    ensure_pools({"kill-cpu", "kill-gpu"})
+    register(specs)
+    first = Home(tmp_path / "home-first")
+    audit_rid = audit(str(first.root), str(corpus), str(plans / "audit.yaml")).receipt_id
+    push_to(first, S3BlobStore(S3Config(bucket=remote.config.bucket, prefix="team", endpoint_url=remote.config.endpoint_url)))
+    objects_before = _keys(remote)
+
+    gpu_home = tmp_path / "home-gpu"
+    worker = _worker("kill-gpu", gpu_home, s3_env, tmp_path / "gpu-1.log")
+    try:
+        run = run_deployment("train/kill-train_base", parameters={"audit_rid": audit_rid}, timeout=0)
+        deadline = time.monotonic() + 300
+        while not list(gpu_home.glob("runs/*/checkpoints/step-*")):  # mid-training: a checkpoint is on disk
+            assert time.monotonic() < deadline, (tmp_path / "gpu-1.log").read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(worker.pid, signal.SIGKILL)  # the worker and the flow run it started
+        worker.wait()
+    finally:
+        _stop(worker)
+    assert _keys(remote) == objects_before  # nothing of the killed stage reached the bucket, not even in part
+    retry_worker = _worker("kill-gpu", gpu_home, s3_env, tmp_path / "gpu-2.log")
+    try:
+        retry = run_deployment("train/kill-train_base", parameters={"audit_rid": audit_rid}, timeout=600)
+        assert retry.id != run.id and retry.state is not None and retry.state.is_completed(), (tmp_path / "gpu-2.log").read_text()[-3000:]
+    finally:
+        _stop(retry_worker)
+    check = Home(tmp_path / "home-check")
+    _pull(check, s3_env)
+    with check.catalog.connect(read_only=True) as con:
+        runs = con.execute("SELECT doc->>'$.parameters.resumed_at_steps', status FROM receipts WHERE kind = 'training_run'").fetchall()
+    assert len(runs) == 1 and runs[0][1] == "succeeded", runs  # one completed stage receipt
+    assert runs[0][0] != "[]", "the retry on the same worker home resumes from the killed run's checkpoint, and says so"
+    for key in _keys(remote):  # every object in the bucket is whole
+        if "/objects/" in key:
+            check_digest = key.rsplit("/", 2)[-2] + key.rsplit("/", 1)[-1]
+            remote.verify(check_digest)
+
+
+def _keys(remote: Any) -> set[str]:
+    pages = remote.client.get_paginator("list_objects_v2").paginate(Bucket=remote.config.bucket)
+    return {o["Key"] for page in pages for o in page.get("Contents", [])}
