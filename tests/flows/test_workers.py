@@ -182,3 +182,42 @@ def test_a_worker_killed_mid_training_leaves_nothing_partial_and_the_retry_resum
 def _keys(remote: Any) -> set[str]:
     pages = remote.client.get_paginator("list_objects_v2").paginate(Bucket=remote.config.bucket)
     return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+
+@pytest.mark.slow
+def test_the_pipeline_dispatches_training_to_the_gpu_pool(make_store: Any, tmp_path: Path) -> None:
+    from prefect.deployments import run_deployment
+
+    remote = make_store()
+    s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
+              "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
+    corpus = build_small_corpus(tmp_path / "corpus")
+    plans = write_plans(tmp_path / "plans")
+    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text())
+    pipe |= {"name": "pp", "work_pool": "pp-cpu", "stage_pools": {"train_base": "pp-gpu", "train_adapter": "pp-gpu"}}
+    (plans / "pipeline.yaml").write_text(yaml.safe_dump(pipe))
+    specs = deployment_specs(load_plan(plans / "pipeline.yaml", PipelinePlan), plans / "pipeline.yaml", home="", corpus=str(corpus),
+                             shared_store=True)  # fmt: skip
+    ensure_pools({"pp-cpu", "pp-gpu"})
+    register(specs)
+    cpu_home, gpu_home = tmp_path / "home-cpu", tmp_path / "home-gpu"
+    workers = [_worker("pp-cpu", cpu_home, s3_env, tmp_path / "cpu.log"), _worker("pp-gpu", gpu_home, s3_env, tmp_path / "gpu.log")]
+    try:
+        run = run_deployment("pipeline/pp-pipeline", timeout=900)
+        assert run.state is not None and run.state.is_completed(), (tmp_path / "cpu.log").read_text()[-4000:]
+    finally:
+        for w in workers:
+            _stop(w)
+    check = Home(tmp_path / "home-check")
+    _pull(check, s3_env)
+    with check.catalog.connect(read_only=True) as con:
+        (stages,) = con.execute("SELECT doc->'$.stages' FROM receipts WHERE kind = 'pipeline_run' AND status = 'succeeded'").fetchone()
+    import json
+
+    recorded = {s["stage"]: s["receipt_id"] for s in json.loads(stages)}
+    assert set(recorded) == {"audit", "train_base", "train_adapter", "promote", "evaluate", "package"}
+    gpu, cpu = set(Home(gpu_home).receipts.ids()), set(Home(cpu_home).receipts.ids())
+    # training was recorded on the GPU worker's home, the rest on the pipeline's (CPU) worker
+    assert {recorded["train_base"], recorded["train_adapter"]} <= gpu
+    assert recorded["promote"] in cpu and recorded["promote"] not in gpu
+    assert all(rid in set(check.receipts.ids()) for rid in recorded.values())

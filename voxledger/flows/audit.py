@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
 from voxledger.flows.progress import report
 from voxledger.schemas.audit import AuditPolicy, AuditReceipt
 from voxledger.schemas.errors import AuditFailedError
@@ -43,6 +43,6 @@ def require_pass(out: StageOutcome[AuditReceipt], corpus: str) -> None:
 def audit(home: str, corpus: str, policy_file: str, audio_roots: tuple[str, ...] = ()) -> StageOutcome[AuditReceipt]:
     """Audit ``corpus`` under ``policy_file``; no flag turns leakage off."""
     with shared_store(home):
-        out = audit_corpus(home, corpus, policy_file, audio_roots)
+        out = announce(audit_corpus(home, corpus, policy_file, audio_roots))
     require_pass(out, corpus)
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect.cache_policies import NONE
 
@@ -70,3 +70,39 @@ def shared_store(home: str) -> Iterator[None]:
             get_run_logger().error("push after the failed stage failed too: %s", exc)
         raise
     push_task(home)
+
+
+RECEIPT_ARTIFACT = "voxledger-receipt"
+OutcomeT = TypeVar("OutcomeT", bound=Any)
+
+
+def announce(outcome: OutcomeT) -> OutcomeT:
+    """Under ``VOXLEDGER_SYNC``, leave the stage's receipt id on its flow run as a Prefect artifact
+    (key ``voxledger-receipt``), so a pipeline that dispatched this stage to another worker finds
+    the receipt it pulls from the shared store. Returns ``outcome`` unchanged."""
+    if sync_enabled():
+        import json
+
+        from prefect.artifacts import create_markdown_artifact
+
+        doc = {"receipt": outcome.receipt_id, "cached": outcome.cached}  # a StageOutcome or PackageOutcome
+        create_markdown_artifact(markdown=json.dumps(doc), key=RECEIPT_ARTIFACT, description="the receipt this stage recorded or reused")
+    return outcome
+
+
+def announced_receipt(flow_run_id: Any) -> tuple[str, bool] | None:
+    """(receipt id, cached) a flow run announced, or None when it recorded nothing."""
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[RECEIPT_ARTIFACT])),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+        )
+    if not found:
+        return None
+    doc = json.loads(str(found[-1].data))
+    return str(doc["receipt"]), bool(doc["cached"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
 from voxledger.flows.progress import report
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.stores.home import Home
@@ -27,4 +27,4 @@ def evaluate_plan(home: str, corpus: str, plan_file: str, bindings: dict[str, st
 def evaluate(home: str, corpus: str, plan_file: str, bindings: dict[str, str]) -> StageOutcome[EvaluationReceipt]:
     """Evaluate candidates on a frozen plan."""
     with shared_store(home):
-        return evaluate_plan(home, corpus, plan_file, bindings)
+        return announce(evaluate_plan(home, corpus, plan_file, bindings))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
 from voxledger.stores.home import Home
 from voxledger.tasks.packaging.run import PackageOutcome, package_adapter_fn
 
@@ -24,4 +24,4 @@ def package(home: str, run_rid: str, tree_sha: str, promotion_rid: str | None = 
             retention: str | None = None, probe_seed: int = 0) -> PackageOutcome:  # fmt: skip
     """Package a training run's checkpoint (a LoRA tree digest)."""
     with shared_store(home):
-        return package_adapter(home, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed)
+        return announce(package_adapter(home, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed))

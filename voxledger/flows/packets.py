@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import flow, task
 from pydantic import ValidationError
 
-from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
@@ -48,4 +48,4 @@ def packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: str | N
             stimuli_file: str | None = None) -> StageOutcome[PacketSetReceipt]:  # fmt: skip
     """Export one packet per rater under ``out_dir`` (new or empty)."""
     with shared_store(home):
-        return export_packets(home, protocol_file, out_dir, evaluation_rid, stimuli_file)
+        return announce(export_packets(home, protocol_file, out_dir, evaluation_rid, stimuli_file))

@@ -10,28 +10,30 @@ an unchanged re-run re-verifies each stage's receipt and outputs and returns the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import flow
 from pydantic import BaseModel
 
 from voxledger.flows.audit import audit_corpus, require_pass
-from voxledger.flows.common import shared_store
+from voxledger.flows.common import announced_receipt, shared_store, sync_enabled
 from voxledger.flows.evaluate import evaluate_plan
 from voxledger.flows.package import package_adapter
 from voxledger.flows.packets import export_packets
 from voxledger.flows.progress import report
 from voxledger.flows.promote import promote_adapter, require_promoted
 from voxledger.flows.train import train_adapter
-from voxledger.schemas.audit import AuditPolicy
-from voxledger.schemas.base import InputRef, utc_now
+from voxledger.schemas.audit import AuditPolicy, AuditReceipt
+from voxledger.schemas.base import InputRef, ReceiptBase, utc_now
 from voxledger.schemas.errors import PlanError, VoxledgerError
-from voxledger.schemas.evaluation import EvaluationPlan
+from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.schemas.listening import ListeningProtocol
+from voxledger.schemas.listening_receipts import PacketSetReceipt
+from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import (
     PipelineParameters,
     PipelinePlan,
@@ -39,8 +41,8 @@ from voxledger.schemas.pipeline import (
     StageName,
     StageRecord,
 )
-from voxledger.schemas.promotion import PromotionPolicy
-from voxledger.schemas.training import TrainingPlan
+from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
+from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import load_plan, plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt
@@ -162,25 +164,87 @@ def _pipeline(home: str, corpus: str, plan_file: str, plans_dir: str | None, pac
 
 
 def _run_stages(log: StageLog, home: str, corpus: str, plan: PipelinePlan, files: dict[str, str], packets_dir: str | None) -> None:
+    d = _Dispatch.of(plan, home)
     with log.stage("audit") as st:
-        audit = st.done(audit_corpus(home, corpus, files["audit_policy"]))
+        audit = d.run(st, "audit", AuditReceipt, lambda: audit_corpus(home, corpus, files["audit_policy"]))
         require_pass(audit, corpus)
     base = None
     if "base_training" in files:
         with log.stage("train_base") as st:
-            base = st.done(train_adapter(home, corpus, audit.receipt_id, files["base_training"], None)).receipt.subject("best").sha256
+            trained = d.run(st, "train_base", TrainingRunReceipt, lambda: train_adapter(home, corpus, audit.receipt_id, files["base_training"], None),
+                            audit_rid=audit.receipt_id, base_sha=None)  # fmt: skip
+            base = trained.receipt.subject("best").sha256
     with log.stage("train_adapter") as st:
-        adapter = st.done(train_adapter(home, corpus, audit.receipt_id, files["adapter_training"], base))
+        adapter = d.run(st, "train_adapter", TrainingRunReceipt,
+                        lambda: train_adapter(home, corpus, audit.receipt_id, files["adapter_training"], base), audit_rid=audit.receipt_id,
+                        base_sha=base)  # fmt: skip
     with log.stage("promote") as st:
-        promo = st.done(promote_adapter(home, corpus, adapter.receipt_id, files["promotion_policy"]))
+        promo = d.run(st, "promote", PromotionReceipt, lambda: promote_adapter(home, corpus, adapter.receipt_id, files["promotion_policy"]),
+                      run_rid=adapter.receipt_id)  # fmt: skip
         require_promoted(promo)
     r = promo.receipt.result
     winner = next(c for c in r.challengers if c.name == r.promoted)
+    bindings = {"adapter": winner.tree_sha256, **({"base": base} if base else {})}
     with log.stage("evaluate") as st:
-        ev = st.done(evaluate_plan(home, corpus, files["evaluation"], {"adapter": winner.tree_sha256, **({"base": base} if base else {})}))
+        ev = d.run(st, "evaluate", EvaluationReceipt, lambda: evaluate_plan(home, corpus, files["evaluation"], bindings), bindings=bindings)
     if plan.package:
         with log.stage("package") as st:
-            st.done(package_adapter(home, adapter.receipt_id, winner.tree_sha256, promo.receipt_id, (ev.receipt_id,)))
+            d.run(st, "package", PackageReceipt,
+                  lambda: package_adapter(home, adapter.receipt_id, winner.tree_sha256, promo.receipt_id, (ev.receipt_id,)),
+                  run_rid=adapter.receipt_id, tree_sha=winner.tree_sha256, promotion_rid=promo.receipt_id, eval_rids=[ev.receipt_id])  # fmt: skip
     if "listening_protocol" in files and packets_dir:
         with log.stage("export_packets") as st:
-            st.done(export_packets(home, files["listening_protocol"], packets_dir, evaluation_rid=ev.receipt_id))
+            d.run(st, "export_packets", PacketSetReceipt, lambda: export_packets(home, files["listening_protocol"], packets_dir, evaluation_rid=ev.receipt_id),
+                  out_dir=packets_dir, evaluation_rid=ev.receipt_id)  # fmt: skip
+
+
+R = TypeVar("R", bound=ReceiptBase)
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """Where each stage runs. In a pipeline deployment started with ``--shared-store`` and a plan
+    with ``stage_pools``, a stage whose pool differs from the pipeline's is started as its own
+    deployment (``<flow>/<plan>-<stage>``) on its pool and awaited; its receipt comes back through
+    the shared store (pulled and verified here) and the id it announced on its flow run.
+    Everything else runs here, in this process."""
+
+    plan: PipelinePlan
+    home: str
+    enabled: bool
+
+    @classmethod
+    def of(cls, plan: PipelinePlan, home: str) -> _Dispatch:
+        from prefect.context import FlowRunContext
+
+        ctx = FlowRunContext.get()
+        deployed = ctx is not None and ctx.flow_run is not None and ctx.flow_run.deployment_id is not None
+        return cls(plan, home, sync_enabled() and deployed and bool(plan.stage_pools))
+
+    def run(self, st: _Open, stage: StageName, kind: type[R], local: Callable[[], StageOutcome[R]], **parameters: Any) -> StageOutcome[R]:
+        pool = self.plan.pool_of(stage)
+        if not self.enabled or pool == self.plan.pool_of("pipeline"):
+            return st.done(local())
+        from prefect.deployments import run_deployment
+
+        from voxledger.flows.deploy import STAGE_FLOWS
+        from voxledger.flows.sync import pull_task, push_task
+
+        name = f"{STAGE_FLOWS[stage][0].rsplit(':', 1)[1]}/{self.plan.name}-{stage}"
+        push_task(self.home)  # what this stage needs from the stages run here so far
+        report(f"stage {stage}: dispatched to work pool {pool} ({name})")
+        run: Any = run_deployment(name, parameters=parameters, timeout=None, poll_interval=2)  # sync here: a FlowRun
+        pull_task(self.home)
+        got = announced_receipt(run.id)
+        state = run.state
+        ended = f"{state.type.value.lower()}: {state.message}" if state is not None else "in an unknown state"
+        if got is None:
+            raise VoxledgerError(
+                f"stage {stage} ran as flow run {run.name!r} of deployment {name} on work pool {pool} and ended {ended} without "
+                "recording a receipt; see that run's logs in Prefect"
+            )
+        rid, cached = got
+        outcome = st.done(StageOutcome(rid, Home(self.home).receipts.read(rid, kind), cached))
+        if state is not None and not state.is_completed() and stage not in ("audit", "promote"):  # those two judge their receipt here
+            raise VoxledgerError(f"stage {stage} (flow run {run.name!r} on work pool {pool}) ended {ended}; receipt {rid}")
+        return outcome

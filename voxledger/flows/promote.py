@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
 from voxledger.flows.progress import report
 from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
@@ -34,6 +34,6 @@ def require_promoted(out: StageOutcome[PromotionReceipt]) -> None:
 def promote(home: str, corpus: str, run_rid: str, policy_file: str) -> StageOutcome[PromotionReceipt]:
     """Promote through gates; the receipt is written before a failing gate fails the run."""
     with shared_store(home):
-        out = promote_adapter(home, corpus, run_rid, policy_file)
+        out = announce(promote_adapter(home, corpus, run_rid, policy_file))
     require_promoted(out)
     return out

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
 from voxledger.flows.progress import report
 from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import Home
@@ -27,4 +27,4 @@ def train_adapter(home: str, corpus: str, audit_rid: str, plan_file: str, base_s
 def train(home: str, corpus: str, audit_rid: str, plan_file: str, base_sha: str | None = None) -> StageOutcome[TrainingRunReceipt]:
     """Train under a plan from a passing audit."""
     with shared_store(home):
-        return train_adapter(home, corpus, audit_rid, plan_file, base_sha)
+        return announce(train_adapter(home, corpus, audit_rid, plan_file, base_sha))

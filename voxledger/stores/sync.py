@@ -223,7 +223,7 @@ def _pull_receipts(remote: S3BlobStore, home: Home, rids: list[str], report: Syn
     report.receipts_copied += len(new)
     pending = [(r, docs[r]) for r in sorted(rids)]
     for start in range(0, len(pending), BATCH):
-        report.catalog_rows_new += home.catalog.ingest(pending[start : start + BATCH])
+        report.catalog_rows_new += home.catalog.ingest(pending[start : start + BATCH], load=home.blobs.get_bytes)
 
 
 def ingest_from(remote: S3BlobStore, home: Home, *, full: bool = False) -> SyncReport:
