@@ -128,7 +128,9 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     """
     from voxledger.cli.common import resolve_receipt
     from voxledger.schemas.evaluation import EvaluationReceipt
+    from voxledger.schemas.listening_receipts import PacketSetReceipt
     from voxledger.schemas.pipeline import PipelineRunReceipt
+    from voxledger.schemas.promotion import PromotionReceipt
     from voxledger.schemas.training import TrainingRunReceipt
     from voxledger.stores.queries import latest_pipeline_run
 
@@ -141,14 +143,26 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     for st in run.stages:
         row: dict[str, Any] = {"stage": st.stage, "wall_s": round(st.wall_s, 1), "cached": st.cached, "status": st.status}
         if st.receipt_id and st.stage.startswith("train"):
-            t = home.receipts.read(st.receipt_id, TrainingRunReceipt).result
+            tr = home.receipts.read(st.receipt_id, TrainingRunReceipt)
+            t, eff = tr.result, tr.parameters.effective_config
+            precision = eff.get("precision_effective") if isinstance(eff, dict) else None
             row["result"] = (f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
-                             f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}")  # fmt: skip
+                             f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}"
+                             + (f", {precision}" if precision else ""))  # fmt: skip
+        elif st.receipt_id and st.stage == "promote":
+            row["result"] = _promotion_summary(home.receipts.read(st.receipt_id, PromotionReceipt))
+        elif st.receipt_id and st.stage == "export_packets":
+            row["result"] = _leak_summary(home.receipts.read(st.receipt_id, PacketSetReceipt))
         stages.append(row)
     ev_id = next((s.receipt_id for s in run.stages if s.stage == "evaluate"), None)
     candidates: list[dict[str, Any]] = []
+    method = ""
     if ev_id:
-        for summ in home.receipts.read(ev_id, EvaluationReceipt).result.summaries:
+        evr = home.receipts.read(ev_id, EvaluationReceipt)
+        first = next((iv for summ in evr.result.summaries for iv in summ.overall.values()), None)
+        if first is not None:
+            method = f"{first.method} intervals over {first.units} prompts (the unit), {evr.parameters.n_generations} generations"
+        for summ in evr.result.summaries:
             o = summ.overall
             candidates.append({"candidate": summ.candidate, "wer_mean": o["wer:whisper_en"].mean if "wer:whisper_en" in o else None,
                                "wer_pooled": summ.micro_wer.get("whisper_en"),
@@ -156,13 +170,13 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     env = run.environment
     machine = f"{env.platform}, Python {env.python}, torch {env.torch}; code {(env.code.git_commit or env.code.source_sha256)[:12]}"
     if as_json:
-        emit_json({"pipeline_run": rid, "machine": machine, "stages": stages, "candidates": candidates})
+        emit_json({"pipeline_run": rid, "machine": machine, "stages": stages, "candidates": candidates, "evaluation_method": method})
         return
     click.echo(f"Pipeline run `{rid[:16]}`, {run.finished_at:%Y-%m-%d}, {machine}.\n")
     click.echo("| stage | wall | cached | result |\n|---|---|---|---|")
     for r in stages:
         click.echo(f"| {r['stage']} | {r['wall_s']:.0f} s | {'yes' if r['cached'] else 'no'} | {r.get('result', r['status'])} |")
-    click.echo(f"\nPipeline {sum(r['wall_s'] for r in stages):.0f} s of stage time.\n")
+    click.echo(f"\nPipeline {sum(r['wall_s'] for r in stages):.0f} s of stage time." + (f" Evaluation: {method}." if method else "") + "\n")
     click.echo("| candidate | WER (mean of prompts) | WER (pooled) | speaker similarity |\n|---|---|---|---|")
 
     def fmt(v: float | None) -> str:
@@ -170,6 +184,30 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
 
     for c in candidates:
         click.echo(f"| {c['candidate']} | {fmt(c['wer_mean'])} | {fmt(c['wer_pooled'])} | {fmt(c['speaker_sim'])} |")
+
+
+def _promotion_summary(p: Any) -> str:
+    """Which challenger was promoted against what, with each rule's value for it."""
+    r = p.result
+    if r.promoted is None:
+        return f"no challenger passed ({len(r.challengers)} judged against the {p.parameters.incumbent} incumbent)"
+    won = next(c for c in r.challengers if c.name == r.promoted)
+    rules = "; ".join(
+        f"{v.statistic}({v.metric}) = {'n/a' if v.value is None else f'{v.value:.3f}'} {v.op} {v.threshold:g}" for v in won.rules
+    )
+    return f"{r.promoted} promoted over the {p.parameters.incumbent} incumbent ({len(r.challengers)} challengers): {rules}"
+
+
+def _leak_summary(ps: Any) -> str:
+    """The blinding-leak check of a packet set: verdict, worst gated AUC, hidden-reference correlation."""
+    lc = getattr(ps.parameters, "leak_check", None)
+    if lc is None:
+        return "no leak check recorded"
+    gated = [w for w in lc.worst if w.gated]
+    worst = max(gated, key=lambda w: w.auc, default=None)
+    shown = f"max gated AUC {worst.auc:.3f} ({worst.feature}, {worst.a} vs {worst.b})" if worst else "no gated feature"
+    return (f"leak check {'passed' if lc.passed else 'FAILED'}: {shown}, threshold {lc.auc_max}; "
+            f"hidden-reference correlation max {lc.hidden_reference_correlation_max}")  # fmt: skip
 
 
 @click.command("dashboard")

@@ -71,10 +71,11 @@ def plans() -> dict[str, dict[str, Any]]:
         "rules": [
             {"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.5,
              "why": "at least half of the gate prompts must say the text and nothing else"},
-            {"metric": "wer:whisper_en", "statistic": "delta_mean", "op": "<=", "threshold": 0.10,
-             "why": "intelligibility may not drop by more than 10 WER points on average"},
-            {"metric": "speaker_sim", "statistic": "delta_mean", "op": ">=", "threshold": 0.05,
-             "why": "the adapter must move the voice toward the target"},
+            {"metric": "wer:whisper_en", "statistic": "delta_high", "op": "<=", "threshold": 0.15,
+             "why": "non-inferiority: the upper end of the 95% interval (t over the 20 prompts) of the WER increase stays below "
+                    "15 points; a loose margin for a tiny model, since 20 prompts cannot rule out 10 (upper ends 0.11-0.17 measured)"},
+            {"metric": "speaker_sim", "statistic": "delta_low", "op": ">=", "threshold": 0.05,
+             "why": "the lower end of the 95% interval shows the voice moved toward the target by at least 0.05"},
         ],
     }  # fmt: skip
     return {"eval-demo.yaml": evaluation, "promote-demo.yaml": promotion}
