@@ -182,10 +182,15 @@ def _run(config: CosyVoice3Config, corpus: Path, ckpt: Path, crash_at_epoch: int
 
 
 def test_generic_loop_resumes_to_identical_adapters(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
-    reference, _ = _run(fake_config, small_corpus, tmp_path / "ref", None)
-    with pytest.raises(KeyboardInterrupt):
-        _run(fake_config, small_corpus, tmp_path / "crash", crash_at_epoch=1)
-    resumed, resumed_at = _run(fake_config, small_corpus, tmp_path / "crash", None)
+    from voxledger.tasks.threads import torch_threads
+
+    # run_loop is called directly here, without the training stage's scoped thread setting: pin it,
+    # so the three runs do not depend on what earlier tests in this process left behind
+    with torch_threads(1):
+        reference, _ = _run(fake_config, small_corpus, tmp_path / "ref", None)
+        with pytest.raises(KeyboardInterrupt):
+            _run(fake_config, small_corpus, tmp_path / "crash", crash_at_epoch=1)
+        resumed, resumed_at = _run(fake_config, small_corpus, tmp_path / "crash", None)
     assert resumed_at == [3]  # epoch 0 = 2 steps, then 1 step of epoch 1 before the crash
     assert set(resumed) == set(reference)
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
