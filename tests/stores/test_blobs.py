@@ -148,3 +148,36 @@ def test_four_processes_put_same_and_different_objects(tmp_path: Path) -> None:
     assert len(digests) == 200 + 4 * 200
     for d in digests:
         store.verify(d)
+
+
+def test_deferred_sync_makes_one_durability_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxledger.stores import blobs as blobs_module
+    from voxledger.stores.blobs import LocalBlobStore
+
+    store = LocalBlobStore(tmp_path / "store")
+    fsyncs: list[int] = []
+    syncs: list[Path] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(blobs_module.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(blobs_module, "_syncfs", lambda path: (syncs.append(path), True)[1])
+    with store.deferred_sync():
+        with store.deferred_sync():  # nested: joins the outer block
+            digests = [store.put_bytes(b"obj-%d" % i) for i in range(20)]
+        assert fsyncs == [] and syncs == []  # nothing synced one by one, nothing yet at all
+    assert syncs == [store.root] and fsyncs == []  # one syncfs for all twenty
+    assert all(store.intact(d) for d in digests)
+    # without syncfs (not Linux): every object and directory is fsynced at the end instead
+    monkeypatch.setattr(blobs_module, "_syncfs", lambda path: False)
+    with store.deferred_sync():
+        more = [store.put_bytes(b"more-%d" % i) for i in range(3)]
+        assert fsyncs == []
+    assert len(fsyncs) >= 3 and all(store.intact(d) for d in more)
+    # a block that fails syncs nothing, yet every object it linked is whole (written before linking)
+    fsyncs.clear()
+    with pytest.raises(RuntimeError), store.deferred_sync():
+        late = store.put_bytes(b"late")
+        raise RuntimeError("stage failed")
+    assert fsyncs == [] and store.intact(late)
+    # outside any block each put is durable on its own, as before
+    store.put_bytes(b"single")
+    assert len(fsyncs) == 2  # the file, then its directory

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from contextlib import nullcontext
 from pathlib import Path, PurePosixPath
 
 from pydantic import Field
@@ -95,10 +96,13 @@ def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = Non
     """Store every file of a directory plus its manifest; return (tree digest, manifest)."""
     manifest = build_manifest(root, cache=cache)
     by_rel = {rel: full for rel, full, _ in scan_tree(root)}
-    for entry in manifest.entries:
-        if not store.intact(entry.sha256):  # absent, or damaged: the file in hand heals it
-            store.put_file(by_rel[entry.path], expected_sha256=entry.sha256)
-    return store.put_bytes(manifest_bytes(manifest)), manifest
+    batch = getattr(store, "deferred_sync", None)  # one durability point for the whole tree (local store)
+    with batch() if batch is not None else nullcontext():
+        for entry in manifest.entries:
+            if not store.intact(entry.sha256):  # absent, or damaged: the file in hand heals it
+                store.put_file(by_rel[entry.path], expected_sha256=entry.sha256)
+        digest = store.put_bytes(manifest_bytes(manifest))
+    return digest, manifest
 
 
 def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list[str]:
