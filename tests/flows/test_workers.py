@@ -55,27 +55,33 @@ def _outputs(home: Home) -> set[tuple[str, str, str]]:
     return {(k, key, subjects) for k, key, subjects in rows}
 
 
-def test_two_workers_on_two_pools_share_one_bucket(make_store: Any, tmp_path: Path) -> None:
-    from prefect.deployments import run_deployment
-
-    remote = make_store()
+def _deployed(
+    remote: Any, tmp_path: Path, name: str, stage_pools: dict[str, str], base_epochs: int | None = None
+) -> tuple[dict[str, str], Path, Path, list[Any]]:
+    """A corpus, the test plans (pipeline ``name`` on pool ``<name>-cpu``), every deployment registered
+    with ``--shared-store``: (S3 environment for workers, corpus, plans folder, specs)."""
     s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
               "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
     corpus = build_small_corpus(tmp_path / "corpus")
     plans = write_plans(tmp_path / "plans")
-    base = yaml.safe_load((plans / "base.yaml").read_text()) | {"max_epochs": 1}
-    (plans / "base.yaml").write_text(yaml.safe_dump(base))
-    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {
-        "name": "wk",
-        "work_pool": "wk-cpu",
-        "stage_pools": {"train_base": "wk-gpu"},
-    }
+    if base_epochs is not None:
+        base = yaml.safe_load((plans / "base.yaml").read_text()) | {"max_epochs": base_epochs}
+        (plans / "base.yaml").write_text(yaml.safe_dump(base))
+    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {"name": name, "work_pool": f"{name}-cpu", "stage_pools": stage_pools}
     (plans / "pipeline.yaml").write_text(yaml.safe_dump(pipe))
     specs = deployment_specs(load_plan(plans / "pipeline.yaml", PipelinePlan), plans / "pipeline.yaml", home="unused", corpus=str(corpus),
                              shared_store=True)  # fmt: skip
-    assert all(s.parameters.get("home") == "" and s.env == {"VOXLEDGER_SYNC": "1"} for s in specs)
-    ensure_pools({"wk-cpu", "wk-gpu"})
+    ensure_pools({f"{name}-cpu", *stage_pools.values()})
     register(specs)
+    return s3_env, corpus, plans, specs
+
+
+def test_two_workers_on_two_pools_share_one_bucket(make_store: Any, tmp_path: Path) -> None:
+    from prefect.deployments import run_deployment
+
+    remote = make_store()
+    s3_env, corpus, plans, specs = _deployed(remote, tmp_path, "wk", {"train_base": "wk-gpu"}, base_epochs=1)
+    assert all(s.parameters.get("home") == "" and s.env == {"VOXLEDGER_SYNC": "1"} for s in specs)
 
     workers = [_worker("wk-cpu", tmp_path / "home-cpu", s3_env, tmp_path / "cpu.log"),
                _worker("wk-gpu", tmp_path / "home-gpu", s3_env, tmp_path / "gpu.log")]  # fmt: skip
@@ -127,22 +133,7 @@ def test_a_worker_killed_mid_training_leaves_nothing_partial_and_the_retry_resum
     from voxledger.stores.sync import push_to
 
     remote = make_store()
-    s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
-              "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
-    corpus = build_small_corpus(tmp_path / "corpus")
-    plans = write_plans(tmp_path / "plans")
-    base = yaml.safe_load((plans / "base.yaml").read_text()) | {"max_epochs": 6}
-    (plans / "base.yaml").write_text(yaml.safe_dump(base))
-    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text()) | {
-        "name": "kill",
-        "work_pool": "kill-cpu",
-        "stage_pools": {"train_base": "kill-gpu"},
-    }
-    (plans / "pipeline.yaml").write_text(yaml.safe_dump(pipe))
-    specs = deployment_specs(load_plan(plans / "pipeline.yaml", PipelinePlan), plans / "pipeline.yaml", home="", corpus=str(corpus),
-                             shared_store=True)  # fmt: skip
-    ensure_pools({"kill-cpu", "kill-gpu"})
-    register(specs)
+    s3_env, corpus, plans, _ = _deployed(remote, tmp_path, "kill", {"train_base": "kill-gpu"}, base_epochs=6)
     first = Home(tmp_path / "home-first")
     audit_rid = audit(str(first.root), str(corpus), str(plans / "audit.yaml")).receipt_id
     push_to(first, S3BlobStore(S3Config(bucket=remote.config.bucket, prefix="team", endpoint_url=remote.config.endpoint_url)))
@@ -189,17 +180,7 @@ def test_the_pipeline_dispatches_training_to_the_gpu_pool(make_store: Any, tmp_p
     from prefect.deployments import run_deployment
 
     remote = make_store()
-    s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
-              "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
-    corpus = build_small_corpus(tmp_path / "corpus")
-    plans = write_plans(tmp_path / "plans")
-    pipe = yaml.safe_load((plans / "pipeline.yaml").read_text())
-    pipe |= {"name": "pp", "work_pool": "pp-cpu", "stage_pools": {"train_base": "pp-gpu", "train_adapter": "pp-gpu"}}
-    (plans / "pipeline.yaml").write_text(yaml.safe_dump(pipe))
-    specs = deployment_specs(load_plan(plans / "pipeline.yaml", PipelinePlan), plans / "pipeline.yaml", home="", corpus=str(corpus),
-                             shared_store=True)  # fmt: skip
-    ensure_pools({"pp-cpu", "pp-gpu"})
-    register(specs)
+    s3_env, corpus, plans, _ = _deployed(remote, tmp_path, "pp", {"train_base": "pp-gpu", "train_adapter": "pp-gpu"})
     cpu_home, gpu_home = tmp_path / "home-cpu", tmp_path / "home-gpu"
     workers = [_worker("pp-cpu", cpu_home, s3_env, tmp_path / "cpu.log"), _worker("pp-gpu", gpu_home, s3_env, tmp_path / "gpu.log")]
     try:

@@ -69,6 +69,18 @@ def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) ->
         click.echo(f"ok: {len(todo)} objects verified")
 
 
+def _run_sync(ctx: click.Context, kind: str, full: bool, as_json: bool) -> None:
+    """Run the push or pull flow for this home and report what it copied."""
+    import time
+
+    from voxledger.cli.common import run_flow
+    from voxledger.flows.sync import pull, push
+
+    t0 = time.perf_counter()
+    out = run_flow(ctx, push if kind == "pushed" else pull, str(open_home(ctx).root), full)
+    _sync_report(kind, out, as_json, time.perf_counter() - t0)
+
+
 def _sync_report(kind: str, out: dict[str, object], as_json: bool, seconds: float) -> None:
     if as_json:
         emit_json(out | {"seconds": round(seconds, 3)})
@@ -94,14 +106,7 @@ def store_push(ctx: click.Context, full: bool, as_json: bool) -> None:
     Blobs go up before the receipts that name them, receipts before their markers; only what the
     bucket lacks is sent, create-only. Example: VOXLEDGER_S3_BUCKET=voxledger voxledger store push
     """
-    import time
-
-    from voxledger.cli.common import run_flow
-    from voxledger.flows.sync import push
-
-    t0 = time.perf_counter()
-    out = run_flow(ctx, push, str(open_home(ctx).root), full)
-    _sync_report("pushed", out, as_json, time.perf_counter() - t0)
+    _run_sync(ctx, "pushed", full, as_json)
 
 
 @store.command("pull")
@@ -114,14 +119,7 @@ def store_pull(ctx: click.Context, full: bool, as_json: bool) -> None:
 
     Example: VOXLEDGER_S3_BUCKET=voxledger voxledger store pull
     """
-    import time
-
-    from voxledger.cli.common import run_flow
-    from voxledger.flows.sync import pull
-
-    t0 = time.perf_counter()
-    out = run_flow(ctx, pull, str(open_home(ctx).root), full)
-    _sync_report("pulled", out, as_json, time.perf_counter() - t0)
+    _run_sync(ctx, "pulled", full, as_json)
 
 
 @store.command("status")
