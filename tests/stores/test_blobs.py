@@ -181,3 +181,24 @@ def test_deferred_sync_makes_one_durability_point(tmp_path: Path, monkeypatch: p
     # outside any block each put is durable on its own, as before
     store.put_bytes(b"single")
     assert len(fsyncs) == 2  # the file, then its directory
+
+
+def test_a_later_process_trusts_only_settled_unchanged_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxledger.stores import blobs
+    from voxledger.stores.hashing import SETTLE_NS, StatCache
+
+    cache = StatCache(tmp_path / "verified.sqlite")
+    writer = LocalBlobStore(tmp_path / "s", verified=cache)
+    digests = [writer.put_bytes(os.urandom(2000)) for _ in range(20)]
+    time.sleep(2 * SETTLE_NS / 1e9)
+    hashed: list[int] = []
+    real = blobs.sha256_stream
+    monkeypatch.setattr(blobs, "sha256_stream", lambda f, *a: hashed.append(1) or real(f, *a))
+    assert LocalBlobStore(tmp_path / "s", verified=cache).damaged(digests) == []  # a new process: hashes all, once
+    assert len(hashed) == 20
+    hashed.clear()
+    later = LocalBlobStore(tmp_path / "s", verified=cache)
+    assert later.damaged(digests) == [] and hashed == []  # settled and unchanged: a stat and a lookup each
+    _tamper(later, digests[4], os.urandom(2000))  # same size, new bytes: ctime moves, so it is hashed and caught
+    assert LocalBlobStore(tmp_path / "s", verified=cache).damaged(digests) == [digests[4]]
+    assert hashed == [1]

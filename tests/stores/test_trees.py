@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from voxledger.schemas.errors import UnsafePathError
 from voxledger.stores.blobs import LocalBlobStore
-from voxledger.stores.hashing import StatCache, hash_files
+from voxledger.stores.hashing import SETTLE_NS, StatCache, hash_files, stat_key
 from voxledger.stores.trees import build_manifest, check_relative, materialize_tree, put_tree
 
 
@@ -89,6 +90,7 @@ def test_stat_cache_serves_unchanged_and_rehashes_changed(tmp_path: Path, monkey
         p = tmp_path / f"f{i}"
         p.write_bytes(os.urandom(100))
         files.append(p)
+    time.sleep(2 * SETTLE_NS / 1e9)  # past the clock tick the files were written in (see the next test)
     cache = StatCache(tmp_path / "cache.sqlite")
     reads: list[Path] = []
     real = hashing.sha256_file
@@ -103,3 +105,20 @@ def test_stat_cache_serves_unchanged_and_rehashes_changed(tmp_path: Path, monkey
     again = hash_files(files, cache=cache)
     assert reads == [files[3]]
     assert again[files[3]] != first[files[3]]
+
+
+def test_a_file_stat_in_its_own_write_tick_is_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a rewrite within the same coarse clock tick would keep mtime and ctime: such a stat is never trusted
+    from voxledger.stores import hashing
+
+    p = tmp_path / "fresh"
+    p.write_bytes(b"one")
+    cache = StatCache(tmp_path / "cache.sqlite")
+    hash_files([p], cache=cache)
+    assert cache.get_many([stat_key(os.stat(p))]) == {}
+    reads: list[Path] = []
+    real = hashing.sha256_file
+    monkeypatch.setattr(hashing, "sha256_file", lambda q: reads.append(q) or real(q))
+    time.sleep(2 * SETTLE_NS / 1e9)
+    hash_files([p], cache=cache)
+    assert reads == [p] and cache.get_many([stat_key(os.stat(p))]) != {}

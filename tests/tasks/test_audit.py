@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -169,3 +170,39 @@ def test_leakage_needs_a_key() -> None:
 
     with pytest.raises(ValidationError, match="at least 1"):
         AuditPolicy(name="x", leakage=())
+
+
+def test_bucketed_near_duplicate_search_equals_brute_force() -> None:
+    from voxledger.tasks.audit.fingerprint import hamming, near_duplicate_pairs
+
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 256, (60, 32), dtype=np.uint8)
+    base[:30, :4] = base[0, :4]  # a crowded bucket, as clips sharing an opening second give
+    codes = {f"u{i:03d}": bytes(row) for i, row in enumerate(base)}
+    for i in range(25):  # near copies with 0-20 flipped bits
+        row = base[i].copy()
+        for bit in rng.choice(256, int(rng.integers(0, 21)), replace=False):
+            row[bit // 8] ^= 1 << (bit % 8)
+        codes[f"v{i:03d}"] = bytes(row)
+    codes["silent"] = bytes(32)
+    for max_bits in (0, 6, 15):
+        ids = sorted(k for k, c in codes.items() if any(c))
+        brute = sorted((a, b, hamming(codes[a], codes[b])) for i, a in enumerate(ids) for b in ids[i + 1 :]
+                       if hamming(codes[a], codes[b]) <= max_bits)  # fmt: skip
+        assert near_duplicate_pairs(codes, max_bits) == brute
+
+
+def test_audio_changed_between_hashing_and_measuring_is_refused(tmp_path: Path, home: Home) -> None:
+    from voxledger.schemas.errors import DigestMismatchError
+    from voxledger.schemas.manifest import Utterance
+    from voxledger.tasks.audit.measure import measure_file
+
+    wav = tmp_path / "a.wav"
+    sf.write(wav, 0.1 * np.sin(np.arange(16000) / 5.0), 16000)
+    utt = Utterance(id="a", audio="a.wav", text="hello there", speaker="s", recording_id="r", split="train")
+    hashed = hashlib.sha256(wav.read_bytes()).hexdigest()
+    facts = measure_file(tmp_path, utt, POLICY, expected_sha256=hashed, store=home.blobs)
+    assert facts.error_code is None and home.blobs.intact(hashed)  # measured from the bytes it stored
+    sf.write(wav, 0.2 * np.sin(np.arange(16000) / 5.0), 16000)
+    with pytest.raises(DigestMismatchError, match="changed during the audit"):
+        measure_file(tmp_path, utt, POLICY, expected_sha256=hashed)

@@ -16,14 +16,16 @@ import io
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from voxledger.schemas.canonical import is_sha256_hex
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
-from voxledger.stores.hashing import CHUNK_BYTES, sha256_stream
+from voxledger.stores.hashing import CHUNK_BYTES, StatCache, StatKey, default_workers, settled_before, sha256_stream, stat_key
 
 
 class BlobStore(Protocol):
@@ -34,6 +36,31 @@ class BlobStore(Protocol):
     def has(self, sha256: str) -> bool: ...
     def open(self, sha256: str) -> BinaryIO: ...
     def verify(self, sha256: str) -> None: ...
+
+
+def _hash_one(path: Path) -> tuple[str, os.stat_result, bool]:
+    """(digest, the stat taken before reading, whether that stat may be cached: see ``settled_before``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        now = time.time_ns()
+        st = os.fstat(fd)
+        return sha256_stream(fd)[0], st, settled_before(st, now)
+    finally:
+        os.close(fd)
+
+
+def _hash_objects(paths: list[Path]) -> list[tuple[str, os.stat_result, bool]]:
+    """``_hash_one`` of each path, on all cores when there are several."""
+    n = min(default_workers(), len(paths))
+    if n <= 1:
+        return [_hash_one(p) for p in paths]
+    slices = [paths[i::n] for i in range(n)]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        parts = list(pool.map(lambda chunk: [_hash_one(p) for p in chunk], slices))
+    out: list[tuple[str, os.stat_result, bool]] = [None] * len(paths)  # type: ignore[list-item]
+    for i, part in enumerate(parts):
+        out[i::n] = part
+    return out
 
 
 def _syncfs(path: Path) -> bool:
@@ -103,8 +130,10 @@ class VerifyingReader(io.RawIOBase):
 class LocalBlobStore:
     """Blob store on a local filesystem directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, verified: StatCache | None = None) -> None:
+        """``verified``: a stat cache remembering which object files were hashed and found intact."""
         self.root = root
+        self._verified_cache = verified
         self.objects = root / "objects" / "sha256"
         self.tmp = root / "tmp"
         self.objects.mkdir(parents=True, exist_ok=True)
@@ -141,8 +170,25 @@ class LocalBlobStore:
         try:
             yield
             self._sync_deferred(self._deferred)
+            self._record_written(self._deferred)
         finally:
             self._deferred = None
+
+    def _record_written(self, paths: set[Path]) -> None:
+        """Tell the ``verified`` cache about objects this block wrote (hashed as they were written),
+        so a later process does not hash them again; ones written in the last clock tick are left out."""
+        if self._verified_cache is None or not paths:
+            return
+        now, record = time.time_ns(), []
+        for path in paths:
+            sha256 = path.parent.name + path.name
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            if self._verified.get(sha256) == (st.st_ino, st.st_size, st.st_mtime_ns) and settled_before(st, now):
+                record.append((stat_key(st), sha256))
+        self._verified_cache.put_many(record)
 
     def _sync_deferred(self, paths: set[Path]) -> None:
         if not paths or _syncfs(self.root):
@@ -184,25 +230,49 @@ class LocalBlobStore:
         return sha256
 
     def intact(self, sha256: str) -> bool:
-        """True when the object exists and its bytes hash to its name.
+        """True when the object exists and its bytes hash to its name (see ``damaged``)."""
+        return not self.damaged([sha256])
 
-        An object this process wrote or hashed is not hashed again while its inode, size and
-        mtime are unchanged (a new process always re-hashes): repeated checks of one tree cost
-        a stat each, and any rewrite of the file is caught.
+    def damaged(self, digests: Iterable[str]) -> list[str]:
+        """The digests (first occurrence order) whose object is missing or does not hash to its name.
+
+        An object is hashed unless its current stat identity is known to hold these bytes: in this
+        process (inode, size, mtime unchanged since it was written or hashed here) or, with a
+        ``verified`` cache, from an earlier process (device, inode, size, mtime and ctime all
+        unchanged; any write or chmod moves ctime). Objects to hash are hashed on all cores.
+        ``voxledger store verify`` re-hashes regardless.
         """
-        path = self.path_of(sha256)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return False
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if self._verified.get(sha256) == stamp:
-            return True
-        if sha256_stream(path)[0] != sha256:
-            self._verified.pop(sha256, None)
-            return False
-        self._verified[sha256] = stamp
-        return True
+        bad: list[str] = []
+        todo: list[tuple[str, Path]] = []
+        pending: dict[str, os.stat_result] = {}
+        for sha256 in dict.fromkeys(digests):
+            path = self.path_of(sha256)
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                bad.append(sha256)
+                continue
+            if self._verified.get(sha256) != (st.st_ino, st.st_size, st.st_mtime_ns):
+                pending[sha256] = st
+        if pending and self._verified_cache is not None:
+            known = self._verified_cache.get_many([stat_key(st) for st in pending.values()])
+            for sha256, st in list(pending.items()):
+                if known.get(stat_key(st)) == sha256:
+                    self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
+                    del pending[sha256]
+        todo = [(sha256, self.path_of(sha256)) for sha256 in pending]
+        record: list[tuple[StatKey, str]] = []
+        for sha256, (actual, st, settled) in zip(pending, _hash_objects([p for _, p in todo])):
+            if actual != sha256:
+                self._verified.pop(sha256, None)
+                bad.append(sha256)
+                continue
+            self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if settled:
+                record.append((stat_key(st), sha256))
+        if record and self._verified_cache is not None:
+            self._verified_cache.put_many(record)
+        return bad
 
     def _remember(self, sha256: str) -> None:
         st = self.path_of(sha256).stat()
@@ -226,7 +296,11 @@ class LocalBlobStore:
 
     def put_bytes(self, data: bytes) -> str:
         """Store bytes; return their sha256. Idempotent; heals a damaged copy of the same object."""
-        sha256 = hashlib.sha256(data).hexdigest()
+        return self.put_hashed_bytes(data, hashlib.sha256(data).hexdigest())
+
+    def put_hashed_bytes(self, data: bytes, sha256: str) -> str:
+        """Store bytes whose sha256 the caller has just computed from this same ``data`` object
+        (bytes are immutable), skipping a second hash; otherwise as ``put_bytes``."""
         if self.has(sha256) and self.intact(sha256):
             return sha256
         with self._temp() as (tmp_path, f):

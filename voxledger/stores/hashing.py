@@ -10,6 +10,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,6 +60,16 @@ def default_workers() -> int:
 
 
 StatKey = tuple[int, int, int, int, int]
+
+SETTLE_NS = 50_000_000
+"""File timestamps come from a coarse clock (one kernel tick, at most 10 ms): a write in the same
+tick as the stat that was cached would leave the same mtime and ctime. A stat is cached only when
+its ctime lies more than this before the moment it was taken, so any later write moves it."""
+
+
+def settled_before(st: os.stat_result, now_ns: int) -> bool:
+    """True when ``st`` (taken at ``now_ns``, wall clock) may go into a stat cache."""
+    return max(st.st_mtime_ns, st.st_ctime_ns) < now_ns - SETTLE_NS
 
 
 def stat_key(st: os.stat_result) -> StatKey:
@@ -133,6 +144,7 @@ class StatCache:
 
 def hash_files(paths: list[Path], *, workers: int | None = None, cache: StatCache | None = None) -> dict[Path, str]:
     """Hash many files in parallel; with a stat cache, unchanged files are not read at all."""
+    now = time.time_ns()
     stats = {p: os.stat(p) for p in paths}
     keys = {p: stat_key(st) for p, st in stats.items()}
     known = cache.get_many(list(keys.values())) if cache is not None else {}
@@ -148,7 +160,7 @@ def hash_files(paths: list[Path], *, workers: int | None = None, cache: StatCach
             with ThreadPoolExecutor(max_workers=n) as pool:
                 parts = list(pool.map(lambda chunk: [sha256_file(p) for p in chunk], slices))
             fresh = {p: d for chunk, digests in zip(slices, parts) for p, d in zip(chunk, digests)}
-        if cache is not None:
-            cache.put_many((keys[p], d) for p, d in fresh.items())
+        if cache is not None:  # a file written in the same clock tick as its stat is hashed again next time
+            cache.put_many((keys[p], d) for p, d in fresh.items() if settled_before(stats[p], now))
         result.update(fresh)
     return result

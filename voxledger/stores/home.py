@@ -46,10 +46,10 @@ class Home:
     def __init__(self, root: str | os.PathLike[str] | None = None, *, lock_timeout_s: float = 60.0, read_only: bool | None = None) -> None:
         self.root = resolve_home(root)
         self.read_only = is_read_only(self.root) if read_only is None else read_only
-        self.blobs = LocalBlobStore(self.root / "store")
+        self.stat_cache = StatCache(self.root / "cache" / "stat-cache.sqlite", read_only=self.read_only)
+        self.blobs = LocalBlobStore(self.root / "store", verified=self.stat_cache)
         self.receipts = ReceiptStore(self.blobs)
         self.catalog = Catalog(self.root / "catalog.duckdb", lock_timeout_s=lock_timeout_s, read_only=self.read_only)
-        self.stat_cache = StatCache(self.root / "cache" / "stat-cache.sqlite", read_only=self.read_only)
 
     def check_subjects(self, receipt: ReceiptBase) -> None:
         """Refuse a receipt that names an output whose bytes are missing or damaged.

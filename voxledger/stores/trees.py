@@ -80,7 +80,10 @@ def scan_tree(root: Path) -> list[tuple[str, Path, bool]]:
 
 def build_manifest(root: Path, *, cache: StatCache | None = None, workers: int | None = None) -> TreeManifest:
     """Hash every file under ``root`` (in parallel, stat-cached) into a canonical manifest."""
-    files = scan_tree(root)
+    return _manifest_of(scan_tree(root), cache=cache, workers=workers)
+
+
+def _manifest_of(files: list[tuple[str, Path, bool]], *, cache: StatCache | None = None, workers: int | None = None) -> TreeManifest:
     digests = hash_files([f for _, f, _ in files], cache=cache, workers=workers)
     entries = [TreeEntry(path=rel, size_bytes=full.stat().st_size, sha256=digests[full], executable=exe) for rel, full, exe in files]
     entries.sort(key=lambda e: e.path)
@@ -94,13 +97,16 @@ def manifest_bytes(manifest: TreeManifest) -> bytes:
 
 def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = None) -> tuple[str, TreeManifest]:
     """Store every file of a directory plus its manifest; return (tree digest, manifest)."""
-    manifest = build_manifest(root, cache=cache)
-    by_rel = {rel: full for rel, full, _ in scan_tree(root)}
+    files = scan_tree(root)
+    manifest = _manifest_of(files, cache=cache)
+    by_rel = {rel: full for rel, full, _ in files}
     batch = getattr(store, "deferred_sync", None)  # one durability point for the whole tree (local store)
     with batch() if batch is not None else nullcontext():
+        todo = set(store.damaged(e.sha256 for e in manifest.entries))  # absent, or damaged: the file in hand heals it
         for entry in manifest.entries:
-            if not store.intact(entry.sha256):  # absent, or damaged: the file in hand heals it
+            if entry.sha256 in todo:
                 store.put_file(by_rel[entry.path], expected_sha256=entry.sha256)
+                todo.discard(entry.sha256)
         digest = store.put_bytes(manifest_bytes(manifest))
     return digest, manifest
 
@@ -114,7 +120,7 @@ def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list
         return [sha256]
     if media_type != TREE_MEDIA_TYPE:
         return []
-    return [e.sha256 for e in load_manifest(store, sha256).entries if not store.intact(e.sha256)]
+    return store.damaged(e.sha256 for e in load_manifest(store, sha256).entries)
 
 
 def load_manifest(store: LocalBlobStore, tree_sha256: str) -> TreeManifest:

@@ -10,6 +10,7 @@ from typing import Any
 from voxledger.schemas.audit import AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes
+from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.hashing import default_workers
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, manifest_bytes
@@ -19,6 +20,7 @@ from voxledger.tasks.corpus.audio import segment_identity
 from voxledger.tasks.corpus.manifests import LoadedCorpus, load_corpus
 from voxledger.tasks.corpus.paths import tree_name
 from voxledger.tasks.corpus.sources import audio_digests, audio_tree
+from voxledger.tasks.heap import keep_freed_memory
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
@@ -58,12 +60,15 @@ def audit_corpus_fn(
     hit = reuse(home, key, AuditReceipt)
     if hit is not None:
         return hit
-    if policy.store_audio:
-        by_name = {tree_name(u.audio): paths[u.id] for u in corpus.utterances.utterances if u.id in paths}
-        for entry in tree.entries:
-            if not home.blobs.intact(entry.sha256):
-                home.blobs.put_file(by_name[entry.path], expected_sha256=entry.sha256)
-    result = _check(corpus, digests, policy, progress)
+    store = home.blobs if policy.store_audio else None
+    keep_freed_memory()  # per-clip buffers reuse heap pages instead of faulting in new ones
+    with home.blobs.deferred_sync():  # every audio object durable at once, before the receipt
+        result = _check(corpus, digests, paths, policy, progress, store)
+        if store is not None:  # recordings that only segments read (whole files were stored while measured)
+            by_name = {tree_name(u.audio): paths[u.id] for u in corpus.utterances.utterances if u.id in paths}
+            for entry in tree.entries:
+                if not store.intact(entry.sha256):
+                    store.put_file(by_name[entry.path], expected_sha256=entry.sha256)
     receipt = build_receipt(
         AuditReceipt, flow=flow, task="audit_corpus", started_at=started, key=key,
         subjects=[artifact(home.blobs, "manifest", manifest_sha, MANIFEST_MEDIA_TYPE),
@@ -78,13 +83,19 @@ def audit_corpus_fn(
 
 
 def _check(
-    corpus: LoadedCorpus, digests: dict[str, str], policy: AuditPolicy, progress: Callable[[str], None] | None = None
+    corpus: LoadedCorpus,
+    digests: dict[str, str],
+    paths: dict[str, Path],
+    policy: AuditPolicy,
+    progress: Callable[[str], None] | None = None,
+    store: LocalBlobStore | None = None,
 ) -> AuditResult:
     utts = list(corpus.utterances.utterances)
     done = [0]
 
     def measure(u: Any) -> FileFacts:
-        out = measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, ""))
+        out = measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, ""),
+                           expected_sha256=digests.get(u.id), store=store, path=paths.get(u.id))  # fmt: skip
         done[0] += 1
         if progress is not None and (done[0] % 50 == 0 or done[0] == len(utts)):
             progress(f"audit: measured {done[0]}/{len(utts)} files")

@@ -3,6 +3,7 @@ rate and channel count, and the cut of a longer recording when the utterance is 
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +52,14 @@ def sample_range(utt: Utterance, sample_rate_hz: int, frames: int) -> SampleRang
     return SampleRange(start, stop, sample_rate_hz, frames)
 
 
-def read_utterance(path: Path, utt: Utterance) -> tuple[np.ndarray, SampleRange]:
+def read_utterance(path: Path | io.BytesIO, utt: Utterance) -> tuple[np.ndarray, SampleRange]:
     """Decode ``utt``'s samples as float32 ``(frames, channels)`` and the range they came from.
 
     Raises:
         CorpusError: segment times outside the recording.
         soundfile.LibsndfileError / RuntimeError / ValueError / OSError: undecodable audio.
     """
-    with sf.SoundFile(str(path)) as f:
+    with sf.SoundFile(path if isinstance(path, io.BytesIO) else str(path)) as f:
         rng = sample_range(utt, f.samplerate, f.frames)
         if rng.start:
             f.seek(rng.start)

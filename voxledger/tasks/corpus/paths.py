@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 from pathlib import Path
 
 from voxledger.schemas.errors import UnsafePathError
@@ -32,6 +33,50 @@ def _inside(path: Path, bases: tuple[Path, ...]) -> bool:
     return any(path == b or path.is_relative_to(b) for b in bases)
 
 
+class AudioPathResolver:
+    """Resolves many manifest paths of one corpus; each folder's real path is looked up once.
+
+    A file that is itself a symlink is followed in full; otherwise its real path is its folder's
+    real path plus its name, which is what ``Path.resolve`` gives, for a few syscalls less.
+    """
+
+    def __init__(self, root: Path, audio_roots: tuple[Path, ...] = ()) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.audio_roots = audio_roots
+        self.bases = (self.root, *audio_roots)
+        self.real_bases = tuple(b.resolve() for b in self.bases)
+        self._real_dirs: dict[Path, Path] = {}
+
+    def _real(self, lexical: Path) -> Path:
+        try:
+            if stat.S_ISLNK(os.lstat(lexical).st_mode):
+                return lexical.resolve()
+        except OSError:
+            return lexical.resolve()
+        parent = lexical.parent
+        real_parent = self._real_dirs.get(parent)
+        if real_parent is None:
+            real_parent = self._real_dirs[parent] = parent.resolve()
+        return real_parent / lexical.name
+
+    def __call__(self, audio: str, *, where: str = "") -> Path:
+        """The file ``audio`` names, checked to lie under the root or a declared audio root.
+
+        Raises:
+            UnsafePathError: as ``resolve_audio_path``.
+        """
+        if not audio or "\\" in audio or "\x00" in audio:
+            raise UnsafePathError(f"{where or 'manifest'}: audio path {audio!r} is empty or holds a backslash/NUL; write a POSIX path")
+        lexical = Path(posixpath.normpath(audio if audio.startswith("/") else posixpath.join(self.root.as_posix(), audio)))
+        if not _inside(lexical, self.bases) or not _inside(self._real(lexical), self.real_bases):
+            declared = ", ".join(str(r) for r in self.audio_roots) or "none declared"
+            raise UnsafePathError(
+                f"{where or 'manifest'}: audio path {audio!r} resolves to {lexical.resolve()}, outside the corpus root {self.root} "
+                f"and the audio roots ({declared}); pass --audio-root with the folder that holds it"
+            )
+        return lexical
+
+
 def resolve_audio_path(root: Path, audio: str, audio_roots: tuple[Path, ...] = (), *, where: str = "") -> Path:
     """The file ``audio`` names, checked to lie under ``root`` or a declared audio root.
 
@@ -45,19 +90,7 @@ def resolve_audio_path(root: Path, audio: str, audio_roots: tuple[Path, ...] = (
         UnsafePathError: the path is empty, holds a backslash or NUL, or resolves outside every
             allowed folder; the message names the line, the path and the roots, and the fix.
     """
-    if not audio or "\\" in audio or "\x00" in audio:
-        raise UnsafePathError(f"{where or 'manifest'}: audio path {audio!r} is empty or holds a backslash/NUL; write a POSIX path")
-    root = Path(os.path.abspath(root))
-    lexical = Path(posixpath.normpath(audio if audio.startswith("/") else posixpath.join(root.as_posix(), audio)))
-    bases = (root, *audio_roots)
-    real_bases = tuple(b.resolve() for b in bases)
-    if not _inside(lexical, bases) or not _inside(lexical.resolve(), real_bases):
-        declared = ", ".join(str(r) for r in audio_roots) or "none declared"
-        raise UnsafePathError(
-            f"{where or 'manifest'}: audio path {audio!r} resolves to {lexical.resolve()}, outside the corpus root {root} "
-            f"and the audio roots ({declared}); pass --audio-root with the folder that holds it"
-        )
-    return lexical
+    return AudioPathResolver(root, audio_roots)(audio, where=where)
 
 
 def tree_name(audio: str) -> str:

@@ -11,16 +11,17 @@ from pathlib import Path
 from voxledger.schemas.errors import UnsafePathError
 from voxledger.stores.hashing import StatCache, hash_files
 from voxledger.stores.trees import TreeEntry, TreeManifest
-from voxledger.tasks.corpus.paths import resolve_audio_path, tree_name
+from voxledger.tasks.corpus.paths import AudioPathResolver, tree_name
 from voxledger.tasks.corpus.records import LoadedCorpus
 
 
 def audio_files(corpus: LoadedCorpus) -> dict[str, Path]:
     """Utterance id -> its audio file, for every utterance whose path resolves to a file."""
     paths: dict[str, Path] = {}
+    resolve = AudioPathResolver(corpus.root, corpus.audio_roots)
     for u in corpus.utterances.utterances:
         try:
-            p = resolve_audio_path(corpus.root, u.audio, corpus.audio_roots)
+            p = resolve(u.audio)
         except UnsafePathError:
             continue
         if p.is_file():

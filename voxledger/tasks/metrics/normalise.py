@@ -19,7 +19,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib.metadata import version as dist_version
 from typing import get_args
 
@@ -51,6 +51,7 @@ def whisper_en(text: str) -> str:
     return _whisper_english()(text)
 
 
+@lru_cache(maxsize=1 << 16)
 def basic(text: str) -> str:
     """Lowercase; punctuation, symbols and control characters become spaces, except an
     apostrophe between two letters or digits; whitespace collapsed."""
