@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from voxledger.schemas.errors import UnsafePathError
 from voxledger.stores.blobs import LocalBlobStore
@@ -122,3 +124,26 @@ def test_a_file_stat_in_its_own_write_tick_is_not_cached(tmp_path: Path, monkeyp
     time.sleep(2 * SETTLE_NS / 1e9)
     hash_files([p], cache=cache)
     assert reads == [p] and cache.get_many([stat_key(os.stat(p))]) != {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=hs.lists(
+        hs.tuples(hs.text(min_size=1, max_size=30), hs.integers(0, 2**53 + 5), hs.booleans(), hs.binary(min_size=1, max_size=8)),
+        max_size=12,
+    )
+)
+def test_manifest_bytes_are_rfc8785_bytes(entries: list[tuple[str, int, bool, bytes]]) -> None:
+    from voxledger.schemas.canonical import canonical_bytes
+    from voxledger.stores.trees import TreeEntry, TreeManifest, manifest_bytes
+
+    manifest = TreeManifest(
+        entries=tuple(TreeEntry(path=p, size_bytes=n, executable=x, sha256=hashlib.sha256(b).hexdigest()) for p, n, x, b in entries)
+    )
+    try:
+        expected = canonical_bytes(manifest)
+    except Exception as exc:  # sizes past 2**53 - 1: both refuse alike
+        with pytest.raises(type(exc)):
+            manifest_bytes(manifest)
+        return
+    assert manifest_bytes(manifest) == expected

@@ -38,7 +38,7 @@ class BlobStore(Protocol):
     def verify(self, sha256: str) -> None: ...
 
 
-def _hash_one(path: Path) -> tuple[str, os.stat_result, bool]:
+def _hash_one(path: str) -> tuple[str, os.stat_result, bool]:
     """(digest, the stat taken before reading, whether that stat may be cached: see ``settled_before``)."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -49,7 +49,7 @@ def _hash_one(path: Path) -> tuple[str, os.stat_result, bool]:
         os.close(fd)
 
 
-def _hash_objects(paths: list[Path]) -> list[tuple[str, os.stat_result, bool]]:
+def _hash_objects(paths: list[str]) -> list[tuple[str, os.stat_result, bool]]:
     """``_hash_one`` of each path, on all cores when there are several."""
     n = min(default_workers(), len(paths))
     if n <= 1:
@@ -243,12 +243,12 @@ class LocalBlobStore:
         ``voxledger store verify`` re-hashes regardless.
         """
         bad: list[str] = []
-        todo: list[tuple[str, Path]] = []
         pending: dict[str, os.stat_result] = {}
+        objects = str(self.objects)
         for sha256 in dict.fromkeys(digests):
-            path = self.path_of(sha256)
+            _check_digest(sha256)
             try:
-                st = path.stat()
+                st = os.stat(f"{objects}/{sha256[:2]}/{sha256[2:]}")
             except FileNotFoundError:
                 bad.append(sha256)
                 continue
@@ -260,9 +260,8 @@ class LocalBlobStore:
                 if known.get(stat_key(st)) == sha256:
                     self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
                     del pending[sha256]
-        todo = [(sha256, self.path_of(sha256)) for sha256 in pending]
         record: list[tuple[StatKey, str]] = []
-        for sha256, (actual, st, settled) in zip(pending, _hash_objects([p for _, p in todo])):
+        for sha256, (actual, st, settled) in zip(pending, _hash_objects([f"{objects}/{d[:2]}/{d[2:]}" for d in pending])):
             if actual != sha256:
                 self._verified.pop(sha256, None)
                 bad.append(sha256)
@@ -311,7 +310,7 @@ class LocalBlobStore:
             os.chmod(tmp_path, 0o444)
             return self._commit(tmp_path, sha256)
 
-    def put_file(self, path: Path, expected_sha256: str | None = None) -> str:
+    def put_file(self, path: os.PathLike[str] | str, expected_sha256: str | None = None) -> str:
         """Copy a regular file into the store, hashing while copying; return its sha256.
 
         Raises DigestMismatchError when ``expected_sha256`` is given and the bytes differ.

@@ -121,7 +121,11 @@ class Catalog:
             before = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
             con.execute("BEGIN")
             for table, rows in tables.items():
-                if rows:
+                if rows and len(rows) <= SMALL_BATCH_ROWS:  # bound parameters: no Arrow (whose conversion imports pandas)
+                    names = list(rows[0])
+                    cols, marks = ", ".join(names), ", ".join("?" * len(names))
+                    con.executemany(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES ({marks})", [[r.get(n) for n in names] for r in rows])
+                elif rows:
                     arrow = pa.Table.from_pylist(rows)
                     con.register("incoming", arrow)
                     cols = ", ".join(arrow.column_names)
@@ -130,6 +134,10 @@ class Catalog:
             con.execute("COMMIT")
             after = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
         return int(after - before)
+
+
+SMALL_BATCH_ROWS = 64
+"""Up to this many rows per table go in as bound parameters; more go in as one Arrow table."""
 
 
 def _rows_for(batch: list[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 CHUNK_BYTES = 1 << 20
 _buffers = threading.local()
@@ -49,7 +50,7 @@ def sha256_stream(fileobj: os.PathLike[str] | str | int, chunk_bytes: int = CHUN
     return digest.hexdigest(), size
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: os.PathLike[str] | str) -> str:
     """Hex sha256 of one file, streamed."""
     return sha256_stream(path)[0]
 
@@ -60,6 +61,7 @@ def default_workers() -> int:
 
 
 StatKey = tuple[int, int, int, int, int]
+P = TypeVar("P", Path, str)
 
 SETTLE_NS = 50_000_000
 """File timestamps come from a coarse clock (one kernel tick, at most 10 ms): a write in the same
@@ -142,10 +144,21 @@ class StatCache:
         conn.execute("COMMIT")
 
 
-def hash_files(paths: list[Path], *, workers: int | None = None, cache: StatCache | None = None) -> dict[Path, str]:
-    """Hash many files in parallel; with a stat cache, unchanged files are not read at all."""
-    now = time.time_ns()
-    stats = {p: os.stat(p) for p in paths}
+def hash_files(
+    paths: list[P],
+    *,
+    workers: int | None = None,
+    cache: StatCache | None = None,
+    stats: dict[P, os.stat_result] | None = None,
+    stats_taken_ns: int | None = None,
+) -> dict[P, str]:
+    """Hash many files in parallel; with a stat cache, unchanged files are not read at all.
+
+    ``stats``: the files' stats when the caller has just taken them (saves one stat each), with
+    ``stats_taken_ns``, the wall clock read before the first of them was taken.
+    """
+    now = time.time_ns() if stats is None or stats_taken_ns is None else stats_taken_ns
+    stats = {p: stats[p] if stats is not None and p in stats else os.stat(p) for p in paths}
     keys = {p: stat_key(st) for p, st in stats.items()}
     known = cache.get_many(list(keys.values())) if cache is not None else {}
     result = {p: known[k] for p, k in keys.items() if k in known}
