@@ -117,4 +117,37 @@ def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio
     console.print(f"receipt {outcome.receipt_id}\nnext: voxledger audit {outcome.corpus_dir} --policy {policy}")
 
 
+@corpus.command("materialise")
+@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="New folder for the copy (never overwritten).")
+@click.option(
+    "--cwd",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Folder the commands run in (default: the current one, as in a Kaldi recipe).",
+)
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Longest one command may run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, timeout_s: float, as_json: bool) -> None:
+    """Run every wav.scp pipe command of the Kaldi data directory SRC once, without a shell, into
+    a copy at OUT whose wav.scp names the files written; the receipt records each command, the
+    program that ran (path and sha256) and the digest of its output.
+
+    Example: voxledger corpus materialise data/train --out data/train_files
+    """
+    from voxledger.cli.common import open_home
+    from voxledger.tasks.corpus.pipes import materialise_pipes_fn
+
+    home = open_home(ctx)
+    done = materialise_pipes_fn(home, src, out, cwd=cwd, timeout_s=timeout_s)
+    r = done.receipt.result
+    summary = {"receipt": done.receipt_id, "out": str(out), **r.model_dump(mode="json")}
+    if as_json:
+        emit_json(summary)
+        return
+    console.print(f"ran {r.n_commands} commands in {r.seconds:.1f} s into {out} ({r.n_files} files)\nreceipt {done.receipt_id}")
+    console.print(f"next: voxledger audit {out} --policy plans/audit-demo.yaml (add --audio-root for the lines that were paths)")
+
+
 COMMANDS = (corpus,)

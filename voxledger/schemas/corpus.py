@@ -63,3 +63,28 @@ class PrepareReceipt(ReceiptBase):
     kind: Literal["corpus_prepare"] = "corpus_prepare"
     parameters: PrepareParameters
     result: PrepareResult
+
+
+class MaterialiseParameters(Frozen):
+    """What ``corpus materialise`` was asked to do (the commands themselves are the ``commands`` subject)."""
+
+    source_name: str
+    timeout_s: float = Field(gt=0)
+
+
+class MaterialiseResult(Frozen):
+    """How many pipe commands ran and what the copied data directory holds."""
+
+    n_commands: int = Field(ge=1)
+    n_files: int = Field(ge=1)
+    seconds: float = Field(ge=0)
+
+
+class MaterialiseReceipt(ReceiptBase):
+    """``wav.scp`` pipe commands were run once, without a shell; subjects: the copied data directory
+    (a tree whose wav.scp names the files they wrote) and ``commands`` (JSONL: per line the argument
+    vector, working directory, program path and sha256, output digest, format and length)."""
+
+    kind: Literal["pipe_materialise"] = "pipe_materialise"
+    parameters: MaterialiseParameters
+    result: MaterialiseResult

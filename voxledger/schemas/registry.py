@@ -16,7 +16,7 @@ from pydantic import Field, TypeAdapter
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
-from voxledger.schemas.corpus import PrepareReceipt
+from voxledger.schemas.corpus import MaterialiseReceipt, PrepareReceipt
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.listening_receipts import (
@@ -46,6 +46,7 @@ RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     AggregateReceipt,
     PackageReceipt,
     PrepareReceipt,
+    MaterialiseReceipt,
 )
 
 # the discriminated union is built from the one list above: a kind is registered in one place

@@ -5,7 +5,8 @@ recordings; ``wav.scp`` is then keyed by recording id), ``spk2gender``, ``utt2la
 ``utt2dur``, and ``instruct`` (CosyVoice 3). ``wav.scp`` paths may be relative to the split
 folder, may climb out of it with ``..``, or may be absolute; anything outside the corpus root
 must lie under a declared audio root (see ``paths``). Pipe commands (``sox x.flac -t wav - |``)
-are refused: voxledger reads audio files, and a command's output has no stable identity.
+are refused: voxledger reads audio files, and a command's output has no stable identity;
+``voxledger corpus materialise`` runs them once into files (see ``pipes``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def refuse_pipes(wavs: KaldiMap, label: str) -> None:
         more = f" (and {len(pipes) - 1} more lines)" if len(pipes) > 1 else ""
         raise CorpusError(
             f"{label}:{line}: entry {key!r} is a pipe command ({value[:80]!r}){more}; voxledger reads audio files only: "
-            "run each command once to a file (e.g. sox in.flac out.wav), point wav.scp at the files, and audit again"
+            "run each command once to a file (e.g. sox in.flac out.wav), point wav.scp at the files, and audit again; "
+            "or let voxledger corpus materialise DATA --out DIR run them (no shell; each command goes into its receipt)"
         )
 
 
