@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 from filelock import FileLock, Timeout
 
 from voxledger.schemas.errors import CatalogError
@@ -126,6 +125,8 @@ class Catalog:
                     cols, marks = ", ".join(names), ", ".join("?" * len(names))
                     con.executemany(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES ({marks})", [[r.get(n) for n in names] for r in rows])
                 elif rows:
+                    import pyarrow as pa  # only for large batches: importing it costs a quarter second
+
                     arrow = pa.Table.from_pylist(rows)
                     con.register("incoming", arrow)
                     cols = ", ".join(arrow.column_names)

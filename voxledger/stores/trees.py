@@ -142,6 +142,9 @@ def manifest_bytes(manifest: TreeManifest) -> bytes:
         return canonical_bytes(manifest)
 
 
+_MANIFESTS: dict[str, TreeManifest] = {}  # by digest: a manifest is immutable once its digest names it
+
+
 def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = None) -> tuple[str, TreeManifest]:
     """Store every file of a directory plus its manifest; return (tree digest, manifest).
 
@@ -164,6 +167,7 @@ def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = Non
             store.put_file(by_digest[digest], expected_sha256=digest)  # absent, or damaged: the file in hand heals it
         manifest = _manifest(files, digests)
         digest = store.put_bytes(manifest_bytes(manifest))
+        _remember_manifest(digest, manifest)
     if cache is not None and fresh:  # only files unchanged since their scan, and not written in its clock tick
         cache.put_many((stat_key(stats[f]), digests[f]) for f in fresh if _unchanged(f, stats[f]) and settled_before(stats[f], now))
     return digest, manifest
@@ -203,12 +207,23 @@ def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list
 
 
 def load_manifest(store: LocalBlobStore, tree_sha256: str) -> TreeManifest:
-    """Read and validate a tree manifest from the store."""
+    """Read and validate a tree manifest from the store (verified; a manifest this process wrote or
+    read is parsed again only when its object was rewritten since)."""
+    if store.intact(tree_sha256) and (hit := _MANIFESTS.get(tree_sha256)) is not None:
+        return hit
     doc = json.loads(store.get_bytes(tree_sha256))
     manifest = TreeManifest.model_validate(doc)
     for entry in manifest.entries:
         _check_relative(entry.path)
+    _remember_manifest(tree_sha256, manifest)
     return manifest
+
+
+def _remember_manifest(digest: str, manifest: TreeManifest) -> None:
+    _MANIFESTS.pop(digest, None)
+    _MANIFESTS[digest] = manifest
+    while len(_MANIFESTS) > 8:  # the most recent few: a long-lived worker does not accumulate trees
+        del _MANIFESTS[next(iter(_MANIFESTS))]
 
 
 def materialize_tree(store: LocalBlobStore, tree_sha256: str, dest: Path) -> None:
