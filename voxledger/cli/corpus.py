@@ -97,14 +97,12 @@ def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio
 
     Example: voxledger corpus prepare ./data --audio-root /mnt/audio --policy plans/audit-demo.yaml --out ./prepared
     """
-    from voxledger.cli.common import open_home
-    from voxledger.schemas.audit import AuditPolicy
-    from voxledger.tasks.corpus.prepare import prepare_corpus_fn
-    from voxledger.tasks.plans import load_plan
+    from voxledger.cli.common import open_home, run_flow
+    from voxledger.flows.corpus import prepare_corpus
 
     home = open_home(ctx)
-    plan = load_plan(policy, AuditPolicy)
-    outcome = prepare_corpus_fn(home, src, plan, policy_name=policy.name, out_dir=out, audio_roots=audio_roots)
+    outcome = run_flow(ctx, prepare_corpus, str(home.root), str(src.absolute()), str(policy.absolute()),
+                       str(out.absolute()) if out else None, tuple(str(r.absolute()) for r in audio_roots), quiet=as_json)  # fmt: skip
     r = outcome.receipt.result
     summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "corpus": str(outcome.corpus_dir), **r.model_dump(mode="json")}
     if as_json:
@@ -136,11 +134,12 @@ def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, time
 
     Example: voxledger corpus materialise data/train --out data/train_files
     """
-    from voxledger.cli.common import open_home
-    from voxledger.tasks.corpus.pipes import materialise_pipes_fn
+    from voxledger.cli.common import open_home, run_flow
+    from voxledger.flows.corpus import materialise_pipes
 
     home = open_home(ctx)
-    done = materialise_pipes_fn(home, src, out, cwd=cwd, timeout_s=timeout_s)
+    done = run_flow(ctx, materialise_pipes, str(home.root), str(src.absolute()), str(out.absolute()),
+                    str((cwd or Path.cwd()).absolute()), timeout_s, quiet=as_json)  # fmt: skip
     r = done.receipt.result
     summary = {"receipt": done.receipt_id, "out": str(out), **r.model_dump(mode="json")}
     if as_json:

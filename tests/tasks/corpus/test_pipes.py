@@ -71,3 +71,21 @@ def test_argv_is_split_like_a_shell_would_without_running_one() -> None:
     assert command_argv("sox 'my file.flac' -t wav - |", "w:1") == ["sox", "my file.flac", "-t", "wav", "-"]
     with pytest.raises(CorpusError, match="w:1: cannot split"):
         command_argv("sox 'open -t wav - |", "w:1")
+
+
+def test_materialise_from_the_command_line_runs_as_a_flow(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    script = _decoder(tmp_path)
+    data = kaldi_corpus(tmp_path, lambda p, d: f"{sys.executable} {script} {p} |")
+    args = ["--home", str(tmp_path / "home"), "corpus", "materialise", str(data), "--out", str(tmp_path / "files"), "--cwd", str(tmp_path)]
+    res = CliRunner().invoke(main, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert summary["n_commands"] == 7
+    doc = Home(tmp_path / "home").receipts.read_document(summary["receipt"])
+    assert doc["kind"] == "pipe_materialise" and doc["producer"]["flow"] == "materialise_pipes"
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 1 and "exists; choose a new --out" in again.output and "Traceback" not in again.output

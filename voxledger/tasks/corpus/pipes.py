@@ -118,7 +118,9 @@ def _run(argv: list[str], cwd: Path, dest: Path, timeout_s: float, where: str) -
     return program, time.monotonic() - t0
 
 
-def materialise_pipes_fn(home: Home, src: Path, out_dir: Path, *, cwd: Path | None = None, timeout_s: float = 600.0) -> MaterialiseOutcome:
+def materialise_pipes_fn(
+    home: Home, src: Path, out_dir: Path, *, cwd: Path | None = None, timeout_s: float = 600.0, flow: str = "cli"
+) -> MaterialiseOutcome:
     """Run every pipe command of the Kaldi data directory ``src`` into a copy of it at ``out_dir``.
 
     Raises:
@@ -181,7 +183,7 @@ def materialise_pipes_fn(home: Home, src: Path, out_dir: Path, *, cwd: Path | No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     receipt = build_receipt(
-        MaterialiseReceipt, flow="cli", task="materialise_pipes", started_at=started,
+        MaterialiseReceipt, flow=flow, task="materialise_pipes", started_at=started,
         subjects=[artifact(home.blobs, "data_dir", tree_sha, TREE_MEDIA_TYPE),
                   artifact(home.blobs, "commands", commands_sha, COMMANDS_MEDIA_TYPE)],
         inputs=[InputRef(role="wav_scp", sha256=s, ref="artifact") for s in sorted(set(scp_digests))],
