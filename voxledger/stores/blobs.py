@@ -18,14 +18,13 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from voxledger.schemas.canonical import is_sha256_hex
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
-from voxledger.stores.hashing import CHUNK_BYTES, StatCache, StatKey, default_workers, settled_before, sha256_stream, stat_key
+from voxledger.stores.hashing import CHUNK_BYTES, StatCache, StatKey, map_on_cores, settled_before, sha256_stream, stat_key
 
 
 class BlobStore(Protocol):
@@ -47,20 +46,6 @@ def _hash_one(path: str) -> tuple[str, os.stat_result, bool]:
         return sha256_stream(fd)[0], st, settled_before(st, now)
     finally:
         os.close(fd)
-
-
-def _hash_objects(paths: list[str]) -> list[tuple[str, os.stat_result, bool]]:
-    """``_hash_one`` of each path, on all cores when there are several."""
-    n = min(default_workers(), len(paths))
-    if n <= 1:
-        return [_hash_one(p) for p in paths]
-    slices = [paths[i::n] for i in range(n)]
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        parts = list(pool.map(lambda chunk: [_hash_one(p) for p in chunk], slices))
-    out: list[tuple[str, os.stat_result, bool]] = [None] * len(paths)  # type: ignore[list-item]
-    for i, part in enumerate(parts):
-        out[i::n] = part
-    return out
 
 
 def _syncfs(path: Path) -> bool:
@@ -261,7 +246,7 @@ class LocalBlobStore:
                     self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
                     del pending[sha256]
         record: list[tuple[StatKey, str]] = []
-        for sha256, (actual, st, settled) in zip(pending, _hash_objects([f"{objects}/{d[:2]}/{d[2:]}" for d in pending])):
+        for sha256, (actual, st, settled) in zip(pending, map_on_cores(_hash_one, [f"{objects}/{d[:2]}/{d[2:]}" for d in pending])):
             if actual != sha256:
                 self._verified.pop(sha256, None)
                 bad.append(sha256)

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -53,6 +53,25 @@ def sha256_stream(fileobj: os.PathLike[str] | str | int, chunk_bytes: int = CHUN
 def sha256_file(path: os.PathLike[str] | str) -> str:
     """Hex sha256 of one file, streamed."""
     return sha256_stream(path)[0]
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_on_cores(fn: Callable[[T], R], items: list[T], workers: int | None = None) -> list[R]:
+    """``fn`` over ``items`` on one thread per core, results in order. Each thread takes one slice
+    (not one task per item: per-task pool overhead holds the GIL longer than hashing a small file)."""
+    n = min(workers or default_workers(), len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+    slices = [items[i::n] for i in range(n)]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        parts = list(pool.map(lambda chunk: [fn(x) for x in chunk], slices))
+    out: list[R] = [None] * len(items)  # type: ignore[list-item]
+    for i, part in enumerate(parts):
+        out[i::n] = part
+    return out
 
 
 def default_workers() -> int:
@@ -165,14 +184,7 @@ def hash_files(
     todo = [p for p in paths if p not in result]
     n = workers or default_workers()
     if todo:
-        if n == 1 or len(todo) == 1:
-            fresh = {p: sha256_file(p) for p in todo}
-        else:
-            # one task per thread over a slice, not one per file: per-task pool overhead holds the GIL
-            slices = [todo[i::n] for i in range(n)]
-            with ThreadPoolExecutor(max_workers=n) as pool:
-                parts = list(pool.map(lambda chunk: [sha256_file(p) for p in chunk], slices))
-            fresh = {p: d for chunk, digests in zip(slices, parts) for p, d in zip(chunk, digests)}
+        fresh = dict(zip(todo, map_on_cores(sha256_file, todo, n)))
         if cache is not None:  # a file written in the same clock tick as its stat is hashed again next time
             cache.put_many((keys[p], d) for p, d in fresh.items() if settled_before(stats[p], now))
         result.update(fresh)

@@ -10,8 +10,6 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path, PurePosixPath
 
@@ -21,7 +19,7 @@ from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import UnsafePathError
 from voxledger.stores.blobs import LocalBlobStore
-from voxledger.stores.hashing import StatCache, default_workers, hash_files, settled_before, stat_key
+from voxledger.stores.hashing import StatCache, hash_files, map_on_cores, settled_before, stat_key
 
 TREE_MEDIA_TYPE = "application/vnd.voxledger.tree+json"
 
@@ -160,7 +158,7 @@ def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = Non
     fresh = [full for full in stats if full not in digests]
     batch = getattr(store, "deferred_sync", None)  # one durability point for the whole tree (local store)
     with batch() if batch is not None else nullcontext():
-        for full, digest in zip(fresh, _in_parallel(store.put_file, fresh)):
+        for full, digest in zip(fresh, map_on_cores(store.put_file, fresh)):
             digests[full] = digest
         by_digest, written = {digests[full]: full for full in stats}, set(fresh)
         for digest in store.damaged(d for full, d in digests.items() if full not in written):
@@ -178,20 +176,6 @@ def _unchanged(path: str, st: os.stat_result) -> bool:
         return stat_key(os.stat(path)) == stat_key(st)
     except OSError:
         return False
-
-
-def _in_parallel(fn: Callable[[str], str], paths: list[str]) -> list[str]:
-    """``fn`` over ``paths`` on all cores, results in order (hashing and copying release the GIL)."""
-    n = min(default_workers(), len(paths))
-    if n <= 1:
-        return [fn(p) for p in paths]
-    slices = [paths[i::n] for i in range(n)]
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        parts = list(pool.map(lambda chunk: [fn(p) for p in chunk], slices))
-    out: list[str] = [""] * len(paths)
-    for i, part in enumerate(parts):
-        out[i::n] = part
-    return out
 
 
 def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list[str]:
