@@ -115,3 +115,14 @@ def test_four_processes_record_receipts_concurrently(tmp_path: Path) -> None:
     home = Home(tmp_path / "h")
     assert len(_dump(home)["receipts"]) == 80
     assert len(list(home.receipts.ids())) == 80
+
+
+def test_bound_parameter_and_arrow_inserts_give_the_same_rows(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxledger.stores import catalog
+
+    _chain(home, 12)  # one receipt per ingest: every table goes in as bound parameters
+    before = _dump(home)
+    monkeypatch.setattr(catalog, "SMALL_BATCH_ROWS", 0)  # every table as one Arrow table
+    home.catalog.path.unlink()
+    assert home.rebuild_catalog() == 12
+    assert _dump(home) == before
