@@ -11,7 +11,8 @@ import yaml
 from click.testing import CliRunner
 
 from voxledger.cli import main
-from voxledger.flows.deploy import STAGE_FLOWS, deployment_specs, ensure_pools, register
+from voxledger.flows.deploy import deployment_specs, ensure_pools, register
+from voxledger.flows.stages import stage_names
 from voxledger.schemas.errors import PlanError
 from voxledger.schemas.pipeline import PipelinePlan
 from voxledger.tasks.plans import load_plan, plan_digest
@@ -40,12 +41,12 @@ def test_pool_fields_leave_existing_plan_digests_unchanged(tmp_path: Path) -> No
 def test_specs_map_stages_to_pools_and_the_pipeline_to_the_schedule(tmp_path: Path) -> None:
     plan_file = _plan_with_pools(tmp_path, work_pool="cpu", stage_pools={"train_base": "gpu", "train_adapter": "gpu"})
     specs = deployment_specs(load_plan(plan_file, PipelinePlan), plan_file, home="/h", corpus="/c")
-    assert len(specs) == len(STAGE_FLOWS) + 1 == 8  # the demo plan runs every stage
+    assert len(specs) == len(stage_names()) + 1 == 8  # the demo plan runs every stage
     pools = {s.name: s.work_pool for s in specs}
     assert pools == {"demo-audit": "cpu", "demo-train_base": "gpu", "demo-train_adapter": "gpu", "demo-promote": "cpu",
                      "demo-evaluate": "cpu", "demo-package": "cpu", "demo-export_packets": "cpu", "demo-pipeline": "cpu"}  # fmt: skip
     assert [s.cron for s in specs if s.cron] == ["0 3 * * *"] and specs[-1].name == "demo-pipeline"
-    assert specs[0].parameters == {"home": "/h", "corpus": "/c", "policy_file": str(tmp_path / "audit-demo.yaml")}
+    assert specs[0].parameters == {"home": "/h", "corpus": "/c", "plan": str(tmp_path / "audit-demo.yaml")}
     assert specs[-1].parameters == {"home": "/h", "corpus": "/c", "plan_file": str(plan_file)}
     no_base = _plan_with_pools(tmp_path, base_training=None, stage_pools={"train_base": "gpu"})
     with pytest.raises(PlanError, match="train_base"):

@@ -23,7 +23,7 @@ TARGETS = {
     "audit": ("voxledger.flows.audit", "audit_corpus_fn"),
     "train_base": ("voxledger.flows.train", "train_adapter_fn"),
     "train_adapter": ("voxledger.flows.train", "train_adapter_fn"),
-    "promote": ("voxledger.flows.promote", "promote_adapter_fn"),
+    "promote": ("voxledger.flows.promote", "prepare_promotion"),
     "evaluate": ("voxledger.flows.evaluate", "evaluate_plan_fn"),
     "package": ("voxledger.flows.package", "package_adapter_fn"),
     "export_packets": ("voxledger.flows.packets", "export_packets_for_evaluation"),

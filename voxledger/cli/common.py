@@ -33,10 +33,19 @@ def open_home(ctx: click.Context) -> Any:
     return obj["home_obj"]
 
 
+def home_ref(ctx: click.Context) -> Any:
+    """The typed reference to this invocation's home (its --lock-timeout and read-only setting included)."""
+    from voxledger.stores.home import HomeRef
+
+    return HomeRef.of(open_home(ctx))
+
+
 def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
     """Run a Prefect flow for this home (see ``flows.runtime``) with a live progress line.
 
-    Every command that does work goes through here, so all of it shows in Prefect's run history.
+    The flow's first argument is this invocation's ``HomeRef`` (given here, never by the caller),
+    so ``--home``, ``--lock-timeout`` and the read-only setting reach every stage. Every command
+    that does work goes through here, so all of it shows in Prefect's run history.
     """
     from rich.console import Console
 
@@ -54,7 +63,7 @@ def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwa
         show("connecting to the Prefect server")
         with prefect_session(home.root), reporting(show):
             try:
-                return fn(*args, **kwargs)
+                return fn(home_ref(ctx), *args, **kwargs)
             finally:
                 show("finishing")
                 _drain_prefect_workers()

@@ -77,7 +77,7 @@ def _run_sync(ctx: click.Context, kind: str, full: bool, as_json: bool) -> None:
     from voxledger.flows.sync import pull, push
 
     t0 = time.perf_counter()
-    out = run_flow(ctx, push if kind == "pushed" else pull, str(open_home(ctx).root), full)
+    out = run_flow(ctx, push if kind == "pushed" else pull, full)
     _sync_report(kind, out, as_json, time.perf_counter() - t0)
 
 

@@ -97,11 +97,10 @@ def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio
 
     Example: voxledger corpus prepare ./data --audio-root /mnt/audio --policy plans/audit-demo.yaml --out ./prepared
     """
-    from voxledger.cli.common import open_home, run_flow
+    from voxledger.cli.common import run_flow
     from voxledger.flows.corpus import prepare_corpus
 
-    home = open_home(ctx)
-    outcome = run_flow(ctx, prepare_corpus, str(home.root), str(src.absolute()), str(policy.absolute()),
+    outcome = run_flow(ctx, prepare_corpus, str(src.absolute()), str(policy.absolute()),
                        str(out.absolute()) if out else None, tuple(str(r.absolute()) for r in audio_roots), quiet=as_json)  # fmt: skip
     r = outcome.receipt.result
     summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "corpus": str(outcome.corpus_dir), **r.model_dump(mode="json")}
@@ -134,11 +133,10 @@ def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, time
 
     Example: voxledger corpus materialise data/train --out data/train_files
     """
-    from voxledger.cli.common import open_home, run_flow
+    from voxledger.cli.common import run_flow
     from voxledger.flows.corpus import materialise_pipes
 
-    home = open_home(ctx)
-    done = run_flow(ctx, materialise_pipes, str(home.root), str(src.absolute()), str(out.absolute()),
+    done = run_flow(ctx, materialise_pipes, str(src.absolute()), str(out.absolute()),
                     str((cwd or Path.cwd()).absolute()), timeout_s, quiet=as_json)  # fmt: skip
     r = done.receipt.result
     summary = {"receipt": done.receipt_id, "out": str(out), **r.model_dump(mode="json")}

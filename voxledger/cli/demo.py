@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, json_option, open_home, plans_dir, print_stages, run_flow
+from voxledger.cli.common import emit_json, home_ref, json_option, open_home, plans_dir, print_stages, run_flow
 from voxledger.cli.common import interval_cell as _iv
 
 console = Console()
@@ -81,7 +81,6 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path, as_json: bool) -> N
     summary = run_flow(
         ctx,
         pipeline,
-        str(home.root),
         str(corpus.absolute()),
         str(plan_file.absolute()),
         str(plans_dir()),
@@ -250,12 +249,12 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
     if not schedule:
         raise click.ClickException(f"{plan_file} has no schedule_cron; pass --cron")
     params = {
-        "home": str(open_home(ctx).root),
+        "home": home_ref(ctx).model_dump(mode="json"),
         "corpus": str(corpus.absolute()),
         "plan_file": str(plan_file.absolute()),
         "plans_dir": str(plans_dir()),
     }
-    console.print(f"serving pipeline {plan.name!r} on cron {schedule!r} with {json.dumps(params)}")
+    console.print(f"serving pipeline {plan.name!r} on cron {schedule!r} with {json.dumps(params, default=str)}")
     with prefect_session(open_home(ctx).root):
         pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params)
 

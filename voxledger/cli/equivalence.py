@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home, plans_dir, resolve_node, run_flow
+from voxledger.cli.common import emit_json, plans_dir, resolve_node, run_flow
 from voxledger.schemas.errors import EquivalenceError
 
 console = Console()
@@ -47,7 +47,7 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
     reference, candidate = (_dump_ref(ctx, r) for r in (reference, candidate))
-    out = run_flow(ctx, equivalence_flow, str(open_home(ctx).root), "compare", reference, candidate, str(plan.absolute()),
+    out = run_flow(ctx, equivalence_flow, "compare", reference, candidate, str(plan.absolute()),
                    _runtime(ref_runtime), _runtime(cand_runtime), quiet=as_json)  # fmt: skip
     _report(out, as_json)
 
@@ -77,7 +77,7 @@ def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, can
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
     base, adapter = resolve_node(ctx, base), resolve_node(ctx, adapter)
-    out = run_flow(ctx, equivalence_flow, str(open_home(ctx).root), "attribute", base, adapter, str(plan.absolute()),
+    out = run_flow(ctx, equivalence_flow, "attribute", base, adapter, str(plan.absolute()),
                    {"name": ref_runtime}, {"name": cand_runtime}, text, speaker, seed, quiet=as_json)  # fmt: skip
     _report(out, as_json)
 

@@ -46,8 +46,7 @@ def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out:
     """
     from voxledger.flows.packets import packets as packets_flow
 
-    home = open_home(ctx)
-    outcome = run_flow(ctx, packets_flow, str(home.root), str(plan_path.absolute()), str(out.absolute()),
+    outcome = run_flow(ctx, packets_flow, str(plan_path.absolute()), str(out.absolute()),
                        stimuli_file=str(stimuli_path.absolute()), quiet=as_json)  # fmt: skip
     p = outcome.receipt.parameters
     summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "packet_set_id": p.packet_set_id,
@@ -110,7 +109,6 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
     outcome = run_flow(
         ctx,
         ratings_flow,
-        str(home.root),
         resolve_receipt(ctx, packet_set, "packet_set"),
         [str(s.absolute()) for s in submissions],
         quiet=as_json,

@@ -41,10 +41,9 @@ def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Pat
     """
     from voxledger.flows.package import package as package_flow
 
-    home = open_home(ctx)
     run_id = resolve_receipt(ctx, training_run, "training_run")
     out = run_flow(
-        ctx, package_flow, str(home.root), run_id, _checkpoint(ctx, run_id, checkpoint),
+        ctx, package_flow, run_id, _checkpoint(ctx, run_id, checkpoint),
         resolve_receipt(ctx, promotion, "promotion") if promotion else None, tuple(resolve_receipt(ctx, e, "evaluation") for e in evaluations),
         str(retention.absolute()) if retention else None, probe_seed, quiet=as_json,
     )  # fmt: skip

@@ -43,7 +43,7 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
     audit_id = resolve_receipt(ctx, audit_rid, "audit")
     base = resolve_node(ctx, base_sha) if base_sha else None
     out = run_flow(
-        ctx, train_flow, str(open_home(ctx).root), str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json
+        ctx, train_flow, str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json
     )
     r = out.receipt
     summary = {"receipt": out.receipt_id, "cached": out.cached, "best": r.subject("best").sha256, "last": r.subject("last").sha256,
@@ -78,7 +78,7 @@ def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Pa
     from voxledger.flows.promote import promote as promote_flow
 
     run_id = resolve_receipt(ctx, training_run, "training_run")
-    out = run_flow(ctx, promote_flow, str(open_home(ctx).root), str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
+    out = run_flow(ctx, promote_flow, str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
     r = out.receipt.result
     if as_json:
         emit_json({"receipt": out.receipt_id, "cached": out.cached, "promoted": r.promoted})
@@ -105,7 +105,7 @@ def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str
     from voxledger.flows.evaluate import evaluate as evaluate_flow
 
     bindings = {name: resolve_node(ctx, digest) for name, digest in (_binding(b) for b in binds)}
-    out = run_flow(ctx, evaluate_flow, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), bindings, quiet=as_json)
+    out = run_flow(ctx, evaluate_flow, str(corpus.absolute()), str(plan_file.absolute()), bindings, quiet=as_json)
     doc = open_home(ctx).receipts.read_document(out.receipt_id)
     if as_json:
         emit_json({"receipt": out.receipt_id, "cached": out.cached, "result": doc["result"]})
@@ -232,13 +232,36 @@ def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir:
     """
     from voxledger.flows.pipeline import pipeline
 
-    out = run_flow(ctx, pipeline, str(open_home(ctx).root), str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
+    out = run_flow(ctx, pipeline, str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
                    str(packets_dir.absolute()) if packets_dir else None)  # fmt: skip
     if as_json:
         emit_json({"pipeline_receipt": out.pipeline_receipt, "stages": [s.model_dump(mode="json") for s in out.stages]})
     else:
         print_stages(out.stages)
         click.echo(f"pipeline receipt {out.pipeline_receipt}")
+
+
+@pipeline_group.command("stages")
+@click.argument("plan_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option("the stage table")
+def pipeline_stages(plan_file: Path | None, as_json: bool) -> None:
+    """List the stage table: each stage's flow, task, receipt and plan; with PLAN_FILE, whether and where each runs.
+
+    Example: voxledger pipeline stages plans/pipeline-demo.yaml
+    """
+    from voxledger.flows.stages import describe
+    from voxledger.schemas.pipeline import PipelinePlan
+    from voxledger.tasks.plans import load_plan
+
+    rows = describe(load_plan(plan_file, PipelinePlan) if plan_file else None)
+    if as_json:
+        emit_json(rows)
+        return
+    columns = ["stage", "flow", "task", "receipt", "plan_field", *(["plan_file", "enabled", "pool"] if plan_file else [])]
+    table = Table(*columns, title="pipeline stages, in run order")
+    for row in rows:
+        table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
+    console.print(table)
 
 
 @click.group("checkpoints")

@@ -6,43 +6,49 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
 from voxledger.flows.progress import report
 from voxledger.schemas.audit import AuditPolicy, AuditReceipt
 from voxledger.schemas.errors import AuditFailedError
-from voxledger.stores.home import Home
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.audit.run import audit_corpus_fn
-from voxledger.tasks.plans import load_plan
+from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
 
 
 @task(name="audit_corpus", **STAGE_TASK)
-def audit_corpus(home: str, corpus: str, policy_file: str, audio_roots: tuple[str, ...] = ()) -> StageOutcome[AuditReceipt]:
+def audit_corpus(home: HomeRef, corpus: str, plan: PlanRef, audio_roots: tuple[str, ...] = ()) -> StageOutcome[AuditReceipt]:
     """Audit the corpus and record the receipt, whatever the verdict (a failure is evidence too).
 
     ``audio_roots`` are folders outside the corpus its manifest may point into; they are not
     part of any identity (audio is known by its digest).
     """
-    policy = load_plan(Path(policy_file), AuditPolicy)
     report(f"auditing {corpus}")
-    return audit_corpus_fn(Home(home), Path(corpus), policy, policy_name=Path(policy_file).name, flow=flow_name(),
-                           audio_roots=tuple(Path(r) for r in audio_roots), progress=report)  # fmt: skip
+    roots = tuple(Path(r) for r in audio_roots)
+    policy = plan.validated(AuditPolicy)
+    h = open_home(home)
+    return audit_corpus_fn(h, Path(corpus), policy, policy_name=plan.source_name, flow=flow_name(), audio_roots=roots, progress=report)
 
 
-def require_pass(out: StageOutcome[AuditReceipt], corpus: str) -> None:
+def require_pass(out: StageOutcome[AuditReceipt]) -> None:
     """Raise AuditFailedError (naming the receipt) unless the audit passed."""
     r = out.receipt.result
     if r.verdict != "pass":
+        errors = r.counts_by_severity["error"]
         raise AuditFailedError(
-            f"audit of {corpus} failed: {r.counts_by_severity['error']} error finding(s) {r.counts_by_code}; receipt {out.receipt_id}",
+            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {r.counts_by_code}; "
+            f"receipt {out.receipt_id}",
             receipt_id=out.receipt_id,
         )
 
 
 @flow(name="audit")
-def audit(home: str, corpus: str, policy_file: str, audio_roots: tuple[str, ...] = ()) -> StageOutcome[AuditReceipt]:
-    """Audit ``corpus`` under ``policy_file``; no flag turns leakage off."""
-    with shared_store(home):
-        out = announce(audit_corpus(home, corpus, policy_file, audio_roots))
-    require_pass(out, corpus)
+def audit(home: HomeRef | str, corpus: str, plan: PlanRef | str, audio_roots: tuple[str, ...] = ()) -> StageOutcome[AuditReceipt]:
+    """Audit ``corpus`` under a policy (a plan reference or file); no flag turns leakage off."""
+    ref = HomeRef.of(home)
+    plan_ref = PlanRef.coerce(plan, AuditPolicy)
+    with shared_store(ref):
+        register_plan_task(ref, plan_ref, AuditPolicy)
+        out = announce(audit_corpus(ref, corpus, plan_ref, audio_roots))
+    require_pass(out)
     return out

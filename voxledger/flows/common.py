@@ -1,4 +1,5 @@
-"""What every flow module shares: the stage task options and the name of the running flow."""
+"""What every flow module shares: stage task options, the running flow's name, the home and plan
+references a flow takes, and the shared-store wrapper around each stage."""
 
 from __future__ import annotations
 
@@ -7,15 +8,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from prefect import task
 from prefect.cache_policies import NONE
+from pydantic import BaseModel
 
-from voxledger.schemas.errors import CatalogError
+from voxledger.schemas.errors import CatalogError, CatalogLockedError
+from voxledger.stores.home import Home, HomeRef
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
     """Retry only what a second try can fix: a catalog held by another process, an I/O hiccup."""
     try:
         state.result()
+    except CatalogLockedError:  # the caller said how long to wait (--lock-timeout): waiting again would ignore it
+        return False
     except (CatalogError, TimeoutError, ConnectionError):
         return True
     except Exception:  # noqa: BLE001  (anything else is deterministic: fail once, with its reason)
@@ -39,37 +45,55 @@ def flow_name(default: str = "cli") -> str:
 SYNC_VARIABLE = "VOXLEDGER_SYNC"
 
 
-def sync_enabled() -> bool:
-    """Whether this process works against the shared store (``VOXLEDGER_SYNC=1``, set on workers
-    by ``voxledger deploy --shared-store``)."""
+def sync_enabled(home: HomeRef | None = None) -> bool:
+    """Whether this stage works against the shared store: the home reference says so, else
+    ``VOXLEDGER_SYNC=1`` (set on workers by ``voxledger deploy --shared-store``)."""
+    if home is not None and home.shared_store is not None:
+        return home.shared_store
     return os.environ.get(SYNC_VARIABLE, "").strip().lower() in ("1", "true", "yes")
 
 
+def open_home(home: HomeRef | str | None) -> Home:
+    """The home a flow parameter names, opened with the caller's lock timeout and read-only setting."""
+    return HomeRef.of(home).open()
+
+
 @contextmanager
-def shared_store(home: str) -> Iterator[None]:
+def shared_store(home: HomeRef | str | None) -> Iterator[None]:
     """Around a stage on a worker: pull what other machines pushed (its inputs, verified) before it
     runs, push what it recorded after, also when it failed (a failure receipt is evidence too).
 
     Off unless ``sync_enabled()``. A push that fails while the stage itself failed is logged and
     the stage's own error is the one raised.
     """
-    if not sync_enabled():
+    ref = HomeRef.of(home)
+    if not sync_enabled(ref):
         yield
         return
     from prefect.logging import get_run_logger
 
     from voxledger.flows.sync import pull_task, push_task
 
-    pull_task(home)
+    pull_task(ref)
     try:
         yield
     except BaseException:
         try:
-            push_task(home)
+            push_task(ref)
         except Exception as exc:  # noqa: BLE001  (the stage's own error matters more; this one is logged)
             get_run_logger().error("push after the failed stage failed too: %s", exc)
         raise
-    push_task(home)
+    push_task(ref)
+
+
+@task(name="register_plan", **STAGE_TASK)
+def register_plan_task(home: HomeRef, plan: Any, model: type[BaseModel]) -> str:
+    """Register a stage's plan (a ``PlanRef``) as its own task run, before the stage's work task:
+    the plan receipt is written here (once per plan and home), never inside the work task."""
+    from voxledger.tasks.plans import register_plan
+
+    rid, _ = register_plan(open_home(home), plan.validated(model), source_name=plan.source_name, flow=flow_name())
+    return rid
 
 
 RECEIPT_ARTIFACT = "voxledger-receipt"

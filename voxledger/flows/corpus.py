@@ -10,36 +10,36 @@ from prefect import flow, task
 from voxledger.flows.common import STAGE_TASK, flow_name
 from voxledger.flows.progress import report
 from voxledger.schemas.audit import AuditPolicy
-from voxledger.stores.home import Home
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.corpus.pipes import MaterialiseOutcome, materialise_pipes_fn
 from voxledger.tasks.corpus.prepare import PrepareOutcome, prepare_corpus_fn
 from voxledger.tasks.plans import load_plan
 
 
 @task(name="prepare_corpus", **STAGE_TASK)
-def prepare_task(home: str, src: str, policy_file: str, out: str | None, audio_roots: tuple[str, ...]) -> PrepareOutcome:
+def prepare_task(home: HomeRef | str, src: str, policy_file: str, out: str | None, audio_roots: tuple[str, ...]) -> PrepareOutcome:
     """Cut, down-mix, resample and loudness-normalise ``src`` into a derived corpus meeting the policy."""
     report(f"preparing {src}")
-    return prepare_corpus_fn(Home(home), Path(src), load_plan(Path(policy_file), AuditPolicy), policy_name=Path(policy_file).name,
+    return prepare_corpus_fn(HomeRef.of(home).open(), Path(src), load_plan(Path(policy_file), AuditPolicy), policy_name=Path(policy_file).name,
                              out_dir=Path(out) if out else None, audio_roots=tuple(Path(r) for r in audio_roots),
                              flow=flow_name("prepare_corpus"))  # fmt: skip
 
 
 @flow(name="prepare_corpus")
-def prepare_corpus(home: str, src: str, policy_file: str, out: str | None = None, audio_roots: tuple[str, ...] = ()) -> PrepareOutcome:
+def prepare_corpus(home: HomeRef | str, src: str, policy_file: str, out: str | None = None, audio_roots: tuple[str, ...] = ()) -> PrepareOutcome:
     """``voxledger corpus prepare``."""
     return prepare_task(home, src, policy_file, out, audio_roots)
 
 
 @task(name="materialise_pipes", cache_policy=STAGE_TASK["cache_policy"])  # never retried: the commands ran
-def materialise_task(home: str, src: str, out: str, cwd: str | None, timeout_s: float) -> MaterialiseOutcome:
+def materialise_task(home: HomeRef | str, src: str, out: str, cwd: str | None, timeout_s: float) -> MaterialiseOutcome:
     """Run every pipe command of ``src`` once, without a shell, into a copy at ``out``."""
     report(f"running the pipe commands of {src}")
-    return materialise_pipes_fn(Home(home), Path(src), Path(out), cwd=Path(cwd) if cwd else None, timeout_s=timeout_s,
+    return materialise_pipes_fn(HomeRef.of(home).open(), Path(src), Path(out), cwd=Path(cwd) if cwd else None, timeout_s=timeout_s,
                                 flow=flow_name("materialise_pipes"))  # fmt: skip
 
 
 @flow(name="materialise_pipes")
-def materialise_pipes(home: str, src: str, out: str, cwd: str | None = None, timeout_s: float = 600.0) -> MaterialiseOutcome:
+def materialise_pipes(home: HomeRef | str, src: str, out: str, cwd: str | None = None, timeout_s: float = 600.0) -> MaterialiseOutcome:
     """``voxledger corpus materialise``."""
     return materialise_task(home, src, out, cwd, timeout_s)

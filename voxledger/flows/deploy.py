@@ -9,25 +9,16 @@ deploy time (home, corpus, plan file), the rest being given when a run is starte
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
+from voxledger.flows.stages import stage_names, stage_table
 from voxledger.schemas.errors import PlanError
-from voxledger.schemas.pipeline import PipelinePlan, StageName
+from voxledger.schemas.pipeline import PipelinePlan
 
-# stage -> (entrypoint relative to the source dir, stage plan field naming its plan file, or None)
-STAGE_FLOWS: dict[str, tuple[str, str | None]] = {
-    "audit": ("voxledger/flows/audit.py:audit", "audit_policy"),
-    "train_base": ("voxledger/flows/train.py:train", "base_training"),
-    "train_adapter": ("voxledger/flows/train.py:train", "adapter_training"),
-    "promote": ("voxledger/flows/promote.py:promote", "promotion_policy"),
-    "evaluate": ("voxledger/flows/evaluate.py:evaluate", "evaluation"),
-    "package": ("voxledger/flows/package.py:package", None),
-    "export_packets": ("voxledger/flows/packets.py:packets", "listening_protocol"),
-}
 PIPELINE_ENTRYPOINT = "voxledger/flows/pipeline.py:pipeline"
-_PLAN_PARAMETER = {"audit": "policy_file", "export_packets": "protocol_file"}  # else ``plan_file``
 
 
 @dataclass(frozen=True)
@@ -56,23 +47,24 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
 
     Raises PlanError naming each stage in ``stage_pools`` that the plan does not run.
     """
-    if set(get_args(StageName)) != set(STAGE_FLOWS):
-        raise PlanError(f"stages {sorted(get_args(StageName))} and deployable flows {sorted(STAGE_FLOWS)} differ; update STAGE_FLOWS")
+    unknown = sorted(set(plan.stage_pools) - set(stage_names()))
+    if unknown:
+        raise PlanError(f"pipeline plan {plan.name!r}: stage_pools names unknown stage(s) {unknown}; stages are {list(stage_names())}")
     plans_dir = plan_file.resolve().parent
-    specs: list[DeploymentSpec] = []
     env = {"VOXLEDGER_SYNC": "1"} if shared_store else {}
     if shared_store:
         home = ""
-    for stage, (entrypoint, plan_field) in STAGE_FLOWS.items():
-        named: str | None = getattr(plan, plan_field) if plan_field else None
-        if not (named or (stage == "package" and plan.package)):
+    specs: list[DeploymentSpec] = []
+    for stage in stage_table():
+        if not stage.enabled(plan):
             continue
         parameters: dict[str, Any] = {"home": home}
-        if stage not in ("package", "export_packets"):
+        if "corpus" in inspect.signature(stage.flow.fn).parameters:
             parameters["corpus"] = corpus
+        named = stage.plan_file(plan)
         if named:
-            parameters[_PLAN_PARAMETER.get(stage, "plan_file")] = str(plans_dir / named)
-        specs.append(DeploymentSpec(f"{plan.name}-{stage}", entrypoint, plan.pool_of(stage), None, parameters, env))  # type: ignore[arg-type]
+            parameters["plan"] = str(plans_dir / named)
+        specs.append(DeploymentSpec(f"{plan.name}-{stage.name}", stage.entrypoint(), plan.pool_of(stage.name), None, parameters, env))
     unused = sorted(set(plan.stage_pools) - {s.name.removeprefix(f"{plan.name}-") for s in specs})
     if unused:
         raise PlanError(

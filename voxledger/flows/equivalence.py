@@ -10,31 +10,31 @@ from prefect import flow, task
 from voxledger.flows.common import STAGE_TASK, flow_name
 from voxledger.schemas.equivalence import RuntimeDescriptor
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
-from voxledger.stores.home import Home
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.equivalence.compare import load_equivalence_plan
 from voxledger.tasks.equivalence.record import attribute_adapter, record_equivalence
 from voxledger.tasks.stage import StageOutcome
 
 
 @task(name="compare_runtimes", **STAGE_TASK)
-def compare_runtimes(home: str, reference: str, candidate: str, plan_file: str, ref_runtime: dict[str, object],
+def compare_runtimes(home: HomeRef | str, reference: str, candidate: str, plan_file: str, ref_runtime: dict[str, object],
                      cand_runtime: dict[str, object]) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
     """Compare dump folders (or stored trees) stage by stage under a band plan; recorded whatever the band."""
-    return record_equivalence(Home(home), reference, candidate, load_equivalence_plan(Path(plan_file)), plan_name=Path(plan_file).name,
+    return record_equivalence(HomeRef.of(home).open(), reference, candidate, load_equivalence_plan(Path(plan_file)), plan_name=Path(plan_file).name,
                               ref_runtime=RuntimeDescriptor.model_validate(ref_runtime),
                               cand_runtime=RuntimeDescriptor.model_validate(cand_runtime), flow=flow_name())  # fmt: skip
 
 
 @task(name="attribute_stages", **STAGE_TASK)
-def attribute_stages(home: str, base: str, adapter: str, plan_file: str, ref_runtime: str, cand_runtime: str, text: str,
+def attribute_stages(home: HomeRef | str, base: str, adapter: str, plan_file: str, ref_runtime: str, cand_runtime: str, text: str,
                      speaker: str | None, seed: int) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
     """Feed the reference runtime's intermediates through the candidate and record the comparison."""
-    return attribute_adapter(Home(home), base, adapter, load_equivalence_plan(Path(plan_file)), plan_name=Path(plan_file).name,
+    return attribute_adapter(HomeRef.of(home).open(), base, adapter, load_equivalence_plan(Path(plan_file)), plan_name=Path(plan_file).name,
                              ref_runtime=ref_runtime, cand_runtime=cand_runtime, text=text, speaker=speaker, seed=seed, flow=flow_name())  # fmt: skip
 
 
 @flow(name="equivalence")
-def equivalence(home: str, how: Literal["compare", "attribute"], reference: str, candidate: str, plan_file: str,
+def equivalence(home: HomeRef | str, how: Literal["compare", "attribute"], reference: str, candidate: str, plan_file: str,
                 ref_runtime: dict[str, object], cand_runtime: dict[str, object], text: str = "", speaker: str | None = None,
                 seed: int = 0) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
     """``compare``: REFERENCE and CANDIDATE are dump folders or trees; ``attribute``: a base and an adapter tree."""

@@ -6,22 +6,46 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
-from voxledger.stores.home import Home
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, shared_store
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.packaging.run import PackageOutcome, package_adapter_fn
 
 
 @task(name="package_adapter", **STAGE_TASK)
-def package_adapter(home: str, run_rid: str, tree_sha: str, promotion_rid: str | None = None, eval_rids: tuple[str, ...] = (),
-                    retention: str | None = None, probe_seed: int = 0) -> PackageOutcome:  # fmt: skip
+def package_adapter(
+    home: HomeRef,
+    run_rid: str,
+    tree_sha: str,
+    promotion_rid: str | None = None,
+    eval_rids: tuple[str, ...] = (),
+    retention: str | None = None,
+    probe_seed: int = 0,
+) -> PackageOutcome:
     """Build the package of one checkpoint bound to its receipts; the checks fail the task when RED."""
-    return package_adapter_fn(Home(home), run_rid, tree_sha, promotion_rid=promotion_rid, evaluation_rids=tuple(eval_rids),
-                              retention_root=Path(retention) if retention else None, probe_seed=probe_seed, flow=flow_name())  # fmt: skip
+    retention_root = Path(retention) if retention else None
+    return package_adapter_fn(
+        open_home(home),
+        run_rid,
+        tree_sha,
+        promotion_rid=promotion_rid,
+        evaluation_rids=tuple(eval_rids),
+        retention_root=retention_root,
+        probe_seed=probe_seed,
+        flow=flow_name(),
+    )
 
 
 @flow(name="package")
-def package(home: str, run_rid: str, tree_sha: str, promotion_rid: str | None = None, eval_rids: tuple[str, ...] = (),
-            retention: str | None = None, probe_seed: int = 0) -> PackageOutcome:  # fmt: skip
+def package(
+    home: HomeRef | str,
+    run_rid: str,
+    tree_sha: str,
+    promotion_rid: str | None = None,
+    eval_rids: tuple[str, ...] = (),
+    retention: str | None = None,
+    probe_seed: int = 0,
+) -> PackageOutcome:
     """Package a training run's checkpoint (a LoRA tree digest)."""
-    with shared_store(home):
-        return announce(package_adapter(home, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed))
+    ref = HomeRef.of(home)
+    with shared_store(ref):
+        return announce(package_adapter(ref, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed))

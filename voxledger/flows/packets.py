@@ -7,14 +7,14 @@ from pathlib import Path
 from prefect import flow, task
 from pydantic import ValidationError
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
-from voxledger.stores.home import Home
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.listening.export import export_packets as export_packets_fn
 from voxledger.tasks.listening.from_evaluation import export_packets_for_evaluation
-from voxledger.tasks.plans import load_plan
+from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
 
 
@@ -27,25 +27,27 @@ def _stimuli(path: Path) -> StimulusSet:
 
 
 @task(name="export_packets", **STAGE_TASK)
-def export_packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: str | None = None,
-                   stimuli_file: str | None = None) -> StageOutcome[PacketSetReceipt]:  # fmt: skip
+def export_packets(
+    home: HomeRef, plan: PlanRef, out_dir: str, evaluation_rid: str | None = None, stimuli_file: str | None = None
+) -> StageOutcome[PacketSetReceipt]:
     """Packets from an evaluation's audio (``evaluation_rid``) or from a stimulus-set file."""
-    h = Home(home)
+    h, protocol, name = open_home(home), plan.validated(ListeningProtocol), plan.source_name
     if evaluation_rid is not None:
-        out = export_packets_for_evaluation(h, evaluation_rid, Path(protocol_file), Path(out_dir), flow=flow_name())
+        out = export_packets_for_evaluation(h, evaluation_rid, protocol, name, Path(out_dir), flow=flow_name())
         return StageOutcome(out["receipt_id"], h.receipts.read(out["receipt_id"], PacketSetReceipt), bool(out["cached"]))
     if stimuli_file is None:
         raise PacketError("give an evaluation receipt or a stimuli file to export packets from")
-    protocol = load_plan(Path(protocol_file), ListeningProtocol)
-    o = export_packets_fn(
-        h, protocol, _stimuli(Path(stimuli_file)), Path(out_dir), protocol_name=Path(protocol_file).name, flow=flow_name()
-    )
+    o = export_packets_fn(h, protocol, _stimuli(Path(stimuli_file)), Path(out_dir), protocol_name=name, flow=flow_name())
     return StageOutcome(o.receipt_id, o.receipt, o.cached)
 
 
 @flow(name="packets")
-def packets(home: str, protocol_file: str, out_dir: str, evaluation_rid: str | None = None,
-            stimuli_file: str | None = None) -> StageOutcome[PacketSetReceipt]:  # fmt: skip
-    """Export one packet per rater under ``out_dir`` (new or empty)."""
-    with shared_store(home):
-        return announce(export_packets(home, protocol_file, out_dir, evaluation_rid, stimuli_file))
+def packets(
+    home: HomeRef | str, plan: PlanRef | str, out_dir: str, evaluation_rid: str | None = None, stimuli_file: str | None = None
+) -> StageOutcome[PacketSetReceipt]:
+    """Export one packet per rater under ``out_dir`` (new or empty), under a protocol (a reference or file)."""
+    ref = HomeRef.of(home)
+    plan_ref = PlanRef.coerce(plan, ListeningProtocol)
+    with shared_store(ref):
+        register_plan_task(ref, plan_ref, ListeningProtocol)
+        return announce(export_packets(ref, plan_ref, out_dir, evaluation_rid, stimuli_file))

@@ -1,78 +1,61 @@
-"""Flow ``pipeline``: audit -> train base -> train adapter -> promote -> evaluate -> package -> packets.
+"""Flow ``pipeline``: every stage of the stage table (``flows/stages.py``), in order.
 
-Each stage is the same Prefect task its own flow runs, and each runs inside ``StageLog.stage``,
-which records that stage's own outcome as it happens: succeeded with its receipt, or failed with
-the reason (and its receipt, when the stage wrote one before its verdict stopped the run). Later
-stages are absent. The pipeline receipt is written in both cases. Every stage is content-cached:
-an unchanged re-run re-verifies each stage's receipt and outputs and returns the same ids.
+The pipeline reads and validates every plan once, registers the pipeline plan, and hands each
+stage its validated plan as a ``PlanRef`` (document + digest): what the pipeline receipt records
+under ``stage_plans`` is what each stage ran, whatever happens to the files meanwhile. Each stage
+is the same Prefect task its own flow runs, called here or, when the plan puts it on another work
+pool, started as that stage's deployment and awaited (one code path builds the arguments for
+both). ``StageLog.stage`` records each stage's own outcome as it ends; later stages are absent.
+The pipeline receipt is written in both cases. Every stage is content-cached.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from prefect import flow
-from pydantic import BaseModel
 
-from voxledger.flows.audit import audit_corpus, require_pass
-from voxledger.flows.common import announced_receipt, shared_store, sync_enabled
-from voxledger.flows.evaluate import evaluate_plan
-from voxledger.flows.package import package_adapter
-from voxledger.flows.packets import export_packets
+from voxledger.flows.common import announced_receipt, register_plan_task, shared_store, sync_enabled
 from voxledger.flows.progress import report
-from voxledger.flows.promote import promote_adapter, require_promoted
-from voxledger.flows.train import train_adapter
-from voxledger.schemas.audit import AuditPolicy, AuditReceipt
-from voxledger.schemas.base import InputRef, ReceiptBase, utc_now
+from voxledger.flows.stages import StageContext, StageSpec, stage_names, stage_table
+from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import PlanError, VoxledgerError
-from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
-from voxledger.schemas.listening import ListeningProtocol
-from voxledger.schemas.listening_receipts import PacketSetReceipt
-from voxledger.schemas.package import PackageReceipt
-from voxledger.schemas.pipeline import (
-    PipelineParameters,
-    PipelinePlan,
-    PipelineRunReceipt,
-    StageName,
-    StageRecord,
-)
-from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
-from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
-from voxledger.stores.home import Home
-from voxledger.tasks.plans import load_plan, plan_digest, register_plan
+from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, StageRecord
+from voxledger.stores.home import Home, HomeRef
+from voxledger.tasks.plans import PlanRef, load_plan
 from voxledger.tasks.receipting import build_receipt
 from voxledger.tasks.stage import StageOutcome
 
-STAGE_PLAN_MODELS: dict[str, type[BaseModel]] = {
-    "audit_policy": AuditPolicy,
-    "base_training": TrainingPlan,
-    "adapter_training": TrainingPlan,
-    "promotion_policy": PromotionPolicy,
-    "evaluation": EvaluationPlan,
-    "listening_protocol": ListeningProtocol,
-}
-
 
 def stage_plan_files(plan: PipelinePlan, plan_file: Path, plans_dir: Path | None) -> dict[str, Path]:
-    """Each stage plan the pipeline names, found beside the pipeline plan, else in ``plans_dir``."""
+    """Each stage plan the pipeline names (by plan field), found beside the pipeline plan, else in ``plans_dir``."""
     found: dict[str, Path] = {}
-    for key in STAGE_PLAN_MODELS:
-        name = getattr(plan, key)
-        if not name:
+    for spec in stage_table():
+        name = spec.plan_file(plan)
+        if not name or spec.plan_field is None or spec.plan_field in found:
             continue
-        candidates = [Path(name)] if Path(name).is_absolute() else [plan_file.parent / name, *([plans_dir / name] if plans_dir else [])]
+        here = [plan_file.parent / name, *([plans_dir / name] if plans_dir else [])]
+        candidates = [Path(name)] if Path(name).is_absolute() else here
         path = next((c for c in candidates if c.is_file()), None)
         if path is None:
-            raise PlanError(
-                f"pipeline plan {plan_file}: {key} {name!r} not found (looked in {', '.join(str(c.parent) for c in candidates)})"
-            )
-        found[key] = path
+            looked = ", ".join(str(c.parent) for c in candidates)
+            raise PlanError(f"pipeline plan {plan_file}: {spec.plan_field} {name!r} not found (looked in {looked})")
+        found[spec.plan_field] = path
     return found
+
+
+def load_stage_plans(plan: PipelinePlan, plan_file: Path, plans_dir: Path | None) -> dict[str, PlanRef]:
+    """Every stage plan read and validated once, by plan field (PlanError naming file and field otherwise)."""
+    unknown = sorted(set(plan.stage_pools) - set(stage_names()))
+    if unknown:
+        raise PlanError(f"pipeline plan {plan_file}: stage_pools names unknown stage(s) {unknown}; stages are {list(stage_names())}")
+    models = {s.plan_field: s.plan_model for s in stage_table() if s.plan_field and s.plan_model is not None}
+    return {key: PlanRef.load(path, models[key]) for key, path in stage_plan_files(plan, plan_file, plans_dir).items()}
 
 
 @dataclass
@@ -94,36 +77,53 @@ class StageLog:
     records: list[StageRecord] = field(default_factory=list)
 
     @contextmanager
-    def stage(self, name: StageName) -> Iterator[_Open]:
+    def stage(self, name: str) -> Iterator[_Open]:
         cur, t0 = _Open(), time.perf_counter()
         report(f"stage {name}: running")
         try:
             yield cur
         except BaseException as exc:
             reason = str(exc) if isinstance(exc, VoxledgerError) else f"{type(exc).__name__}: {exc}"
-            self.records.append(StageRecord(stage=name, receipt_id=cur.receipt_id, cached=cur.cached,
-                                            wall_s=time.perf_counter() - t0, status="failed", detail=reason[:2000]))  # fmt: skip
+            wall = time.perf_counter() - t0
+            self.records.append(
+                StageRecord(stage=name, receipt_id=cur.receipt_id, cached=cur.cached, wall_s=wall, status="failed", detail=reason[:2000])
+            )
             raise
-        self.records.append(
-            StageRecord(stage=name, receipt_id=cur.receipt_id, cached=cur.cached, wall_s=time.perf_counter() - t0, status="succeeded")
-        )
-        report(f"stage {name}: {'cached' if cur.cached else 'done'} in {time.perf_counter() - t0:.1f} s")
+        wall = time.perf_counter() - t0
+        self.records.append(StageRecord(stage=name, receipt_id=cur.receipt_id, cached=cur.cached, wall_s=wall, status="succeeded"))
+        report(f"stage {name}: {'cached' if cur.cached else 'done'} in {wall:.1f} s")
 
     def failed(self) -> StageRecord | None:
         return next((r for r in self.records if r.status == "failed"), None)
 
 
-def _record_run(home: Home, plan_rid: str, plan_sha: str, corpus: Path, stage_plans: dict[str, str], log: StageLog,
-                started: Any, error: str | None) -> str:  # fmt: skip
-    inputs = [InputRef(role="pipeline_plan", sha256=plan_rid, ref="receipt")]
-    inputs += [InputRef(role=f"stage:{s.stage}", sha256=s.receipt_id, ref="receipt") for s in log.records if s.receipt_id]
-    receipt = build_receipt(
-        PipelineRunReceipt, flow="pipeline", task="pipeline", started_at=started, inputs=inputs,
-        status="failed" if error else "succeeded", error=error,
-        parameters=PipelineParameters(plan_sha256=plan_sha, corpus_name=corpus.name, stage_plans=stage_plans),
-        stages=tuple(log.records),
-    )  # fmt: skip
-    return home.record(receipt)
+@dataclass(frozen=True)
+class _Run:
+    """What the pipeline receipt binds: the registered pipeline plan and every stage plan's digest."""
+
+    home: Home
+    plan_rid: str
+    plan_sha: str
+    corpus: Path
+    stage_plans: dict[str, str]
+    started: Any
+
+    def record(self, log: StageLog, error: str | None) -> str:
+        inputs = [InputRef(role="pipeline_plan", sha256=self.plan_rid, ref="receipt")]
+        inputs += [InputRef(role=f"stage:{s.stage}", sha256=s.receipt_id, ref="receipt") for s in log.records if s.receipt_id]
+        parameters = PipelineParameters(plan_sha256=self.plan_sha, corpus_name=self.corpus.name, stage_plans=self.stage_plans)
+        receipt = build_receipt(
+            PipelineRunReceipt,
+            flow="pipeline",
+            task="pipeline",
+            started_at=self.started,
+            inputs=inputs,
+            status="failed" if error else "succeeded",
+            error=error,
+            parameters=parameters,
+            stages=tuple(log.records),
+        )
+        return self.home.record(receipt)
 
 
 @dataclass(frozen=True)
@@ -135,116 +135,115 @@ class PipelineSummary:
 
 
 @flow(name="pipeline")
-def pipeline(home: str, corpus: str, plan_file: str, plans_dir: str | None = None, packets_dir: str | None = None) -> PipelineSummary:
+def pipeline(
+    home: HomeRef | str, corpus: str, plan_file: str, plans_dir: str | None = None, packets_dir: str | None = None
+) -> PipelineSummary:
     """Run every stage of a pipeline plan; the pipeline receipt records each stage as it ended."""
-    with shared_store(home):
-        return _pipeline(home, corpus, plan_file, plans_dir, packets_dir)
+    ref = HomeRef.of(home)
+    with shared_store(ref):
+        return _pipeline(ref, corpus, Path(plan_file), Path(plans_dir) if plans_dir else None, packets_dir)
 
 
-def _pipeline(home: str, corpus: str, plan_file: str, plans_dir: str | None, packets_dir: str | None) -> PipelineSummary:
-    started, h = utc_now(), Home(home)
-    plan = load_plan(Path(plan_file), PipelinePlan)
-    files = stage_plan_files(plan, Path(plan_file), Path(plans_dir) if plans_dir else None)
-    # the digest every stage registers its plan under: one function, over the validated model
-    stage_plans = {key: plan_digest(load_plan(path, STAGE_PLAN_MODELS[key])) for key, path in files.items()}
-    plan_rid, plan_sha = register_plan(h, plan, source_name=Path(plan_file).name, flow="pipeline")
+def _pipeline(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path | None, packets_dir: str | None) -> PipelineSummary:
+    started, h = utc_now(), home.open()
+    plan = load_plan(plan_file, PipelinePlan)
+    plans = load_stage_plans(plan, plan_file, plans_dir)
+    pipeline_ref = PlanRef.of(plan, plan_file.name)
+    plan_rid, plan_sha = register_plan_task(home, pipeline_ref, PipelinePlan), pipeline_ref.sha256
+    run = _Run(h, plan_rid, plan_sha, Path(corpus), {key: ref.sha256 for key, ref in plans.items()}, started)
+    ctx = StageContext(home, corpus, plan, plans, packets_dir)
     log = StageLog()
     try:
-        _run_stages(log, home, corpus, plan, {k: str(v) for k, v in files.items()}, packets_dir)
+        _run_stages(log, ctx)
     except BaseException as exc:
         failed = log.failed()
         where = failed.stage if failed else "pipeline"
         detail = failed.detail if failed else f"{type(exc).__name__}: {exc}"
-        rid = _record_run(h, plan_rid, plan_sha, Path(corpus), stage_plans, log, started, f"{where}: {detail}"[:4000])
+        rid = run.record(log, f"{where}: {detail}"[:4000])
         if isinstance(exc, VoxledgerError):
             raise type(exc)(f"pipeline stopped at {where}: {exc}; pipeline receipt {rid}", receipt_id=rid) from exc
         raise
-    rid = _record_run(h, plan_rid, plan_sha, Path(corpus), stage_plans, log, started, None)
+    rid = run.record(log, None)
     return PipelineSummary(rid, tuple(log.records))
 
 
-def _run_stages(log: StageLog, home: str, corpus: str, plan: PipelinePlan, files: dict[str, str], packets_dir: str | None) -> None:
-    d = _Dispatch.of(plan, home)
-    with log.stage("audit") as st:
-        audit = d.run(st, "audit", AuditReceipt, lambda: audit_corpus(home, corpus, files["audit_policy"]))
-        require_pass(audit, corpus)
-    base = None
-    if "base_training" in files:
-        with log.stage("train_base") as st:
-            trained = d.run(st, "train_base", TrainingRunReceipt, lambda: train_adapter(home, corpus, audit.receipt_id, files["base_training"], None),
-                            audit_rid=audit.receipt_id, base_sha=None)  # fmt: skip
-            base = trained.receipt.subject("best").sha256
-    with log.stage("train_adapter") as st:
-        adapter = d.run(st, "train_adapter", TrainingRunReceipt,
-                        lambda: train_adapter(home, corpus, audit.receipt_id, files["adapter_training"], base), audit_rid=audit.receipt_id,
-                        base_sha=base)  # fmt: skip
-    with log.stage("promote") as st:
-        promo = d.run(st, "promote", PromotionReceipt, lambda: promote_adapter(home, corpus, adapter.receipt_id, files["promotion_policy"]),
-                      run_rid=adapter.receipt_id)  # fmt: skip
-        require_promoted(promo)
-    r = promo.receipt.result
-    winner = next(c for c in r.challengers if c.name == r.promoted)
-    bindings = {"adapter": winner.tree_sha256, **({"base": base} if base else {})}
-    with log.stage("evaluate") as st:
-        ev = d.run(st, "evaluate", EvaluationReceipt, lambda: evaluate_plan(home, corpus, files["evaluation"], bindings), bindings=bindings)
-    if plan.package:
-        with log.stage("package") as st:
-            d.run(st, "package", PackageReceipt,
-                  lambda: package_adapter(home, adapter.receipt_id, winner.tree_sha256, promo.receipt_id, (ev.receipt_id,)),
-                  run_rid=adapter.receipt_id, tree_sha=winner.tree_sha256, promotion_rid=promo.receipt_id, eval_rids=[ev.receipt_id])  # fmt: skip
-    if "listening_protocol" in files and packets_dir:
-        with log.stage("export_packets") as st:
-            d.run(st, "export_packets", PacketSetReceipt, lambda: export_packets(home, files["listening_protocol"], packets_dir, evaluation_rid=ev.receipt_id),
-                  out_dir=packets_dir, evaluation_rid=ev.receipt_id)  # fmt: skip
+def stage_arguments(spec: StageSpec, ctx: StageContext) -> dict[str, Any] | None:
+    """The stage task's arguments besides ``home`` (its plan reference included), or None when it does not run."""
+    if not spec.enabled(ctx.plan):
+        return None
+    inputs = spec.inputs(ctx)
+    if inputs is None:
+        return None
+    return {**({"plan": ctx.plans[spec.plan_field]} if spec.plan_field else {}), **inputs}
 
 
-R = TypeVar("R", bound=ReceiptBase)
+def _run_stages(log: StageLog, ctx: StageContext) -> None:
+    dispatch = _Dispatch.of(ctx)
+    for spec in stage_table():
+        arguments = stage_arguments(spec, ctx)
+        if arguments is None:
+            continue
+        with log.stage(spec.name) as st:
+            out = st.done(dispatch.run(spec, arguments))
+            ctx.outcomes[spec.name] = out
+            if spec.verdict is not None:
+                spec.verdict(out)
 
 
 @dataclass(frozen=True)
 class _Dispatch:
     """Where each stage runs. In a pipeline deployment started with ``--shared-store`` and a plan
     with ``stage_pools``, a stage whose pool differs from the pipeline's is started as its own
-    deployment (``<flow>/<plan>-<stage>``) on its pool and awaited; its receipt comes back through
+    deployment (``StageSpec.deployment``) on its pool and awaited; its receipt comes back through
     the shared store (pulled and verified here) and the id it announced on its flow run.
-    Everything else runs here, in this process."""
+    Everything else runs here, in this process, as the same task with the same arguments."""
 
-    plan: PipelinePlan
-    home: str
+    ctx: StageContext
     enabled: bool
 
     @classmethod
-    def of(cls, plan: PipelinePlan, home: str) -> _Dispatch:
+    def of(cls, ctx: StageContext) -> _Dispatch:
         from prefect.context import FlowRunContext
 
-        ctx = FlowRunContext.get()
-        deployed = ctx is not None and ctx.flow_run is not None and ctx.flow_run.deployment_id is not None
-        return cls(plan, home, sync_enabled() and deployed and bool(plan.stage_pools))
+        run_ctx = FlowRunContext.get()
+        deployed = run_ctx is not None and run_ctx.flow_run is not None and run_ctx.flow_run.deployment_id is not None
+        return cls(ctx, sync_enabled(ctx.home) and deployed and bool(ctx.plan.stage_pools))
 
-    def run(self, st: _Open, stage: StageName, kind: type[R], local: Callable[[], StageOutcome[R]], **parameters: Any) -> StageOutcome[R]:
-        pool = self.plan.pool_of(stage)
-        if not self.enabled or pool == self.plan.pool_of("pipeline"):
-            return st.done(local())
+    def remote(self, stage: str) -> bool:
+        """Whether ``stage`` is started on another work pool."""
+        plan = self.ctx.plan
+        return self.enabled and plan.pool_of(stage) != plan.pool_of("pipeline")
+
+    def run(self, spec: StageSpec, arguments: dict[str, Any]) -> StageOutcome[Any]:
+        if not self.remote(spec.name):
+            if spec.plan_field is not None and spec.plan_model is not None:
+                register_plan_task(self.ctx.home, arguments["plan"], spec.plan_model)  # its own task run, before the work
+            out: StageOutcome[Any] = spec.task(home=self.ctx.home, **arguments)
+            return out
+        return self._remote(spec, arguments)
+
+    def _remote(self, spec: StageSpec, arguments: dict[str, Any]) -> StageOutcome[Any]:
         from prefect.deployments import run_deployment
 
-        from voxledger.flows.deploy import STAGE_FLOWS
         from voxledger.flows.sync import pull_task, push_task
 
-        name = f"{STAGE_FLOWS[stage][0].rsplit(':', 1)[1]}/{self.plan.name}-{stage}"
-        push_task(self.home)  # what this stage needs from the stages run here so far
-        report(f"stage {stage}: dispatched to work pool {pool} ({name})")
+        home, pool, name = self.ctx.home, self.ctx.plan.pool_of(spec.name), spec.deployment(self.ctx.plan)
+        push_task(home)  # what this stage needs from the stages run here so far
+        report(f"stage {spec.name}: dispatched to work pool {pool} ({name})")
+        # the deployment carries the worker's own home; everything else is what a local call gets
+        parameters = {k: v.model_dump(mode="json") if isinstance(v, PlanRef) else v for k, v in arguments.items()}
         run: Any = run_deployment(name, parameters=parameters, timeout=None, poll_interval=2)  # sync here: a FlowRun
-        pull_task(self.home)
+        pull_task(home)
         got = announced_receipt(run.id)
         state = run.state
         ended = f"{state.type.value.lower()}: {state.message}" if state is not None else "in an unknown state"
         if got is None:
             raise VoxledgerError(
-                f"stage {stage} ran as flow run {run.name!r} of deployment {name} on work pool {pool} and ended {ended} without "
-                "recording a receipt; see that run's logs in Prefect"
+                f"stage {spec.name} ran as flow run {run.name!r} of deployment {name} on work pool {pool} and ended {ended} "
+                "without recording a receipt; see that run's logs in Prefect"
             )
         rid, cached = got
-        outcome = st.done(StageOutcome(rid, Home(self.home).receipts.read(rid, kind), cached))
-        if state is not None and not state.is_completed() and stage not in ("audit", "promote"):  # those two judge their receipt here
-            raise VoxledgerError(f"stage {stage} (flow run {run.name!r} on work pool {pool}) ended {ended}; receipt {rid}")
+        outcome = StageOutcome(rid, home.open().receipts.read(rid, spec.receipt), cached)
+        if state is not None and not state.is_completed() and spec.verdict is None:  # a verdict judges the receipt instead
+            raise VoxledgerError(f"stage {spec.name} (flow run {run.name!r} on work pool {pool}) ended {ended}; receipt {rid}")
         return outcome

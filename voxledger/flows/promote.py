@@ -1,27 +1,50 @@
-"""Flow ``promote``: gate a run's checkpoints against the champion; failing gates fail the run."""
+"""Flow ``promote``: gate a run's checkpoints against the champion; failing gates fail the run.
+
+A promotion is four Prefect tasks, each writing at most one receipt: the policy's registration,
+``prepare_promotion`` (the round: challengers, incumbent, gate plan; or the stored answer), the
+gate plan's registration and the gate evaluation (``evaluate_plan``, the same task the evaluate
+stage runs), then ``decide_promotion`` (rules judged, aliases moved, the promotion receipt).
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, shared_store
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.evaluate import evaluate_plan
 from voxledger.flows.progress import report
 from voxledger.schemas.errors import GateFailedError
+from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
-from voxledger.stores.home import Home
-from voxledger.tasks.plans import load_plan
-from voxledger.tasks.promotion.run import promote_adapter_fn
+from voxledger.stores.home import HomeRef
+from voxledger.tasks.plans import PlanRef
+from voxledger.tasks.promotion.run import PromotionRound, decide_promotion, prepare_promotion
 from voxledger.tasks.stage import StageOutcome
 
 
-@task(name="promote_adapter", **STAGE_TASK)
-def promote_adapter(home: str, corpus: str, run_rid: str, policy_file: str) -> StageOutcome[PromotionReceipt]:
-    """Evaluate best-k + last against the incumbent; aliases move inside the receipt."""
-    policy = load_plan(Path(policy_file), PromotionPolicy)
-    return promote_adapter_fn(Home(home), run_rid, policy, policy_name=Path(policy_file).name, corpus=Path(corpus),
-                              flow=flow_name(), progress=report)  # fmt: skip
+@task(name="prepare_promotion", **STAGE_TASK)
+def prepare_round(home: HomeRef, run_rid: str, plan: PlanRef) -> PromotionRound | StageOutcome[PromotionReceipt]:
+    """The round to judge (best-k + last against the incumbent), or the stored promotion of this round."""
+    h, policy = open_home(home), plan.validated(PromotionPolicy)
+    return prepare_promotion(h, run_rid, policy, policy_name=plan.source_name, flow=flow_name(), progress=report)
+
+
+@task(name="decide_promotion", **STAGE_TASK)
+def decide_round(home: HomeRef, rnd: PromotionRound, gate: StageOutcome[EvaluationReceipt]) -> StageOutcome[PromotionReceipt]:
+    """Judge the rules on the gate evaluation; aliases move inside the promotion receipt."""
+    return decide_promotion(open_home(home), rnd, gate, flow=flow_name())
+
+
+def promote_adapter(home: HomeRef, corpus: str, run_rid: str, plan: PlanRef) -> StageOutcome[PromotionReceipt]:
+    """The promotion stage: its steps as separate tasks of the running flow (the policy is registered
+    by the caller, like every stage plan)."""
+    prepared = prepare_round(home, run_rid, plan)
+    if isinstance(prepared, StageOutcome):
+        return prepared
+    gate = PlanRef.of(prepared.gate, prepared.gate_name)
+    register_plan_task(home, gate, EvaluationPlan)
+    evaluated = evaluate_plan(home, corpus, gate, prepared.bindings, prepared.gate_parents())
+    return decide_round(home, prepared, evaluated)
 
 
 def require_promoted(out: StageOutcome[PromotionReceipt]) -> None:
@@ -31,9 +54,12 @@ def require_promoted(out: StageOutcome[PromotionReceipt]) -> None:
 
 
 @flow(name="promote")
-def promote(home: str, corpus: str, run_rid: str, policy_file: str) -> StageOutcome[PromotionReceipt]:
-    """Promote through gates; the receipt is written before a failing gate fails the run."""
-    with shared_store(home):
-        out = announce(promote_adapter(home, corpus, run_rid, policy_file))
+def promote(home: HomeRef | str, corpus: str, run_rid: str, plan: PlanRef | str) -> StageOutcome[PromotionReceipt]:
+    """Promote through gates (a policy reference or file); the receipt is written before a failing gate fails the run."""
+    ref = HomeRef.of(home)
+    with shared_store(ref):
+        policy = PlanRef.coerce(plan, PromotionPolicy)
+        register_plan_task(ref, policy, PromotionPolicy)
+        out = announce(promote_adapter(ref, corpus, run_rid, policy))
     require_promoted(out)
     return out

@@ -7,19 +7,19 @@ from pathlib import Path
 from prefect import flow, task
 
 from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
-from voxledger.stores.home import Home
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.listening.aggregate import AggregateOutcome
 from voxledger.tasks.listening.aggregate import aggregate_ratings as aggregate_ratings_fn
 
 
 @task(name="aggregate_ratings", **STAGE_TASK)
-def aggregate_ratings(home: str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
+def aggregate_ratings(home: HomeRef | str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
     """Verify every submission, unseal the key, screen raters and compute the statistics."""
-    return aggregate_ratings_fn(Home(home), packet_set, [Path(s) for s in submissions], flow=flow_name())
+    return aggregate_ratings_fn(HomeRef.of(home).open(), packet_set, [Path(s) for s in submissions], flow=flow_name())
 
 
 @flow(name="ratings")
-def ratings(home: str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
+def ratings(home: HomeRef | str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
     """Run when submissions arrive (outside the scheduled pipeline)."""
     with shared_store(home):
         return aggregate_ratings(home, packet_set, submissions)

@@ -55,10 +55,16 @@ class Environment(Frozen):
 
 
 class Producer(Frozen):
-    """The flow and task that wrote the receipt."""
+    """The flow and task that wrote the receipt, and the Prefect runs they were (when run under Prefect).
+
+    The run ids join a receipt to Prefect's run history (``prefect flow-run inspect``); they are
+    left out of the JSON when absent, so receipts written outside Prefect keep their old shape.
+    """
 
     flow: str
     task: str
+    flow_run_id: str | None = Field(default=None, exclude_if=lambda v: v is None, description="Prefect flow run that wrote it")
+    task_run_id: str | None = Field(default=None, exclude_if=lambda v: v is None, description="Prefect task run that wrote it")
 
 
 class ReceiptBase(Frozen):

@@ -38,6 +38,10 @@ class CatalogError(VoxledgerError):
     """The DuckDB catalog is locked, out of date or inconsistent."""
 
 
+class CatalogLockedError(CatalogError):
+    """Another process held the catalog for longer than the caller's ``--lock-timeout``."""
+
+
 class CorpusError(VoxledgerError):
     """A corpus or manifest cannot be read; the message names the file and line."""
 

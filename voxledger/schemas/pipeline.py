@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 
-StageName = Literal["audit", "train_base", "train_adapter", "promote", "package", "evaluate", "export_packets"]
+StageName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+"""A stage's name. The stages themselves are listed once, in the stage table (``flows/stages.py``):
+the pipeline and ``voxledger deploy`` refuse a name the table does not hold."""
 
 
 class PipelinePlan(Frozen):

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 from filelock import FileLock, Timeout
 
-from voxledger.schemas.errors import CatalogError
+from voxledger.schemas.errors import CatalogError, CatalogLockedError
 from voxledger.stores.migrations import MIGRATIONS
 from voxledger.stores.projections import BlobLoader, project
 
@@ -53,9 +53,9 @@ class Catalog:
         try:
             self.lock.acquire(timeout=self.lock_timeout_s)
         except Timeout as exc:
-            raise CatalogError(
+            raise CatalogLockedError(
                 f"catalog {self.path} is locked by another voxledger process for more than "
-                f"{self.lock_timeout_s:.0f} s; wait for it to finish or raise --lock-timeout"
+                f"{self.lock_timeout_s:g} s; wait for it to finish or raise --lock-timeout"
             ) from exc
         try:
             if read_only and not self.path.exists():

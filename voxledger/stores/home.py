@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from voxledger.schemas.base import ReceiptBase
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.catalog import Catalog
@@ -38,6 +40,36 @@ def is_read_only(root: Path) -> bool:
         return True
     catalog = root / "catalog.duckdb"
     return (root.is_dir() and not os.access(root, os.W_OK)) or (catalog.is_file() and not os.access(catalog, os.W_OK))
+
+
+class HomeRef(BaseModel):
+    """How a flow finds and opens its home: the typed reference every flow takes instead of a path
+    string, so the caller's lock timeout and read-only choice reach every stage (and a worker).
+
+    ``root`` None resolves on the machine that opens it (``VOXLEDGER_HOME``, else ``./.voxledger``):
+    a deployment for a shared store leaves it unset so each worker uses its own local home.
+    ``shared_store`` None means: as this process's environment says (``VOXLEDGER_SYNC``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    root: str | None = None
+    lock_timeout_s: float = Field(default=60.0, gt=0, description="seconds to wait for another process holding the catalog")
+    read_only: bool | None = Field(default=None, description="None: decided from the file system and VOXLEDGER_READ_ONLY")
+    shared_store: bool | None = Field(default=None, description="pull before and push after each stage; None: VOXLEDGER_SYNC")
+
+    @classmethod
+    def of(cls, home: HomeRef | Home | str | os.PathLike[str] | None) -> HomeRef:
+        """A reference from a reference, an open home, or a bare path (default settings)."""
+        if isinstance(home, HomeRef):
+            return home
+        if isinstance(home, Home):
+            return cls(root=str(home.root), lock_timeout_s=home.catalog.lock_timeout_s, read_only=home.read_only)
+        return cls(root=str(home) if home else None)
+
+    def open(self) -> Home:
+        """The home this reference names, with its lock timeout and read-only setting."""
+        return Home(self.root, lock_timeout_s=self.lock_timeout_s, read_only=self.read_only)
 
 
 class Home:

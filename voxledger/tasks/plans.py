@@ -9,10 +9,10 @@ new file).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from voxledger.schemas.base import utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
@@ -46,6 +46,54 @@ def load_plan(path: Path, model: type[M]) -> M:
 def plan_digest(plan: BaseModel) -> str:
     """The plan's identity."""
     return canonical_digest(plan)
+
+
+class PlanRef(BaseModel):
+    """A plan read and validated once: its file name, its validated JSON document and its digest.
+
+    The pipeline hands each stage one of these instead of a path, and a stage flow given a path
+    turns it into one first, so the plan a stage runs is the plan whose digest is recorded, even
+    if the file is edited while a run is in progress. It travels as a flow parameter (JSON) to a
+    worker; ``validated`` re-checks the digest on arrival.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source_name: str
+    kind: str
+    document: dict[str, Any]
+    sha256: str
+
+    @classmethod
+    def of(cls, plan: BaseModel, source_name: str) -> PlanRef:
+        """The reference of a validated plan model."""
+        document = plan.model_dump(mode="json")
+        return cls(source_name=source_name, kind=str(getattr(plan, "kind", type(plan).__name__)), document=document, sha256=plan_digest(plan))
+
+    @classmethod
+    def load(cls, path: Path, model: type[BaseModel]) -> PlanRef:
+        """Read, validate and reference a plan file (``load_plan``'s errors)."""
+        return cls.of(load_plan(path, model), path.name)
+
+    @classmethod
+    def coerce(cls, plan: PlanRef | str | Path, model: type[BaseModel]) -> PlanRef:
+        """A reference as given, or read from a plan file path (a CLI call or a deployment's parameter)."""
+        return plan if isinstance(plan, PlanRef) else cls.load(Path(plan), model)
+
+    def validated(self, model: type[M]) -> M:
+        """The plan as ``model``; PlanError when it does not validate or its digest is not ``sha256``."""
+        try:
+            plan = model.model_validate(self.document)
+        except ValidationError as exc:
+            lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']}" for e in exc.errors()]
+            raise PlanError(f"plan {self.source_name} ({self.kind}): {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from exc
+        got = plan_digest(plan)
+        if got != self.sha256:
+            raise PlanError(
+                f"plan {self.source_name} ({self.kind}) arrived as {got}, not the {self.sha256} it was sent as; "
+                "re-run the pipeline (a plan reference must not be edited)"
+            )
+        return plan
 
 
 def register_plan(home: Home, plan: BaseModel, *, source_name: str, flow: str = "cli") -> tuple[str, str]:

@@ -18,6 +18,26 @@ def artifact(store: LocalBlobStore, role: str, sha256: str, media_type: str) -> 
     return Artifact(role=role, sha256=sha256, size_bytes=store.size_of(sha256), media_type=media_type)
 
 
+def prefect_run_ids() -> tuple[str | None, str | None]:
+    """(flow run id, task run id) of the Prefect run this thread is in; None where it is in none.
+
+    Prefect is only consulted when something in this process imported it already (plain
+    functions called without Prefect stay free of it).
+    """
+    import sys
+
+    if "prefect.context" not in sys.modules:
+        return None, None
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    task_ctx, flow_ctx = TaskRunContext.get(), FlowRunContext.get()
+    task_run = str(task_ctx.task_run.id) if task_ctx is not None else None
+    flow_run = str(flow_ctx.flow_run.id) if flow_ctx is not None and flow_ctx.flow_run is not None else None
+    if flow_run is None and task_ctx is not None and task_ctx.task_run.flow_run_id is not None:
+        flow_run = str(task_ctx.task_run.flow_run_id)
+    return flow_run, task_run
+
+
 def cache_key(stage: str, inputs: dict[str, Any], plan_sha256: str | None, parameters: Any) -> str:
     """The whole truth of a stage's work: stage, input digests, plan, parameters and code."""
     return canonical_digest(
@@ -44,9 +64,10 @@ def build_receipt(
     error: str | None = None,
     **fields: Any,
 ) -> R:
-    """Construct a receipt of ``cls`` with the environment and timestamps filled in."""
+    """Construct a receipt of ``cls`` with the environment, timestamps and Prefect run ids filled in."""
+    flow_run_id, task_run_id = prefect_run_ids()
     return cls(
-        producer=Producer(flow=flow, task=task),
+        producer=Producer(flow=flow, task=task, flow_run_id=flow_run_id, task_run_id=task_run_id),
         subjects=tuple(subjects),
         inputs=tuple(inputs),
         environment=environment(),

@@ -19,7 +19,6 @@ from voxledger.schemas.listening import ListeningProtocol, Stimulus, StimulusSet
 from voxledger.stores.home import Home
 from voxledger.stores.trees import build_manifest
 from voxledger.tasks.listening.export import export_packets
-from voxledger.tasks.plans import load_plan
 
 SKIPPED_RUNTIMES = ("merged", "merged_export")
 
@@ -43,21 +42,20 @@ def stimuli_from_evaluation(home: Home, evaluation_rid: str) -> StimulusSet:
 
 
 def export_packets_for_evaluation(
-    home: Home, evaluation_rid: str, protocol_file: Path, out_dir: Path, flow: str = "packets"
+    home: Home, evaluation_rid: str, protocol: ListeningProtocol, protocol_name: str, out_dir: Path, flow: str = "packets"
 ) -> dict[str, Any]:
     """Export per-rater packets for an evaluation; returns the packet-set summary."""
-    protocol = load_plan(protocol_file, ListeningProtocol)
     stimuli = stimuli_from_evaluation(home, evaluation_rid)
     if out_dir.exists() and any(out_dir.iterdir()):
         # a re-run: export beside it and accept only if the folder already holds exactly these packets
         scratch = out_dir.with_name(f".{out_dir.name}.check-{os.getpid()}")
         try:
-            out = export_packets(home, protocol, stimuli, scratch, protocol_name=protocol_file.name, flow=flow)
+            out = export_packets(home, protocol, stimuli, scratch, protocol_name=protocol_name, flow=flow)
             same = build_manifest(scratch) == build_manifest(out_dir)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         if not same:
             raise PacketError(f"{out_dir} already holds other packets; choose a new folder (nothing is overwritten)")
         return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": sorted(str(p) for p in out_dir.iterdir())}
-    out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_file.name, flow=flow)
+    out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_name, flow=flow)
     return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs]}

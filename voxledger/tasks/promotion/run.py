@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError
-from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan
+from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan, EvaluationReceipt
 from voxledger.schemas.promotion import (
     AliasMove,
     ChallengerDecision,
@@ -100,11 +101,37 @@ def _already_promoted(
     return reuse(home, home.receipts.read(rid, PromotionReceipt).cache_key, PromotionReceipt)
 
 
-def promote_adapter_fn(
-    home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
+@dataclass(frozen=True)
+class PromotionRound:
+    """One promotion round, prepared: the run, the policy, the incumbent, the challengers and the
+    gate plan to evaluate them on. What ``decide_promotion`` judges once the gate evaluation ran."""
+
+    training_run_rid: str
+    policy: PromotionPolicy
+    policy_rid: str
+    policy_sha: str
+    base_sha: str | None
+    champion: AliasState | None
+    challengers: tuple[tuple[str, CheckpointReceipt], ...]
+    candidates: tuple[Candidate, ...]
+    incumbent: Candidate
+    incumbent_sha: str
+    bindings: dict[str, str]
+    key: str
+    gate: EvaluationPlan
+    gate_name: str
+    started: datetime
+
+    def gate_parents(self) -> tuple[InputRef, ...]:
+        """What the gate evaluation records as its parent: the policy it was derived from."""
+        return (InputRef(role="policy", sha256=self.policy_rid, ref="receipt"),)
+
+
+def prepare_promotion(
+    home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
-) -> StageOutcome[PromotionReceipt]:  # fmt: skip
-    """Evaluate best-k + last against the champion (or the base model) and move aliases."""
+) -> PromotionRound | StageOutcome[PromotionReceipt]:  # fmt: skip
+    """The round to judge, or the stored promotion when this exact round was judged before (verified)."""
     from voxledger.schemas.errors import ReceiptError, TrainingError
 
     started = utc_now()
@@ -123,8 +150,11 @@ def promote_adapter_fn(
     backend = run.parameters.backend
     challengers = select_challengers(home, run, policy)
     speaker = str(run.parameters.effective_config["plan"].get("new_speaker") or policy.baseline_speaker)  # type: ignore[union-attr]
-    cands = [Candidate(name=f"epoch{c.parameters.epoch}", backend=backend, runtime="adapter", artifact=f"input:epoch{c.parameters.epoch}",
-                       base="input:base", speaker=speaker) for _, c in challengers]  # fmt: skip
+    cands = [
+        Candidate(name=f"epoch{c.parameters.epoch}", backend=backend, runtime="adapter", artifact=f"input:epoch{c.parameters.epoch}",
+                  base="input:base", speaker=speaker)
+        for _, c in challengers
+    ]  # fmt: skip
     bindings = {f"epoch{c.parameters.epoch}": c.subject("checkpoint").sha256 for _, c in challengers}
     if base_sha:
         bindings["base"] = base_sha
@@ -144,12 +174,38 @@ def promote_adapter_fn(
         return hit
     gate = gate_plan_for(policy.gate_plan, incumbent, cands)
     # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
-    ev = evaluate_plan_fn(home, gate, plan_name=f"{policy_name}#gate@{plan_digest(gate)[:16]}", corpus=corpus, bindings=bindings, flow=flow, progress=progress,
-                          parents=(InputRef(role="policy", sha256=policy_rid, ref="receipt"),))  # fmt: skip
+    gate_name = f"{policy_name}#gate@{plan_digest(gate)[:16]}"
+    return PromotionRound(
+        training_run_rid, policy, policy_rid, policy_sha, base_sha, champion, tuple(challengers), tuple(cands), incumbent,
+        incumbent_sha, bindings, key, gate, gate_name, started,
+    )  # fmt: skip
+
+
+def promote_adapter_fn(
+    home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
+    progress: Callable[[str], None] | None = None,
+) -> StageOutcome[PromotionReceipt]:  # fmt: skip
+    """Evaluate best-k + last against the champion (or the base model) and move aliases: the three
+    steps (``prepare_promotion``, the gate evaluation, ``decide_promotion``) in one call. The
+    ``promote`` flow runs the same steps as separate Prefect tasks."""
+    prepared = prepare_promotion(home, training_run_rid, policy, policy_name=policy_name, flow=flow, progress=progress)
+    if isinstance(prepared, StageOutcome):
+        return prepared
+    ev = evaluate_plan_fn(home, prepared.gate, plan_name=prepared.gate_name, corpus=corpus, bindings=prepared.bindings, flow=flow,
+                          progress=progress, parents=prepared.gate_parents())  # fmt: skip
+    return decide_promotion(home, prepared, ev, flow=flow)
+
+
+def decide_promotion(
+    home: Home, rnd: PromotionRound, ev: StageOutcome[EvaluationReceipt], *, flow: str = "promote_adapter"
+) -> StageOutcome[PromotionReceipt]:
+    """Judge every challenger on the gate evaluation, move aliases, record the promotion receipt."""
+    policy, champion, base_sha, incumbent = rnd.policy, rnd.champion, rnd.base_sha, rnd.incumbent
+    training_run_rid, policy_rid = rnd.training_run_rid, rnd.policy_rid
     comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
     means = {(s.candidate, m): iv.mean for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
     decisions = []
-    for (rid, ck), cand in zip(challengers, cands):
+    for (rid, ck), cand in zip(rnd.challengers, rnd.candidates):
         rules = tuple(judge(r, cand.name, comparisons, means) for r in policy.rules)
         decisions.append(ChallengerDecision(name=cand.name, checkpoint_receipt=rid, tree_sha256=ck.subject("checkpoint").sha256,
                                             epoch=ck.parameters.epoch, cv_loss=ck.parameters.cv_loss, rules=rules,
@@ -165,12 +221,12 @@ def promote_adapter_fn(
                                base_sha256=base_sha, reason=f"{promoted.name} passed all {len(policy.rules)} gates against {incumbent.runtime} incumbent"))  # fmt: skip
     failed = "; ".join(f"{d.name}: " + ", ".join(r.detail for r in d.rules if not r.passed) for d in decisions if not d.passed)
     receipt = build_receipt(
-        PromotionReceipt, flow=flow, task="promote_adapter", started_at=started, key=key,
+        PromotionReceipt, flow=flow, task="decide_promotion", started_at=rnd.started, key=rnd.key,
         status="succeeded" if promoted else "failed", error=None if promoted else f"no challenger passed every gate: {failed}",
         inputs=[InputRef(role="training_run", sha256=training_run_rid, ref="receipt"), InputRef(role="policy", sha256=policy_rid, ref="receipt"),
                 InputRef(role="evaluation", sha256=ev.receipt_id, ref="receipt"), *(InputRef(role=f"challenger:{d.name}", sha256=d.checkpoint_receipt, ref="receipt") for d in decisions)],
-        parameters=PromotionParameters(policy_sha256=policy_sha, training_run=training_run_rid, evaluation=ev.receipt_id, incumbent=incumbent.runtime,
-                                       incumbent_sha256=incumbent_sha or ("0" * 64), serving_base_sha256=base_sha),
+        parameters=PromotionParameters(policy_sha256=rnd.policy_sha, training_run=training_run_rid, evaluation=ev.receipt_id, incumbent=incumbent.runtime,
+                                       incumbent_sha256=rnd.incumbent_sha or ("0" * 64), serving_base_sha256=base_sha),
         result=PromotionResult(challengers=tuple(decisions), promoted=promoted.name if promoted else None, moves=tuple(moves)),
     )  # fmt: skip
     return record(home, receipt)
