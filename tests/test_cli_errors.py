@@ -196,3 +196,29 @@ def test_errors_inside_flows_print_no_prefect_traceback(world: dict) -> None:  #
         out, _ = proc.communicate(timeout=240)
         assert proc.returncode == 1, (name, out)
         assert cases[name][1] in out and "Traceback" not in out and "| ERROR" not in out and "| WARNING" not in out, (name, out)
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"VOXLEDGER_S3_BUCKET": "b", "VOXLEDGER_S3_WORKERS": "abc"}, "VOXLEDGER_S3_WORKERS='abc' is not a whole number of at least 1"),
+        ({"VOXLEDGER_SYNC": "maybe"}, "VOXLEDGER_SYNC='maybe' is not a yes/no value"),
+        ({"VOXLEDGER_PREFECT": "server"}, "VOXLEDGER_PREFECT='server' is not one of home, ephemeral"),
+    ],
+)
+def test_a_bad_setting_stops_any_command_in_one_line(tmp_path: Path, env: dict[str, str], fragment: str) -> None:
+    """Settings are checked when the CLI starts, so even a command that never reads the variable says so."""
+    for args in (("store", "status", "--offline"), ("query", "SELECT 1")):
+        code, out = run(tmp_path / "home", *args, env=env)
+        assert code == 1 and f"Error: SettingsError: {fragment}" in out, (args, out)
+        assert len(out.strip().splitlines()) == 1 and "Traceback" not in out, out
+    assert not (tmp_path / "home").exists()  # stopped before anything was written
+
+
+def test_a_bad_setting_is_one_line_on_the_real_stderr(tmp_path: Path) -> None:
+    env = {**os.environ, "VOXLEDGER_HOME": str(tmp_path / "home"), "VOXLEDGER_S3_WORKERS": "abc"}
+    proc = subprocess.run([sys.executable, "-m", "voxledger.cli", "store", "verify"], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("Error: SettingsError: VOXLEDGER_S3_WORKERS='abc' is not a whole number"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -10,6 +10,12 @@ def test_cli_reference_is_current() -> None:
     assert docgen.OUT.read_text() == docgen.render(), "docs/cli.md is stale: run python -m voxledger.docgen --write"
 
 
+def test_settings_reference_is_current() -> None:
+    text = docgen.render_settings()
+    assert docgen.SETTINGS_OUT.read_text() == text, "docs/settings.md is stale: run python -m voxledger.docgen --write"
+    assert text.count("| `VOXLEDGER_") == 21  # one row per field of voxledger.settings
+
+
 def test_every_command_has_an_example() -> None:
     missing = [" ".join(p) for p, c in docgen._walk(docgen.cli_main, ["voxledger"]) if not (c.help and "Example:" in c.help)
                and not hasattr(c, "commands")]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Layers point one way: schemas <- stores <- tasks <- flows; schemas/stores never import prefect."""
+"""Layers point one way: schemas <- settings <- stores <- tasks <- flows; schemas/stores never import prefect."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
-    "schemas": ("voxledger.stores", "voxledger.tasks", "voxledger.flows", "voxledger.dashboards", "prefect", "duckdb"),
+    "schemas": (
+        "voxledger.settings",
+        "voxledger.stores",
+        "voxledger.tasks",
+        "voxledger.flows",
+        "voxledger.dashboards",
+        "prefect",
+        "duckdb",
+    ),
     "stores": ("voxledger.tasks", "voxledger.flows", "voxledger.dashboards", "prefect"),
     "tasks": ("voxledger.flows", "voxledger.dashboards"),
     "dashboards": ("voxledger.flows", "voxledger.tasks"),
@@ -36,6 +44,16 @@ def test_imports_point_one_way() -> None:
                     problems.append(f"{path.relative_to(ROOT)} imports {name}")
     assert checked >= 10, f"only {checked} files checked: is the layout broken?"
     assert not problems, "\n".join(problems)
+
+
+def test_settings_import_only_schemas() -> None:
+    """``voxledger.settings`` (every VOXLEDGER_* variable) sits just above ``schemas``: ``stores``
+    and everything higher may read settings, so settings import nothing of voxledger but schemas."""
+    names = _imports(ROOT / "voxledger" / "settings.py")
+    voxledger = [n for n in names if n == "voxledger" or n.startswith("voxledger.")]
+    assert voxledger, "settings.py imports nothing from voxledger: is the layout broken?"
+    problems = [n for n in names if (n in voxledger and not n.startswith("voxledger.schemas")) or n.split(".")[0] in ("prefect", "duckdb")]
+    assert not problems, f"voxledger/settings.py imports {problems}"
 
 
 def test_catalog_sql_lives_in_stores() -> None:

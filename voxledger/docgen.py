@@ -1,6 +1,7 @@
-"""Generate ``docs/cli.md`` from the click command tree (a test fails when the file is stale).
+"""Generate ``docs/cli.md`` from the click command tree and ``docs/settings.md`` from the settings
+model (a test fails when either file is stale).
 
-Run ``python -m voxledger.docgen --write`` after changing a command.
+Run ``python -m voxledger.docgen --write`` after changing a command or a setting.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from pathlib import Path
 import click
 
 from voxledger.cli import main as cli_main
+from voxledger.settings import GROUPS, VoxledgerSettings, default_text, expected, setting_fields
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+SETTINGS_OUT = OUT.parent / "settings.md"
 
 
 def _walk(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
@@ -43,13 +46,39 @@ def render() -> str:
     return "\n".join(lines).replace(str(OUT.parent.parent) + "/", "")
 
 
+def render_settings() -> str:
+    """Markdown for every ``VOXLEDGER_*`` variable: one table per group, from ``voxledger.settings``."""
+    intro = (
+        f"{_prose(VoxledgerSettings.__doc__)} An empty variable counts as unset; a bad value stops the command "
+        "with one line naming the variable, its value and what it accepts."
+    )
+    lines = ["# voxledger settings", "", "Generated from `voxledger.settings` by `python -m voxledger.docgen --write`; do not edit by hand.",
+             "", intro]  # fmt: skip
+    group = None
+    for f in setting_fields():
+        if f.group != group:
+            group = f.group
+            title, doc = (f"`VOXLEDGER_{group.upper()}_*`", GROUPS[group].__doc__) if group else ("General", None)
+            lines += ["", f"## {title}", ""] + ([_prose(doc), ""] if doc else [])
+            lines += ["| Variable | Accepts | Default | Meaning |", "| --- | --- | --- | --- |"]
+        cells = [f"`{f.env}`", expected(f.info), default_text(f.info), f.info.description or ""]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _prose(doc: str | None) -> str:
+    """A docstring as one Markdown paragraph (reST's double backticks become single ones)."""
+    return " ".join((doc or "").split()).replace("``", "`")
+
+
 def main(argv: list[str]) -> int:
-    text = render()
+    pages = {OUT: render(), SETTINGS_OUT: render_settings()}
     if "--write" in argv:
-        OUT.write_text(text)
+        for path, text in pages.items():
+            path.write_text(text)
         return 0
-    stale = not OUT.is_file() or OUT.read_text() != text
-    print("docs/cli.md is stale: run python -m voxledger.docgen --write" if stale else "ok")
+    stale = [p.name for p, text in pages.items() if not p.is_file() or p.read_text() != text]
+    print(f"docs/{', docs/'.join(stale)} stale: run python -m voxledger.docgen --write" if stale else "ok")
     return 1 if stale else 0
 
 

@@ -26,6 +26,7 @@ from voxledger.schemas.errors import (
     BlobMissingError,
     DigestMismatchError,
     ReceiptError,
+    SettingsError,
     VoxledgerError,
 )
 from voxledger.stores.home import Home
@@ -307,12 +308,19 @@ def test_ingest_refuses_a_tampered_receipt(remote: S3BlobStore, tmp_path: Path) 
         ingest_from(remote, Home(tmp_path / "c"))
 
 
-def test_config_from_env_and_bounds() -> None:
-    cfg = S3Config.from_env({"VOXLEDGER_S3_BUCKET": "shared", "VOXLEDGER_S3_PREFIX": "vox",
-                             "VOXLEDGER_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
-                             "VOXLEDGER_S3_CONDITIONAL_WRITES": "0"})  # fmt: skip
-    assert (cfg.bucket, cfg.prefix, cfg.endpoint_url, cfg.conditional_writes) == ("shared", "vox/", "http://127.0.0.1:9000", False)
+def test_config_from_env_and_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in [k for k in os.environ if k.startswith("VOXLEDGER_S3_")]:
+        monkeypatch.delenv(k)
     with pytest.raises(VoxledgerError, match="VOXLEDGER_S3_BUCKET"):
-        S3Config.from_env({})
+        S3Config.from_env()
+    for k, v in {"VOXLEDGER_S3_BUCKET": "shared", "VOXLEDGER_S3_PREFIX": "vox", "VOXLEDGER_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+                 "VOXLEDGER_S3_CONDITIONAL_WRITES": "0", "VOXLEDGER_S3_WORKERS": "4"}.items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    cfg = S3Config.from_env()
+    assert (cfg.bucket, cfg.prefix, cfg.endpoint_url, cfg.conditional_writes, cfg.max_workers) == (
+        "shared", "vox/", "http://127.0.0.1:9000", False, 4)  # fmt: skip
+    monkeypatch.setenv("VOXLEDGER_S3_PART_SIZE_MIB", "4")
+    with pytest.raises(SettingsError, match="VOXLEDGER_S3_PART_SIZE_MIB='4' is not a whole number of at least 5"):
+        S3Config.from_env()
     with pytest.raises(VoxledgerError, match="minimum"):
         S3Config(bucket="x", part_size_bytes=MIB)

@@ -11,7 +11,6 @@ keeps generation at disk speed. Each measured pass runs in its own spawned proce
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 
 from voxledger.bench_stages.audit import WORDS, speech_shaped_noise, wav_header
 from voxledger.bench_stages.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
+from voxledger.settings import load_settings
 
 CLIP_S = 10
 POOL = 200  # one-second blocks; clip numbers up to POOL**2 = 40,000 are spelt by two blocks
@@ -82,7 +82,7 @@ def _audit_child(home: str, corpus: str) -> dict[str, Any]:
 
 def bench_corpus_scale(work: Path, n: int | None = None) -> list[Figure]:
     """Audit of ``n`` ten-second clips: first pass, cached pass, peak RSS, against a bare read loop."""
-    n = n or int(os.environ.get("VOXLEDGER_BENCH_SCALE_CLIPS", FULL_CLIPS))
+    n = n or load_settings().bench.scale_clips or FULL_CLIPS
     corpus = work / "scale-corpus"
     t0 = time.perf_counter()
     paths = build_scale_corpus(corpus, n)

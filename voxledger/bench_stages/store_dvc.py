@@ -21,10 +21,12 @@ from pathlib import Path
 
 from voxledger.bench_stages.common import Figure, make_corpus
 from voxledger.schemas.errors import VoxledgerError
+from voxledger.settings import load_settings
 
 
 def _dvc() -> str | None:
-    return os.environ.get("VOXLEDGER_BENCH_DVC") or shutil.which("dvc")
+    dvc = load_settings().bench.dvc
+    return str(dvc) if dvc else shutil.which("dvc")
 
 
 def _run(cmd: list[str], cwd: Path) -> float:
@@ -51,7 +53,7 @@ def bench_store_dvc(work: Path, n: int) -> list[Figure]:
     """
     from voxledger.stores.hashing import hash_files
 
-    rounds = max(1, int(os.environ.get("VOXLEDGER_BENCH_ROUNDS", "3")))
+    rounds = load_settings().bench.rounds
     repo = work / "dvc-repo"
     data = repo / "data"
     files = make_corpus(data, n, 64 * 1024)

@@ -29,6 +29,7 @@ from voxledger.cli import provenance as _provenance
 from voxledger.cli import server as _server
 from voxledger.cli import stages as _stages
 from voxledger.schemas.errors import VoxledgerError
+from voxledger.settings import load_settings
 
 
 class Boundary(click.Group):
@@ -90,10 +91,9 @@ def _version() -> str:
 @click.version_option(_version(), "--version", prog_name="voxledger", message="%(prog)s %(version)s")
 @click.option(
     "--home",
-    envvar="VOXLEDGER_HOME",
     type=click.Path(file_okay=False),
     default=None,
-    help="Home directory of the store and catalog (default ./.voxledger).",
+    help="Home directory of the store and catalog (default $VOXLEDGER_HOME, else ./.voxledger).",
 )
 @click.option(
     "--lock-timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for another process holding the catalog."
@@ -104,7 +104,8 @@ def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
 
     Example: voxledger --home ./.voxledger store verify
     """
-    ctx.obj = {"home": home, "lock_timeout": lock_timeout}
+    settings = load_settings()  # every VOXLEDGER_* variable checked here: a bad one stops any command in one line
+    ctx.obj = {"home": home or (str(settings.home) if settings.home else None), "lock_timeout": lock_timeout}
 
 
 for _module in (

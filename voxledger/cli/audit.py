@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home, plans_dir, run_flow
+from voxledger.cli.common import emit_json, json_option, open_home, plans_dir, run_flow
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.errors import AuditFailedError
 
@@ -27,7 +27,7 @@ DEFAULT_POLICY = plans_dir() / "audit-demo.yaml"
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A folder outside the corpus its manifest may point into (absolute paths, '..'); repeatable. Not part of any identity.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("the summary")
 @click.option("--max-rows", type=int, default=40, show_default=True, help="Findings rows to print.")
 @click.pass_context
 def audit(ctx: click.Context, corpus: Path, policy: Path, audio_roots: tuple[Path, ...], as_json: bool, max_rows: int) -> None:

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home
+from voxledger.cli.common import emit_json, json_option, open_home
 from voxledger.stores.capabilities import CapabilityMatrix, Cell
 
 console = Console()
@@ -48,7 +48,7 @@ def render_html(matrix: CapabilityMatrix, source: str) -> str:
 
 
 @click.command("capabilities")
-@click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
+@json_option("the matrix")
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write a static HTML page to this file."
 )

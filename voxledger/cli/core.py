@@ -231,7 +231,7 @@ def receipt_schemas(write: bool) -> None:
     show_default=True,
     help="A tree, Graphviz dot, or JSON edges.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the edges as JSON (same as --format json).")
+@json_option("the edges")
 @click.pass_context
 def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str, as_json: bool) -> None:
     """Walk the provenance graph from a receipt or artifact digest (or a unique prefix).

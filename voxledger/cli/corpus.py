@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from voxledger.cli.common import emit_json
+from voxledger.cli.common import emit_json, json_option
 from voxledger.tasks.corpus.importers import IMPORTERS
 
 console = Console()
@@ -38,7 +38,7 @@ def corpus() -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A folder outside SRC its manifest may point into; repeatable.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("the summary")
 def import_corpus(layout: str, src: Path, out: Path | None, audio_roots: tuple[Path, ...], as_json: bool) -> None:
     """Read SRC in LAYOUT (or detect it with ``auto``) into voxledger utterances; summarise, or
     write them with --out. Lines that cannot become utterances are listed; the audit reports them too.
@@ -88,7 +88,7 @@ def import_corpus(layout: str, src: Path, out: Path | None, audio_roots: tuple[P
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A folder outside SRC its manifest may point into; repeatable. Not part of any identity.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("the summary")
 @click.pass_context
 def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio_roots: tuple[Path, ...], as_json: bool) -> None:
     """Cut segments, down-mix, resample (soxr) and loudness-normalise SRC into a derived corpus
@@ -124,7 +124,7 @@ def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio
     help="Folder the commands run in (default: the current one, as in a Kaldi recipe).",
 )
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Longest one command may run.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("the summary")
 @click.pass_context
 def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, timeout_s: float, as_json: bool) -> None:
     """Run every wav.scp pipe command of the Kaldi data directory SRC once, without a shell, into

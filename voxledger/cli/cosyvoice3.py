@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from voxledger.cli.common import emit_json
+from voxledger.cli.common import emit_json, json_option
 from voxledger.schemas.errors import TrainingError
+from voxledger.settings import load_settings
 
 MARK = {"error": "ERROR", "warning": "warn", "handled": "fixed"}
 
@@ -24,11 +25,10 @@ def cosyvoice3() -> None:
     "--python",
     "python",
     type=click.Path(path_type=Path),
-    envvar="VOXLEDGER_COSYVOICE_PYTHON",
     default=None,
-    help="Another interpreter (upstream's pins) to report on; running through it is not implemented.",
+    help="Another interpreter (upstream's pins) to report on (default $VOXLEDGER_COSYVOICE_PYTHON); running through it is not implemented.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("the report")
 def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: bool) -> None:
     """Check CHECKOUT and MODEL_DIR against the upstream manifest and the installed torch,
     transformers, torchaudio and torchcodec; print each known incompatibility with its fix.
@@ -39,6 +39,7 @@ def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: boo
     from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
     from voxledger.tasks.backends.cosyvoice3.environment import check_environment
 
+    python = python or load_settings().cosyvoice.python
     report = check_environment(CosyVoice3Config(checkout_dir=checkout, model_dir=model_dir), python)
     if as_json:
         emit_json(report.model_dump(mode="json"))

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, plans_dir, resolve_node, run_flow
+from voxledger.cli.common import emit_json, json_option, plans_dir, resolve_node, run_flow
 from voxledger.schemas.errors import EquivalenceError
 
 console = Console()
@@ -36,7 +36,7 @@ def equivalence() -> None:
 @click.option("--plan", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_PLAN, show_default=True)
 @click.option("--ref-runtime", default="reference", show_default=True, help="name[,dtype=float32][,device=cpu][,tf32]")
 @click.option("--cand-runtime", default="candidate", show_default=True, help="name[,dtype=..][,device=..][,tf32]")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("the report")
 @click.pass_context
 def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_runtime: str, cand_runtime: str, as_json: bool) -> None:
     """Compare stage dumps (folders of tokens.i32 / mel.f32 / pcm.f32 / .npy, or stored tree
@@ -61,7 +61,7 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
 @click.option("--speaker", default=None, help="Speaker to synthesize (default: the adapter's new speaker).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--plan", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_PLAN, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("the report")
 @click.pass_context
 def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, cand_runtime: str, text: str, speaker: str | None,
               seed: int, plan: Path, as_json: bool) -> None:  # fmt: skip

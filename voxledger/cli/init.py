@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from voxledger.cli.common import emit_json
+from voxledger.cli.common import emit_json, json_option
 
 
 @click.command("init")
@@ -26,7 +26,7 @@ from voxledger.cli.common import emit_json
 @click.option("--test-split", default=None, help="Split of the final evaluation prompts (default: 'test' or 'eval'; else the dev split).")
 @click.option("--name", default=None, help="Plan name prefix (default: the corpus folder's name).")
 @click.option("--force", is_flag=True, help="Overwrite plan files already in --out.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was decided and written as JSON.")
+@json_option("what was decided and written")
 def init(corpus: Path, out: Path, target: str | None, train_split: str | None, dev_split: str | None, test_split: str | None,
          name: str | None, force: bool, as_json: bool) -> None:  # fmt: skip
     """Write editable plans (audit, training, promotion, evaluation, listening, pipeline) for CORPUS.

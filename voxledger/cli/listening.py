@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, open_home, plans_dir, resolve_receipt, run_flow
+from voxledger.cli.common import emit_json, json_option, open_home, plans_dir, resolve_receipt, run_flow
 
 console = Console()
 DEFAULT_PROTOCOL = plans_dir() / "listening-demo.yaml"
@@ -37,7 +37,7 @@ def packets() -> None:
     help="Stimulus set JSON (evaluation_plan_sha256 + stimuli with audio digests in the store).",
 )
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("the result")
 @click.pass_context
 def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out: Path, as_json: bool) -> None:
     """Write one blinded packet per rater under OUT and record a packet_set receipt.
@@ -68,7 +68,7 @@ def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out:
 
 @packets.command("verify")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("the result")
 def packets_verify(folder: Path, as_json: bool) -> None:
     """Check a rater's packet folder is intact (page, manifest, every audio file) before sending it.
 
@@ -96,7 +96,7 @@ def ratings() -> None:
 @click.option(
     "--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the unblinded ratings as CSV."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the aggregate result as JSON.")
+@json_option("the aggregate result")
 @click.pass_context
 def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Path, ...], csv_out: Path | None, as_json: bool) -> None:
     """Verify SUBMISSIONS against PACKET_SET (a packet_set receipt id) and record the aggregate.

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from voxledger.cli.common import emit_json, open_home, resolve_receipt, run_flow
+from voxledger.cli.common import emit_json, json_option, open_home, resolve_receipt, run_flow
 from voxledger.schemas.errors import BlobMissingError, CatalogError, VoxledgerError
 
 
@@ -31,7 +31,7 @@ def _checkpoint(ctx: click.Context, run_id: str, choice: str) -> str:
 @click.option("--promotion", default=None, help="Promotion receipt that promoted this checkpoint.")
 @click.option("--evaluation", "evaluations", multiple=True, help="Evaluation receipt of this checkpoint (repeatable).")
 @click.option("--probe-seed", type=int, default=0, show_default=True, help="Seed of the reload and equivalence probe.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("the result")
 @click.pass_context
 def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Path | None, promotion: str | None,
           evaluations: tuple[str, ...], probe_seed: int, as_json: bool) -> None:  # fmt: skip
@@ -108,7 +108,7 @@ def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[
     default=None,
     help="DSSE envelope (default PACKAGE.dsse.json).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("the result")
 @click.pass_context
 def verify(ctx: click.Context, package_ref: str, key: Path | None, attestation: Path | None, as_json: bool) -> None:
     """Re-hash every member against the manifest (naming any that differ); optionally check a signature.

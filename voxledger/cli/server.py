@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from voxledger.cli.common import emit_json, open_home
+from voxledger.cli.common import emit_json, json_option, open_home
 
 
 @click.group("server")
@@ -13,7 +13,7 @@ def server() -> None:
 
 
 @server.command("start")
-@click.option("--json", "as_json", is_flag=True, help="Print the server state as JSON.")
+@json_option("the server state")
 @click.pass_context
 def server_start(ctx: click.Context, as_json: bool) -> None:
     """Start this home's server now (any command that runs a flow starts it on demand).
@@ -34,7 +34,7 @@ def server_start(ctx: click.Context, as_json: bool) -> None:
 
 
 @server.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print the server state as JSON.")
+@json_option("the server state")
 @click.pass_context
 def server_status(ctx: click.Context, as_json: bool) -> None:
     """Say whether this home's server runs, where, and since when.

@@ -38,9 +38,11 @@ def api_mode() -> str:
     """``external`` (an API URL is configured), ``ephemeral`` (VOXLEDGER_PREFECT=ephemeral) or ``home``."""
     from prefect.settings import PREFECT_API_URL
 
+    from voxledger.settings import load_settings
+
     if PREFECT_API_URL.value():
         return "external"
-    return "ephemeral" if os.environ.get("VOXLEDGER_PREFECT", "home") == "ephemeral" else "home"
+    return load_settings().prefect
 
 
 def _writable(path: Path) -> bool:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class VoxledgerError(Exception):
     """Base of every error voxledger raises on purpose; the CLI turns it into a clean exit.
@@ -12,6 +18,10 @@ class VoxledgerError(Exception):
     def __init__(self, *args: object, receipt_id: str | None = None) -> None:
         super().__init__(*args)
         self.receipt_id = receipt_id
+
+
+class SettingsError(VoxledgerError):
+    """A ``VOXLEDGER_*`` environment variable holds a value of the wrong type or out of bounds."""
 
 
 class PlanError(VoxledgerError):
@@ -76,3 +86,26 @@ class SynthesisError(VoxledgerError):
 
 class SignatureError(VoxledgerError):
     """A signed attestation does not verify with the given key, or signs something else."""
+
+
+def error_path(error: Mapping[str, Any], sep: str = ".", root: str = "<top>") -> str:
+    """Where one pydantic error sits, as ``criteria.1.weight`` (``root`` for the document itself)."""
+    return sep.join(map(str, error["loc"])) or root
+
+
+def validation_lines(
+    exc: ValidationError, *, limit: int | None = None, sep: str = ".", root: str = "<top>", show_input: bool = False
+) -> list[str]:
+    """One ``path: message`` line per problem of ``exc``, in pydantic's order.
+
+    Args:
+        limit: keep the first ``limit`` lines and end with one saying how many more there were.
+        sep / root: path separator, and the name of the whole document (an empty path).
+        show_input: append ``(got <value>)`` to each line.
+    """
+    errors = exc.errors()
+    shown = errors if limit is None else errors[:limit]
+    lines = [f"{error_path(e, sep, root)}: {e['msg']}" + (f" (got {e.get('input')!r})" if show_input else "") for e in shown]
+    if len(errors) > len(shown):
+        lines.append(f"... and {len(errors) - len(shown)} more")
+    return lines

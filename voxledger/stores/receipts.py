@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from voxledger import schemas as _schemas_pkg
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
-from voxledger.schemas.errors import ReceiptError
+from voxledger.schemas.errors import ReceiptError, validation_lines
 from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER
 from voxledger.stores.blobs import LocalBlobStore
 
@@ -53,7 +53,7 @@ def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
     try:
         model: ReceiptBase = RECEIPT_ADAPTER.validate_python(doc)
     except ValidationError as exc:
-        lines = [f"{'/'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        lines = validation_lines(exc, sep="/", root="<root>")
         raise ReceiptError(f"{source}: {len(lines)} problem(s) in {kind} receipt:\n  " + "\n  ".join(lines)) from exc
     return model
 

@@ -23,7 +23,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[impor
 
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, VoxledgerError
+from voxledger.settings import S3Settings, load_settings
 from voxledger.stores.hashing import CHUNK_BYTES, sha256_stream
 
 MIB = 1024 * 1024
@@ -75,27 +76,22 @@ class S3Config:
             object.__setattr__(self, "prefix", self.prefix + "/")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> S3Config:
-        """Read ``VOXLEDGER_S3_*`` variables (see docs/shared-storage.md)."""
+    def from_settings(cls, s3: S3Settings) -> S3Config:
+        """The store that ``VOXLEDGER_S3_*`` describe (see docs/settings.md and docs/shared-storage.md)."""
         return cls(
-            bucket=environ.get("VOXLEDGER_S3_BUCKET", ""),
-            prefix=environ.get("VOXLEDGER_S3_PREFIX", ""),
-            endpoint_url=environ.get("VOXLEDGER_S3_ENDPOINT_URL") or None,
-            region=environ.get("VOXLEDGER_S3_REGION") or None,
-            part_size_bytes=_int_setting(environ, "VOXLEDGER_S3_PART_SIZE_MIB", 8) * MIB,
-            conditional_writes=environ.get("VOXLEDGER_S3_CONDITIONAL_WRITES", "1") not in ("0", "false"),
-            max_workers=_int_setting(environ, "VOXLEDGER_S3_WORKERS", 16),
+            bucket=s3.bucket,
+            prefix=s3.prefix,
+            endpoint_url=s3.endpoint_url or None,
+            region=s3.region or None,
+            part_size_bytes=s3.part_size_mib * MIB,
+            conditional_writes=s3.conditional_writes,
+            max_workers=s3.workers,
         )
 
-
-def _int_setting(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise VoxledgerError(f"{name}={raw!r} is not a whole number; set it to e.g. {default} or unset it") from None
+    @classmethod
+    def from_env(cls) -> S3Config:
+        """Read ``VOXLEDGER_S3_*`` now; raises SettingsError naming a variable with a bad value."""
+        return cls.from_settings(load_settings().s3)
 
 
 def _code(exc: ClientError) -> str:

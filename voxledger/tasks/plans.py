@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from voxledger.schemas.base import utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanParameters, PlanReceipt
-from voxledger.schemas.errors import PlanError
+from voxledger.schemas.errors import PlanError, validation_lines
 from voxledger.stores.home import Home
 from voxledger.stores.queries import registered_plans
 from voxledger.tasks.receipting import artifact, build_receipt
@@ -39,7 +39,7 @@ def load_plan(path: Path, model: type[M]) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()]
+        lines = validation_lines(exc, show_input=True)
         raise PlanError(f"plan file {path}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from exc
 
 

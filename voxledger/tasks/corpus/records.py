@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from voxledger.schemas.errors import validation_lines
 from voxledger.schemas.manifest import Utterance, UtteranceSet
 
 
@@ -60,7 +61,7 @@ class RecordSink:
         try:
             self.records.append((Utterance.from_record(record), file, line))
         except ValidationError as exc:
-            detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            detail = "; ".join(validation_lines(exc))
             self.issue("manifest_invalid_record", file, line, detail)
 
     def build(self, files: tuple[Path, ...], *, name: str | None = None, audio_roots: tuple[Path, ...] = ()) -> LoadedCorpus:

@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from voxledger.schemas.canonical import sha256_hex
-from voxledger.schemas.errors import PacketError
+from voxledger.schemas.errors import PacketError, error_path
 from voxledger.schemas.listening import (
     PacketManifest,
     PacketTrial,
@@ -168,7 +168,7 @@ def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret:
     try:
         sub = Submission.model_validate(raw)
     except ValidationError as exc:
-        fields = sorted({".".join(map(str, e["loc"])) for e in exc.errors()})
+        fields = sorted({error_path(e) for e in exc.errors()})
         raise PacketError(f"not a voxledger submission: {len(fields)} invalid field(s): {', '.join(fields[:8])}") from exc
     packet = packets.get(sub.packet_sha256)
     if packet is None:

@@ -1,0 +1,219 @@
+"""Every ``VOXLEDGER_*`` environment variable: typed, documented, read in one place.
+
+``load_settings()`` reads the environment afresh on each call (nothing is cached, so a changed
+variable is seen at once; a call costs under a millisecond) and raises SettingsError naming
+the variable, its value and what is expected. Groups keep the names users already set:
+``VOXLEDGER_S3_WORKERS`` is ``settings.s3.workers``, ``VOXLEDGER_COSYVOICE_DIR`` is
+``settings.cosyvoice.dir``. Booleans accept pydantic's spellings (1/0, true/false, yes/no,
+on/off); an empty variable counts as unset. ``docs/settings.md`` is generated from this module.
+
+This module imports nothing from voxledger beyond ``schemas``, so ``stores`` may use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
+
+from voxledger.schemas.errors import SettingsError
+
+PREFIX = "VOXLEDGER_"
+_GROUP = ConfigDict(frozen=True, extra="ignore")
+
+
+class S3Settings(BaseModel):
+    """The shared S3-compatible store (``store push/pull/status``, ``deploy --shared-store``).
+    Credentials come from the standard AWS variables and files, never from here."""
+
+    model_config = _GROUP
+
+    bucket: str = Field(
+        default="", description="Bucket of the shared store (it must exist); required by `store push`, `pull` and `status`."
+    )
+    prefix: str = Field(default="", description="Key prefix, so one bucket can hold several stores (a trailing / is added).")
+    endpoint_url: str | None = Field(default=None, description="Endpoint of a non-AWS server, e.g. `http://minio.lan:9000`; unset for AWS.")
+    region: str | None = Field(default=None, description="Region name; unset takes it from the AWS configuration.")
+    part_size_mib: int = Field(default=8, ge=5, description="Multipart upload part size in MiB (S3's minimum is 5).")
+    conditional_writes: bool = Field(
+        default=True, description="Write with `If-None-Match: *`; false for a server that mishandles it (a 501 answer is detected anyway)."
+    )
+    workers: int = Field(default=16, ge=1, description="Parallel transfers (threads and HTTP connections).")
+
+
+class CosyVoiceSettings(BaseModel):
+    """Machine facts of the ``cosyvoice3`` backend: paths and device, never part of a plan digest."""
+
+    model_config = _GROUP
+
+    dir: Path | None = Field(
+        default=None, description="A FunAudioLLM/CosyVoice checkout (with `third_party/Matcha-TTS`); required by the backend."
+    )
+    model_dir: Path | None = Field(
+        default=None, description="The Fun-CosyVoice3-0.5B folder; unset means `<checkout>/pretrained_models/Fun-CosyVoice3-0.5B`."
+    )
+    campplus_onnx: Path | None = Field(default=None, description="Speaker embedding extractor; unset means `<model_dir>/campplus.onnx`.")
+    speech_tokenizer_onnx: Path | None = Field(
+        default=None, description="Speech tokenizer; unset means `<model_dir>/speech_tokenizer_v3.onnx`."
+    )
+    device: str = Field(
+        default="cpu",
+        pattern=r"^(cpu|cuda(:\d+)?)$",
+        json_schema_extra={"accepts": "cpu, cuda or cuda:N"},
+        description="Training device; plain cuda means `cuda:$LOCAL_RANK` under torchrun.",
+    )
+    work_dir: Path | None = Field(
+        default=None, description="Cache of prepared data and file digests; unset means `~/.cache/voxledger/cosyvoice3`."
+    )
+    python: Path | None = Field(
+        default=None,
+        description="Another interpreter with upstream's pins, reported on by `cosyvoice3 preflight`; "
+        "the backend refuses to start while it is set (running through it is not implemented).",
+    )  # fmt: skip
+
+
+class BenchSettings(BaseModel):
+    """Knobs of ``voxledger bench`` stages that are too slow or need tools to run by default."""
+
+    model_config = _GROUP
+
+    dvc: Path | None = Field(default=None, description="The dvc executable for `--only store-dvc`; unset means the dvc on PATH.")
+    rounds: int = Field(default=3, ge=1, description="Rounds of `--only store-dvc` (each figure is the median over rounds).")
+    scale_clips: int | None = Field(
+        default=None, ge=1, description="Ten-second clips of `--only corpus-scale`; unset means 36,000 (100 hours)."
+    )
+
+
+class VoxledgerSettings(BaseSettings):
+    """Settings of this process, from ``VOXLEDGER_*`` variables; a command-line option wins over its variable."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        env_nested_delimiter="_",
+        env_nested_max_split=1,  # VOXLEDGER_S3_PART_SIZE_MIB is s3.part_size_mib, not s3.part.size_mib
+        env_ignore_empty=True,
+        frozen=True,
+        extra="ignore",
+    )
+
+    home: Path | None = Field(
+        default=None, description="Home directory (store, receipts, catalog); `--home` wins; unset means `./.voxledger`."
+    )
+    read_only: bool = Field(
+        default=False,
+        description="Treat the home as read-only whatever its permissions say (root can write anything): reads work, recording is refused.",
+    )
+    sync: bool = Field(
+        default=False,
+        description="Work against the shared store: each stage flow pulls before and pushes after (`deploy --shared-store` sets it).",
+    )
+    prefect: Literal["home", "ephemeral"] = Field(
+        default="home",
+        description="home: one long-lived Prefect server per home; ephemeral: Prefect's temporary in-process server per command. "
+        "`PREFECT_API_URL`, when set, wins over both.",
+    )
+    s3: S3Settings = Field(default=S3Settings(), description=S3Settings.__doc__)
+    cosyvoice: CosyVoiceSettings = Field(default=CosyVoiceSettings(), description=CosyVoiceSettings.__doc__)
+    bench: BenchSettings = Field(default=BenchSettings(), description=BenchSettings.__doc__)
+
+
+GROUPS: dict[str, type[BaseModel]] = {"s3": S3Settings, "cosyvoice": CosyVoiceSettings, "bench": BenchSettings}
+
+
+class SettingField(NamedTuple):
+    """One variable: its name, the group it belongs to ("" for the top level) and its field."""
+
+    env: str
+    group: str
+    name: str
+    info: FieldInfo
+
+
+def env_name(*path: str | int) -> str:
+    """The variable of a field path: ``env_name("s3", "workers") == "VOXLEDGER_S3_WORKERS"``."""
+    return PREFIX + "_".join(map(str, path)).upper()
+
+
+def setting_fields() -> Iterator[SettingField]:
+    """Every variable in model order, top-level ones first."""
+    for name, info in VoxledgerSettings.model_fields.items():
+        if name not in GROUPS:
+            yield SettingField(env_name(name), "", name, info)
+    for group, model in GROUPS.items():
+        for name, info in model.model_fields.items():
+            yield SettingField(env_name(group, name), group, name, info)
+
+
+def load_settings() -> VoxledgerSettings:
+    """Settings from this process's environment, read now (tests that change a variable see it).
+
+    Raises:
+        SettingsError: one line naming every bad variable, its value and what it should be.
+    """
+    try:
+        return VoxledgerSettings()
+    except ValidationError as exc:
+        raise SettingsError("; ".join(_problem(e) for e in exc.errors()) + " (see docs/settings.md)") from None
+    except SourceError as exc:  # a whole group set as one variable (VOXLEDGER_S3=...) that is not JSON
+        found = re.search(r'field "(\w+)"', str(exc))
+        name = env_name(found.group(1)) if found else PREFIX + "*"
+        raise SettingsError(
+            f"{name}={os.environ.get(name)!r} is not a JSON object of its group's fields; "
+            f"unset it and set the single {name}_* variables instead (see docs/settings.md)"
+        ) from None
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    name = env_name(*error["loc"])
+    info = _field_at(error["loc"])
+    if info is None:
+        return f"{name}={error.get('input')!r}: {error['msg']}"
+    return f"{name}={error.get('input')!r} is not {expected(info)}; fix it or unset it (default: {default_text(info)})"
+
+
+def _field_at(loc: tuple[str | int, ...]) -> FieldInfo | None:
+    if len(loc) == 1:
+        return VoxledgerSettings.model_fields.get(str(loc[0]))
+    if len(loc) == 2 and loc[0] in GROUPS:
+        return GROUPS[str(loc[0])].model_fields.get(str(loc[1]))
+    return None
+
+
+def expected(info: FieldInfo) -> str:
+    """What a field's variable accepts, in words (``a whole number of at least 1``)."""
+    if isinstance(info.json_schema_extra, dict) and "accepts" in info.json_schema_extra:
+        return str(info.json_schema_extra["accepts"])
+    kind = info.annotation
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None: describe X
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(kind)))
+    if kind is bool:
+        return "a yes/no value (1/0, true/false, yes/no, on/off)"
+    if kind is int:
+        floors = [m.ge for m in info.metadata if isinstance(m, annotated_types.Ge)]
+        return "a whole number" + (f" of at least {floors[0]}" if floors else "")
+    if kind is Path:
+        return "a path"
+    patterns = [m.pattern for m in info.metadata if getattr(m, "pattern", None)]
+    return f"text matching {patterns[0]}" if patterns else "text"
+
+
+def default_text(info: FieldInfo) -> str:
+    """A field's default as the docs show it: ``16``, ``true``, ``(empty)`` or ``(unset)``."""
+    value = info.get_default(call_default_factory=True)
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if value != "" else "(empty)"
