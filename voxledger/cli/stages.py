@@ -21,6 +21,7 @@ from voxledger.cli.common import (
     resolve_receipt,
     run_flow,
 )
+from voxledger.schemas.errors import validation_lines
 
 console = Console()
 PLANS = plans_dir()
@@ -42,9 +43,7 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
 
     audit_id = resolve_receipt(ctx, audit_rid, "audit")
     base = resolve_node(ctx, base_sha) if base_sha else None
-    out = run_flow(
-        ctx, train_flow, str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json
-    )
+    out = run_flow(ctx, train_flow, str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json)
     r = out.receipt
     summary = {"receipt": out.receipt_id, "cached": out.cached, "best": r.subject("best").sha256, "last": r.subject("last").sha256,
                "best_epoch": r.result.best_epoch, "epochs": len(r.result.epochs), "stop_reason": r.result.stop_reason}  # fmt: skip
@@ -306,7 +305,7 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
         rid, receipt = execute_plan(home, execute)  # type: ignore[arg-type]
     except pydantic.ValidationError as exc:
         raise click.BadParameter(
-            f"{execute} is not a prune plan ({exc.error_count()} problem(s), e.g. {exc.errors()[0]['msg']}); "
+            f"{execute} is not a prune plan ({exc.error_count()} problem(s), e.g. {validation_lines(exc, limit=1)[0]}); "
             "write one with --plan-out and review it",
             param_hint="--execute",
         ) from exc

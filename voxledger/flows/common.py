@@ -3,7 +3,6 @@ references a flow takes, and the shared-store wrapper around each stage."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -50,7 +49,9 @@ def sync_enabled(home: HomeRef | None = None) -> bool:
     ``VOXLEDGER_SYNC=1`` (set on workers by ``voxledger deploy --shared-store``)."""
     if home is not None and home.shared_store is not None:
         return home.shared_store
-    return os.environ.get(SYNC_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+    from voxledger.settings import load_settings
+
+    return load_settings().sync
 
 
 def open_home(home: HomeRef | str | None) -> Home:

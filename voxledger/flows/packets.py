@@ -8,7 +8,7 @@ from prefect import flow, task
 from pydantic import ValidationError
 
 from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
-from voxledger.schemas.errors import PacketError
+from voxledger.schemas.errors import PacketError, validation_lines
 from voxledger.schemas.listening import ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
 from voxledger.stores.home import HomeRef
@@ -22,7 +22,7 @@ def _stimuli(path: Path) -> StimulusSet:
     try:
         return StimulusSet.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']}" for e in exc.errors()[:10]]
+        lines = validation_lines(exc, limit=10)
         raise PacketError(f"stimuli file {path}: {exc.error_count()} problem(s):\n  " + "\n  ".join(lines)) from exc
 
 

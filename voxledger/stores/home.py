@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxledger.schemas.base import ReceiptBase
+from voxledger.settings import load_settings
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.catalog import Catalog
 from voxledger.stores.hashing import StatCache
@@ -22,7 +23,7 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Where the home lives, following the documented resolution order."""
     if explicit:
         return Path(explicit).absolute()
-    env = os.environ.get("VOXLEDGER_HOME")
+    env = load_settings().home
     return Path(env).absolute() if env else Path.cwd() / ".voxledger"
 
 
@@ -30,13 +31,13 @@ READ_ONLY_ENV = "VOXLEDGER_READ_ONLY"
 
 
 def is_read_only(root: Path) -> bool:
-    """True when ``VOXLEDGER_READ_ONLY`` is set (1/true/yes), or the home or its catalog exists and
+    """True when ``VOXLEDGER_READ_ONLY`` is true (see docs/settings.md), or the home or its catalog exists and
     this process may not write it (a shared catalog mounted read-only, say).
 
     The variable exists because file permissions cannot say it for every caller (root writes
     anything) and a read-only mount may still report a directory as writable to ``access``.
     """
-    if os.environ.get(READ_ONLY_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if load_settings().read_only:
         return True
     catalog = root / "catalog.duckdb"
     return (root.is_dir() and not os.access(root, os.W_OK)) or (catalog.is_file() and not os.access(catalog, os.W_OK))

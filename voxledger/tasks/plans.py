@@ -85,7 +85,7 @@ class PlanRef(BaseModel):
         try:
             plan = model.model_validate(self.document)
         except ValidationError as exc:
-            lines = [f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']}" for e in exc.errors()]
+            lines = validation_lines(exc)
             raise PlanError(f"plan {self.source_name} ({self.kind}): {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from exc
         got = plan_digest(plan)
         if got != self.sha256:
