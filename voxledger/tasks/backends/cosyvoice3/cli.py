@@ -1,15 +1,24 @@
-"""``voxledger cosyvoice3 preflight``: check a CosyVoice checkout and model folder before training."""
+"""``voxledger cosyvoice3 preflight``: check a CosyVoice checkout and model folder before training.
+
+The CLI attaches `cli_group` through ``tasks/backends/base.py`` ``COMMAND_GROUPS``; importing this
+module loads click only (the checks import on use).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from voxledger.cli.common import emit_json
 from voxledger.schemas.errors import TrainingError
 
 MARK = {"error": "ERROR", "warning": "warn", "handled": "fixed"}
+
+
+def cli_group() -> click.Group:
+    """The ``cosyvoice3`` command group."""
+    return cosyvoice3
 
 
 @click.group()
@@ -41,7 +50,8 @@ def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: boo
 
     report = check_environment(CosyVoice3Config(checkout_dir=checkout, model_dir=model_dir), python)
     if as_json:
-        emit_json(report.model_dump(mode="json"))
+        # the CLI's JSON convention (voxledger.cli.common.emit_json): stable key order
+        click.echo(json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True, default=str))
     else:
         versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in report.versions.items())
         click.echo(f"upstream manifest: commit {report.manifest_commit}; this environment: {versions}")
@@ -52,6 +62,3 @@ def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: boo
     if report.errors:
         raise TrainingError(f"cosyvoice3 preflight: {len(report.errors)} error(s) ({', '.join(sorted({f.id for f in report.errors}))}); "
                             "fix them before training")  # fmt: skip
-
-
-COMMANDS = (cosyvoice3,)
