@@ -24,7 +24,7 @@ from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import latest_alias_move, promotion_that_moved
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
-from voxledger.tasks.plans import plan_digest, register_plan
+from voxledger.tasks.plans import check_plan, plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
 
@@ -104,9 +104,13 @@ def promote_adapter_fn(
     home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
 ) -> StageOutcome[PromotionReceipt]:  # fmt: skip
-    """Evaluate best-k + last against the champion (or the base model) and move aliases."""
+    """Evaluate best-k + last against the champion (or the base model) and move aliases.
+
+    Raises PlanError before any work when a rule names a metric the registry does not know.
+    """
     from voxledger.schemas.errors import ReceiptError, TrainingError
 
+    check_plan(policy, f"promotion policy {policy_name}")
     started = utc_now()
     try:
         run = home.receipts.read(training_run_rid, TrainingRunReceipt)
