@@ -44,3 +44,27 @@ def test_plan_identity_ignores_comments_and_key_order(tmp_path: Path) -> None:
 def test_hard_cases_cover_the_categories() -> None:
     plan = load_plan(PLANS / "eval-hard-cases.yaml", EvaluationPlan)
     assert {p.category for p in plan.prompts} == {"numbers", "dates", "currency", "names", "long_form", "questions"}
+
+
+def test_a_gate_rule_on_an_unknown_metric_is_refused_when_the_plan_loads(tmp_path: Path) -> None:
+    import pytest
+
+    from voxledger.schemas.errors import PlanError
+    from voxledger.tasks.metrics.registry import rule_metric_ids
+    from voxledger.tasks.plans import check_plan
+
+    valid = rule_metric_ids()
+    # 15 registered metrics; the 4 text families have one member per normaliser (3): 11 + 4 x 3
+    assert len(valid) == 23 and {"wer:whisper_en", "cer:basic", "speaker_sim", "content_gate_pass"} <= set(valid)
+    doc = yaml.safe_load((PLANS / "promote-demo.yaml").read_text())
+    doc["rules"][1]["metric"] = "wer"  # a family without its normaliser
+    doc["rules"][2]["metric"] = "speaker_similarity"
+    bad = tmp_path / "promote-typo.yaml"
+    bad.write_text("# voxledger promote RUN --policy promote-typo.yaml\n" + yaml.safe_dump(doc))
+    with pytest.raises(PlanError) as caught:
+        load_plan(bad, PromotionPolicy)
+    message = str(caught.value)
+    assert "2 problem(s)" in message and "rules.1.metric: 'wer' is not a registered metric id" in message
+    assert "rules.2.metric: 'speaker_similarity'" in message and "wer:whisper_en" in message and "rules.0" not in message
+    with pytest.raises(PlanError, match="promotion policy p.yaml: 2 problem"):
+        check_plan(PromotionPolicy.model_validate(doc), "promotion policy p.yaml")  # what promote_adapter_fn checks first

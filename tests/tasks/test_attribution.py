@@ -11,7 +11,7 @@ from tests.tasks.test_evaluation import trained  # noqa: F401  (module fixture: 
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree
 from voxledger.tasks.backends.tiny.backend import TinyBackend
-from voxledger.tasks.equivalence.attribution import attribute_tiny
+from voxledger.tasks.equivalence.attribution import attribute_runtimes
 
 # Short on purpose: the 1-epoch test base overestimates durations (26 s of audio for a 100-character
 # sentence), and every stage output is vocoded; eight drift windows still fit easily.
@@ -29,7 +29,7 @@ def test_adapter_vs_merged_is_green_and_corruption_is_blamed_on_its_stage(traine
     home, _, base_sha, adapter_sha = trained
     adapter = _load(home, base_sha, adapter_sha, tmp_path, "adapter")
     merged = _load(home, base_sha, adapter_sha, tmp_path, "merged")
-    report = attribute_tiny(adapter, merged, TEXT, "spk_t", seed=0, dump_dir=tmp_path / "dumps")
+    report = attribute_runtimes("tiny", adapter, merged, TEXT, "spk_t", seed=0, dump_dir=tmp_path / "dumps")
     assert report.band == "GREEN", [(s.stage, s.rel) for s in report.stages]
     assert (tmp_path / "dumps" / "cand" / "mel.f32").is_file()
     mel = next(s for s in report.stages if s.stage == "mel")
@@ -38,7 +38,7 @@ def test_adapter_vs_merged_is_green_and_corruption_is_blamed_on_its_stage(traine
     broken = copy.deepcopy(merged)
     with torch.no_grad():
         broken.model.mel_out.weight[3, :] += 5.0  # a decoder weight: only the mel stage may turn RED
-    report = attribute_tiny(merged, broken, TEXT, "spk_t", seed=0)
+    report = attribute_runtimes("tiny", merged, broken, TEXT, "spk_t", seed=0)
     bands = {s.stage: s.band for s in report.stages}
     assert bands == {"durations": "GREEN", "mel": "RED", "pcm": "GREEN"}, bands
     assert not report.passed

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from voxledger.schemas.training import DEFAULT_BACKEND, BackendName
+
+BENCH_BACKEND: BackendName = DEFAULT_BACKEND  # the backend every training and synthesis figure measures
 SAMPLE_RATE_HZ = 16000
-TINY = "voxledger.tasks.backends.tiny.backend"
 TINY_MODEL = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128,
               "postnet_channels": 64, "encoder_layers": 2}  # fmt: skip
 
@@ -60,6 +62,14 @@ def clock(totals: dict[str, float], stage: str) -> Iterator[None]:
         yield
     finally:
         totals[stage] += time.perf_counter() - t0
+
+
+def backend_hooks(backend: BackendName, methods: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str, str], ...]:
+    """(stage, module, "Class.method") hooks on the registered class of ``backend`` for each (stage, method)."""
+    from voxledger.tasks.backends.base import backend_location
+
+    module, cls = backend_location(backend)
+    return tuple((stage, module, f"{cls}.{method}") for stage, method in methods)
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from voxledger.bench_stages.common import (
+    BENCH_BACKEND,
     SAMPLE_RATE_HZ,
-    TINY,
     Figure,
     audit_policy,
+    backend_hooks,
     clock,
     in_child,
     stage_timers,
@@ -33,7 +35,7 @@ from voxledger.schemas.errors import VoxledgerError
 # (content_gate calls score_text); an inner call of the stage already being timed is not counted.
 EVAL_STAGES = (
     ("generation", "voxledger.tasks.evaluation.run", "generate_all"),
-    ("synthesis", TINY, "TinyBackend.synthesize"),
+    *backend_hooks(BENCH_BACKEND, (("synthesis", "synthesize"),)),
     ("extraction", "voxledger.tasks.evaluation.run", "extract_all"),
     ("asr", "voxledger.tasks.metrics.asr", "load_asr_model"),
     ("asr", "voxledger.tasks.metrics.asr", "AsrModel.transcribe"),
@@ -68,7 +70,7 @@ def _eval_inputs(work: Path, quick: bool) -> tuple[str, Path, dict[str, Any], st
                     for r in target if r["split"] == "test")  # fmt: skip
     plan = EvaluationPlan(
         name="bench-eval", prompts=prompts, seeds=(0,), baseline="base", speaker_references={f"{p.id}:0": ref for p in prompts},
-        candidates=(Candidate(name="base", backend="tiny", runtime="base", artifact="input:base", speaker="spk-b1",
+        candidates=(Candidate(name="base", backend=BENCH_BACKEND, runtime="base", artifact="input:base", speaker="spk-b1",
                               settings={"durations": "espeak"}),  # an untrained duration predictor babbles for minutes
                     Candidate(name="recordings", backend="recordings", runtime="recordings")),
     )  # fmt: skip
@@ -77,7 +79,9 @@ def _eval_inputs(work: Path, quick: bool) -> tuple[str, Path, dict[str, Any], st
 
 def _import_eval_models() -> None:
     """Import every model library before a clock starts, so both sides time loads, not imports."""
-    for module in ("faster_whisper", "speechbrain.inference.speaker", "speechmos.dnsmos", "voxledger.tasks.backends.tiny.backend",
+    from voxledger.tasks.backends.base import backend_location
+
+    for module in ("faster_whisper", "speechbrain.inference.speaker", "speechmos.dnsmos", backend_location(BENCH_BACKEND)[0],
                    "voxledger.tasks.metrics.asr", "voxledger.tasks.metrics.speaker", "voxledger.tasks.metrics.mos"):  # fmt: skip
         importlib.import_module(module)
 
@@ -125,8 +129,6 @@ def _raw_asr(spec: Any) -> Callable[[np.ndarray], str]:
 
 
 def _raw_ecapa() -> Callable[[np.ndarray], np.ndarray]:
-    import tempfile
-
     import torch
     from speechbrain.inference.speaker import EncoderClassifier
 
@@ -150,6 +152,14 @@ def _raw_ecapa() -> Callable[[np.ndarray], np.ndarray]:
     return embed
 
 
+def _tree_view(blobs: Any, tree_sha: str, dest: Path) -> Path:
+    """A folder of links to a stored tree's blobs: the model files as the store holds them, nothing copied."""
+    for e in json.loads(blobs.get_bytes(tree_sha))["entries"]:
+        (dest / e["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (dest / e["path"]).symlink_to(blobs.path_of(e["sha256"]))
+    return dest
+
+
 def _eval_raw_child(home: str, corpus: str, plan_doc: dict[str, Any], base_sha: str, clips: list[dict[str, Any]]) -> dict[str, Any]:
     """The same model calls on the same clips, with nothing around them: no store, journal, statistics or receipts."""
     import soundfile as sf
@@ -158,8 +168,7 @@ def _eval_raw_child(home: str, corpus: str, plan_doc: dict[str, Any], base_sha: 
 
     from voxledger.schemas.evaluation import EvaluationPlan
     from voxledger.stores.blobs import LocalBlobStore
-    from voxledger.tasks.backends.tiny.backend import MODEL_FILE, TinyBackend, TinyLoaded
-    from voxledger.tasks.backends.tiny.model import load_tiny
+    from voxledger.tasks.backends.base import get_backend
     from voxledger.tasks.metrics.content_gate import content_gate
     from voxledger.tasks.metrics.textmetrics import score_text
     from voxledger.tasks.metrics.validity import audio_stats
@@ -171,13 +180,12 @@ def _eval_raw_child(home: str, corpus: str, plan_doc: dict[str, Any], base_sha: 
     t: dict[str, float] = defaultdict(float)
     refs: dict[str, np.ndarray] = {}
     t0 = time.perf_counter()
-    with clock(t, "generation"), stage_timers(EVAL_STAGES[1:2]) as synthesis:
-        tree = json.loads(blobs.get_bytes(base_sha))
-        model, norm = load_tiny(blobs.path_of(next(e["sha256"] for e in tree["entries"] if e["path"] == MODEL_FILE)))
-        loaded, cand = TinyLoaded(model.eval(), norm, "base"), next(c for c in plan.candidates if c.backend == "tiny")
+    with tempfile.TemporaryDirectory() as view, clock(t, "generation"), stage_timers(EVAL_STAGES[1:2]) as synthesis:
+        cand, backend = next(c for c in plan.candidates if c.name == "base"), get_backend(BENCH_BACKEND)
+        loaded = backend.load_for_inference(None, _tree_view(blobs, base_sha, Path(view)), "base")
         for p in plan.prompts:
             for seed in plan.seeds:
-                TinyBackend().synthesize(loaded, p.text, cand.speaker or "", seed, dict(cand.settings))
+                backend.synthesize(loaded, p.text, cand.speaker or "", seed, dict(cand.settings))
             sf.read(str(Path(corpus) / (p.recording or "")), dtype="float32")
     with clock(t, "asr"):
         transcribe = _raw_asr(m.asr)

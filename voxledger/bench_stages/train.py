@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench_stages.common import TINY, Figure, audit_policy, in_child, stage_timers, train_plan
+from voxledger.bench_stages.common import Figure, audit_policy, backend_hooks, in_child, stage_timers, train_plan
 from voxledger.schemas.errors import VoxledgerError
 
-TRAIN_STAGES = (("setup", TINY, "TinyBackend.setup"), ("step", TINY, "TinyBackend.train_step"), ("cv", TINY, "TinyBackend.cv_loss"))
+TRAIN_METHODS = (("setup", "setup"), ("step", "train_step"), ("cv", "cv_loss"))
 
 
 def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
 
     plan = TrainingPlan.model_validate(plan_doc)
     get_backend(plan.backend)  # imports (torch, transformers, peft) before the clock starts
-    with stage_timers(TRAIN_STAGES) as stages:
+    with stage_timers(backend_hooks(plan.backend, TRAIN_METHODS)) as stages:
         t0 = time.perf_counter()
         out = train_adapter_fn(Home(home), Path(corpus), audit_rid, plan, plan_name=f"{plan.name}.yaml")
         wall, r = time.perf_counter() - t0, out.receipt.result
@@ -41,7 +41,7 @@ def _bare_train_child(corpus: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
 
     plan = TrainingPlan.model_validate(plan_doc)
     backend, step = get_backend(plan.backend), 0
-    with stage_timers(TRAIN_STAGES) as stages:
+    with stage_timers(backend_hooks(plan.backend, TRAIN_METHODS)) as stages:
         t0 = time.perf_counter()
         torch.set_num_threads(plan.threads)
         setup = backend.setup(Path(corpus), plan, None)
@@ -84,7 +84,7 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
     run, k, step_s = runs["plan"], plan.checkpoint_every_steps, runs["plan"]["stages"]["step"]
     if bare["steps"] != run["steps"]:
         raise VoxledgerError(f"bare loop ran {bare['steps']} steps, the training run {run['steps']}: the comparison would be unfair")
-    label = f"train tiny full {run['params'] / 1e6:.1f} M params, {plan.threads} thread(s), {run['steps']} steps"
+    label = f"train {plan.backend} full {run['params'] / 1e6:.1f} M params, {plan.threads} thread(s), {run['steps']} steps"
     return [
         Figure(f"{label}: utterances", run["utterances"] / run["loop_step_s"], "utterances/s"),
         Figure(f"{label}: frames", run["frames"] / run["loop_step_s"], "frames/s"),

@@ -15,10 +15,10 @@ from typing import Any
 import click
 
 from voxledger.cli import audit as _audit
+from voxledger.cli import backends as _backends
 from voxledger.cli import capabilities as _capabilities
 from voxledger.cli import core as _core
 from voxledger.cli import corpus as _corpus
-from voxledger.cli import cosyvoice3 as _cosyvoice3
 from voxledger.cli import demo as _demo
 from voxledger.cli import deploy as _deploy
 from voxledger.cli import equivalence as _equivalence
@@ -110,10 +110,10 @@ def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
 
 for _module in (
     _audit,
+    _backends,
     _capabilities,
     _core,
     _corpus,
-    _cosyvoice3,
     _demo,
     _deploy,
     _equivalence,

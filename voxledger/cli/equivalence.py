@@ -65,12 +65,13 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
 @click.pass_context
 def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, cand_runtime: str, text: str, speaker: str | None,
               seed: int, plan: Path, as_json: bool) -> None:  # fmt: skip
-    """Blame a gap between two runtimes of a tiny adapter on the stage that causes it.
+    """Blame a gap between two runtimes of an adapter on the stage that causes it.
 
     BASE and ADAPTER are stored tree digests or unique prefixes (a full training run's model, a LoRA run's
-    checkpoint). Each stage of the candidate gets the reference's input (durations, then mel),
-    so a gap shows at its source and nowhere after. The fed-forward dumps are compared under
-    PLAN and recorded as an equivalence receipt; exits non-zero on RED.
+    checkpoint); the backend of ADAPTER's run splits synthesis into stages. Each stage of the candidate
+    gets the reference's input (tiny: durations, then mel), so a gap shows at its source and nowhere
+    after. The fed-forward dumps are compared under PLAN and recorded as an equivalence receipt; exits
+    non-zero on RED.
 
     Example: voxledger equivalence attribute 44a1... 76b6... --ref-runtime adapter --cand-runtime merged
     """

@@ -68,6 +68,10 @@ class EvaluationError(VoxledgerError):
     """An evaluation cannot proceed or compare (unknown candidate, mixed provenance, bad model)."""
 
 
+class BackendCapabilityError(VoxledgerError):
+    """A backend cannot do what a stage asks of it yet; the message names the backend and what is missing."""
+
+
 class EquivalenceError(VoxledgerError):
     """Stage dumps cannot be compared (shape, dtype, NaN/Inf, truncated file)."""
 

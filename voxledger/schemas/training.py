@@ -9,6 +9,9 @@ from pydantic import Field, JsonValue, model_validator
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 
 BackendName = Literal["tiny", "cosyvoice3"]
+"""The closed backend registry as the plan schema sees it (``tasks/backends/base.py`` maps each name to its class)."""
+DEFAULT_BACKEND: BackendName = "tiny"
+"""The backend a plan that names none runs on, and the one generated plans name."""
 
 
 class LoraSettings(Frozen):
@@ -35,7 +38,7 @@ class TrainingPlan(Frozen):
 
     kind: Literal["training_plan"] = "training_plan"
     name: str
-    backend: BackendName = "tiny"
+    backend: BackendName = DEFAULT_BACKEND
     mode: Literal["full", "lora"]
     train_splits: tuple[str, ...] = Field(min_length=1)
     cv_splits: tuple[str, ...] = Field(min_length=1)

@@ -64,6 +64,17 @@ def checkpoint_rows(catalog: Catalog) -> list[tuple[str, str, int, float, str]]:
     return [(str(a), str(b), int(c), float(d), str(e)) for a, b, c, d, e in rows]
 
 
+def backends_of_checkpoint(catalog: Catalog, tree_sha256: str) -> list[str]:
+    """Backends of the recorded training runs that checkpointed ``tree_sha256`` (a model or adapter tree)."""
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT DISTINCT t.backend FROM checkpoints c JOIN training_epochs t ON t.run_key = c.run_key"
+            " WHERE c.tree_sha256 = ? ORDER BY 1",
+            [tree_sha256],
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def references_for_pruning(catalog: Catalog, kinds: tuple[str, ...]) -> tuple[list[tuple[str, str]], set[str], list[str]]:
     """Every edge (src, dst), every checkpoint receipt id, and the documents of receipts of ``kinds``."""
     with catalog.connect(read_only=True) as con:

@@ -8,6 +8,7 @@ new file).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from voxledger.schemas.base import utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanParameters, PlanReceipt
 from voxledger.schemas.errors import PlanError, validation_lines
+from voxledger.schemas.promotion import PromotionPolicy
 from voxledger.stores.home import Home
 from voxledger.stores.queries import registered_plans
 from voxledger.tasks.receipting import artifact, build_receipt
@@ -26,8 +28,32 @@ M = TypeVar("M", bound=BaseModel)
 PLAN_MEDIA_TYPE = "application/vnd.voxledger.plan+json"
 
 
+def _gate_rule_problems(policy: PromotionPolicy) -> list[str]:
+    from voxledger.tasks.metrics.registry import rule_metric_ids
+
+    valid = rule_metric_ids()
+    return [f"rules.{i}.metric: {r.metric!r} is not a registered metric id (valid: {', '.join(valid)})"
+            for i, r in enumerate(policy.rules) if r.metric not in valid]  # fmt: skip
+
+
+# Checks against registries that live in tasks, which schemas/ cannot import: model -> problems.
+REGISTRY_CHECKS: dict[type[BaseModel], Callable[[Any], list[str]]] = {PromotionPolicy: _gate_rule_problems}
+
+
+def check_plan(plan: BaseModel, source: str) -> None:
+    """Check what the schema cannot: names that refer to registries in tasks (a gate rule's metric id).
+
+    Raises:
+        PlanError: naming ``source``, each bad field by path, the bad value and the valid ones.
+    """
+    check = REGISTRY_CHECKS.get(type(plan))
+    problems = check(plan) if check is not None else []
+    if problems:
+        raise PlanError(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+
 def load_plan(path: Path, model: type[M]) -> M:
-    """Read a YAML plan and validate it, listing every problem with its field path."""
+    """Read a YAML plan and validate it (schema, then `check_plan`), listing every problem with its field path."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -37,10 +63,12 @@ def load_plan(path: Path, model: type[M]) -> M:
     if not isinstance(raw, dict):
         raise PlanError(f"plan file {path} must hold a mapping at the top level, got {type(raw).__name__}")
     try:
-        return model.model_validate(raw)
+        plan = model.model_validate(raw)
     except ValidationError as exc:
         lines = validation_lines(exc, show_input=True)
         raise PlanError(f"plan file {path}: {len(lines)} problem(s):\n  " + "\n  ".join(lines)) from exc
+    check_plan(plan, f"plan file {path}")
+    return plan
 
 
 def plan_digest(plan: BaseModel) -> str:

@@ -25,7 +25,8 @@ import yaml
 
 from voxledger.schemas.errors import CorpusError, UnsafePathError
 from voxledger.schemas.manifest import Utterance
-from voxledger.tasks.backends.tiny.training import BASE_RECIPE, LORA_RECIPE
+from voxledger.schemas.training import BackendName
+from voxledger.tasks.backends.base import DEFAULT_BACKEND, get_backend
 from voxledger.tasks.corpus.audio import DECODE_ERRORS
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path
@@ -135,8 +136,14 @@ def _references(prompts: list[dict[str, Any]], refs: list[Utterance]) -> dict[st
     return {f"{p['id']}:0": refs[k % len(refs)].audio for k, p in enumerate(prompts)}
 
 
-def plan_documents(loaded: LoadedCorpus, roles: CorpusRoles, name: str) -> dict[str, dict[str, Any]]:
-    """File name -> plan document, written by `init_plans`."""
+def plan_documents(
+    loaded: LoadedCorpus, roles: CorpusRoles, name: str, backend: BackendName = DEFAULT_BACKEND
+) -> dict[str, dict[str, Any]]:
+    """File name -> plan document, written by `init_plans`; training settings are ``backend``'s measured recipes.
+
+    Raises:
+        BackendCapabilityError: the backend has no recipe for a plan that is needed.
+    """
     utts = loaded.utterances.utterances
     of_target = [u for u in utts if u.speaker == roles.target]
     refs = [u for u in of_target if u.split == roles.train]
@@ -147,19 +154,20 @@ def plan_documents(loaded: LoadedCorpus, roles: CorpusRoles, name: str) -> dict[
     audit = {"kind": "audit_policy", "name": name,
              "leakage": [{"key": "speaker", "partition": [sorted({u.split for u in utts})]}, {"key": "recording_id"}, {"key": "text_norm"}],
              "sample_rate_hz": roles.sample_rate_hz, "channels": roles.channels}  # fmt: skip
-    optim = {k: BASE_RECIPE[k] for k in ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")}
-    base = {"kind": "training_plan", "name": f"{name}-base", "backend": "tiny", "mode": "full", "train_splits": [roles.train],
+    models = get_backend(backend)
+    full = models.plan_recipe("full")
+    base = {"kind": "training_plan", "name": f"{name}-base", "backend": backend, "mode": "full", "train_splits": [roles.train],
             "cv_splits": [roles.dev], "speakers": list(roles.base_speakers or (roles.target,)), "seed": 0, "threads": 2,
-            "frames_per_batch": BASE_RECIPE["frames_per_batch"], "precision": BASE_RECIPE["precision"], "max_epochs": 9, "patience": 3,
-            "min_delta": 0.002, "checkpoint_every_steps": 40, "optim": optim, "model": {}}  # fmt: skip
+            "frames_per_batch": full.frames_per_batch, "precision": full.precision, "max_epochs": 9, "patience": 3,
+            "min_delta": 0.002, "checkpoint_every_steps": 40, "optim": dict(full.optim), "model": {}}  # fmt: skip
     candidates: list[dict[str, Any]] = [
-        {"name": "base", "backend": "tiny", "runtime": "base", "artifact": "input:base", "speaker": base_voice}
+        {"name": "base", "backend": backend, "runtime": "base", "artifact": "input:base", "speaker": base_voice}
     ]
     if adapt:
         candidates.append(
             {
                 "name": "adapter",
-                "backend": "tiny",
+                "backend": backend,
                 "runtime": "adapter",
                 "artifact": "input:adapter",
                 "base": "input:base",
@@ -177,12 +185,12 @@ def plan_documents(loaded: LoadedCorpus, roles: CorpusRoles, name: str) -> dict[
     docs: dict[str, dict[str, Any]] = {"audit.yaml": audit, "train-base.yaml": base, "eval.yaml": evaluation, "listening.yaml": listening}
     if not adapt:
         return docs
-    lora_optim = {k: LORA_RECIPE[k] for k in ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")}
+    lora = models.plan_recipe("lora")
     docs["train-adapter.yaml"] = {
-        "kind": "training_plan", "name": f"{name}-adapter", "backend": "tiny", "mode": "lora", "train_splits": [roles.train], "cv_splits": [roles.dev],
-        "speakers": [roles.target], "new_speaker": roles.target, "seed": 0, "threads": 2, "frames_per_batch": LORA_RECIPE["frames_per_batch"],
-        "precision": LORA_RECIPE["precision"], "max_epochs": 60, "patience": 6, "min_delta": 0.001, "checkpoint_every_steps": 20,
-        "optim": lora_optim, "lora": {k: LORA_RECIPE[k] for k in ("r", "alpha", "dropout")}}  # fmt: skip
+        "kind": "training_plan", "name": f"{name}-adapter", "backend": backend, "mode": "lora", "train_splits": [roles.train], "cv_splits": [roles.dev],
+        "speakers": [roles.target], "new_speaker": roles.target, "seed": 0, "threads": 2, "frames_per_batch": lora.frames_per_batch,
+        "precision": lora.precision, "max_epochs": 60, "patience": 6, "min_delta": 0.001, "checkpoint_every_steps": 20,
+        "optim": dict(lora.optim), "lora": dict(lora.lora or {})}  # fmt: skip
     rules: list[dict[str, Any]] = [{"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.5,
                                     "why": "at least half of the gate prompts must say the text and nothing else"}]  # fmt: skip
     if len(gate) >= PAIRED_GATE_MIN_PROMPTS:
@@ -199,7 +207,18 @@ def plan_documents(loaded: LoadedCorpus, roles: CorpusRoles, name: str) -> dict[
     return docs
 
 
-def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int) -> dict[str, str]:
+def _recipe_notes(backend: BackendName, roles: CorpusRoles) -> dict[str, str]:
+    """The backend's words on its recipes (full, and lora when there is an adapter), filled in for this corpus."""
+    models = get_backend(backend)
+    fill = {
+        "speakers": ", ".join(repr(s) for s in roles.base_speakers or (roles.target,)),
+        "language": roles.language,
+        "target": roles.target,
+    }
+    return {mode: models.plan_recipe(mode).note.format(**fill) for mode in ("full", "lora") if mode == "full" or roles.base_speakers}
+
+
+def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict[str, str]) -> dict[str, str]:
     """The first lines of each file: the command that runs it, then what was decided and why."""
     split_note = (
         f"train {roles.train!r}, dev {roles.dev!r}, test {roles.test!r}"
@@ -217,11 +236,9 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int) -> dict[str
     return {
         "audit.yaml": f"# voxledger audit {corpus} --policy {out}/audit.yaml\n# Splits: {split_note}. Speakers may appear in every split; "
                       "no recording and no sentence may cross splits.\n",
-        "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# Full training of the tiny TTS "
-                           f"on {', '.join(repr(s) for s in roles.base_speakers or (roles.target,))} (language {roles.language!r}); recipe measured on the demo "
-                           "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng.\n",
+        "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# {notes['full']}\n",
         "train-adapter.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
-                              f"# LoRA on q/k/v/o plus a new speaker row for the target voice {roles.target!r}.\n",
+                              f"# {notes.get('lora', '')}\n",
         "promote.yaml": f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n# Gate prompts: the dev split "
                         f"{roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n",
         "eval.yaml": f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA"
@@ -233,24 +250,27 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int) -> dict[str
     }  # fmt: skip
 
 
-def init_plans(corpus: Path, out: Path, *, name: str | None = None, force: bool = False, **choices: str | None) -> InitResult:
+def init_plans(corpus: Path, out: Path, *, name: str | None = None, force: bool = False, backend: BackendName = DEFAULT_BACKEND,
+               **choices: str | None) -> InitResult:  # fmt: skip
     """Write editable plans for ``corpus`` into ``out``; refuse to overwrite unless ``force``.
 
     Args:
+        backend: whose measured recipes the training plans take (and which the plans name).
         choices: ``train_split``, ``dev_split``, ``test_split``, ``target`` (see `corpus_roles`).
 
     Raises:
         CorpusError: the corpus lacks what a plan needs (`corpus_roles`), or a file exists.
+        BackendCapabilityError: ``backend`` has no recipe for a plan that is needed.
     """
     loaded = load_corpus(corpus)
     roles = corpus_roles(loaded, **choices)
     name = name or _plan_name(corpus)
-    docs = plan_documents(loaded, roles, name)
+    docs = plan_documents(loaded, roles, name, backend)
     clash = [out / f for f in docs if (out / f).exists()]
     if clash and not force:
         raise CorpusError(f"{clash[0]} exists; choose another --out folder or pass --force to overwrite (nothing written)")
     n_gate = len(docs["promote.yaml"]["gate_plan"]["prompts"]) if "promote.yaml" in docs else 0
-    headers = _headers(str(corpus), str(out), roles, n_gate)
+    headers = _headers(str(corpus), str(out), roles, n_gate, _recipe_notes(backend, roles))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for file, doc in docs.items():

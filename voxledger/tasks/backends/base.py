@@ -1,15 +1,28 @@
-"""The interface every model family implements, and the closed registry of backends."""
+"""The interface every model family implements, and the closed registry of backends.
+
+Nothing outside ``tasks/backends/<name>/`` names a backend: packaging, equivalence, generated
+plans, the CLI and the benchmarks ask the backend a receipt or plan names (`get_backend`) through
+this protocol, and ``tests/test_backend_closure.py`` fails when a module reaches past it. This
+module imports no model library, so the CLI can read the registry at start-up.
+"""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import numpy as np
-import torch
+from voxledger.schemas.equivalence import StageKind
+from voxledger.schemas.package import MemberRole
+from voxledger.schemas.training import DEFAULT_BACKEND, BackendName, TrainingPlan
 
-from voxledger.schemas.training import BackendName, TrainingPlan
+if TYPE_CHECKING:
+    import click
+    import numpy as np
+    import torch
+
+__all__ = ["BACKENDS", "COMMAND_GROUPS", "DEFAULT_BACKEND", "Backend", "PlanRecipe", "SynthesisStage", "TrainingSetup"]
 
 
 @dataclass
@@ -22,11 +35,37 @@ class TrainingSetup:
     cv_batches: list[Any]
 
 
+@dataclass(frozen=True)
+class SynthesisStage:
+    """One stage of a backend's synthesis: its name in `Backend.stage_outputs`, how equivalence
+    compares it, and the stem of its dump file (``<dump>.i32`` for tokens, ``<dump>.f32`` otherwise)."""
+
+    name: str
+    kind: StageKind
+    dump: str
+
+
+@dataclass(frozen=True)
+class PlanRecipe:
+    """The backend's measured settings for one training mode, as generated plans (``voxledger init``) write them.
+
+    ``note`` is the plan file's comment about them; ``{speakers}``, ``{language}`` and
+    ``{target}`` in it are filled in from the corpus.
+    """
+
+    frames_per_batch: int
+    precision: str
+    optim: dict[str, Any]
+    lora: dict[str, Any] | None
+    note: str
+
+
 class Backend(Protocol):
     """A model family: data preparation, model building, LoRA, training steps, synthesis.
 
     The generic loop in ``voxledger.tasks.training`` owns checkpoints, resume, early stopping
-    and receipts; a backend owns only the model and its data.
+    and receipts; a backend owns only the model and its data. What a backend cannot do yet it
+    refuses with `BackendCapabilityError` naming itself and what is missing.
     """
 
     name: BackendName
@@ -83,6 +122,40 @@ class Backend(Protocol):
         """(waveform float32, sample rate) for ``text`` in ``speaker``'s voice."""
         ...
 
+    def adapter_speaker(self, artifact_dir: Path) -> str:
+        """The voice a LoRA checkpoint folder adds; TrainingError when the folder holds no adapter of this backend."""
+        ...
+
+    def deliverables(self) -> dict[str, MemberRole]:
+        """File name -> package member role of everything a LoRA checkpoint tree ships; nothing else may enter a package."""
+        ...
+
+    def inference_settings(self) -> tuple[int, dict[str, Any]]:
+        """(sample rate in Hz, synthesis settings) a packaged adapter is meant to run with."""
+        ...
+
+    def component_note(self) -> str:
+        """What covers a package's absent tokenizer and vocoder digests (and where the rest of the model lives)."""
+        ...
+
+    def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
+        """Synthesis split into stages, in order; the last one's output is the waveform `synthesize` returns."""
+        ...
+
+    def stage_outputs(
+        self, loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any], feed: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Every stage's output for one utterance, keyed by `SynthesisStage.name`.
+
+        ``feed`` maps a stage name to an array used in place of that stage's own output as the
+        next stage's input (the reference runtime's intermediates, for stage attribution).
+        """
+        ...
+
+    def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
+        """The measured recipe generated training plans of ``mode`` start from."""
+        ...
+
 
 BACKENDS: dict[str, str] = {
     "tiny": "voxledger.tasks.backends.tiny.backend:TinyBackend",
@@ -91,13 +164,32 @@ BACKENDS: dict[str, str] = {
 """The closed registry: ``BackendName`` (in the plan schema) lists exactly these keys, and a test
 checks both agree. Backends are imported on first use (each pulls in its own heavy stack)."""
 
+COMMAND_GROUPS: dict[str, str] = {
+    "cosyvoice3": "voxledger.tasks.backends.cosyvoice3.cli:cli_group",
+}
+"""Backends that add a ``voxledger <name> ...`` command group: name -> "module:function" returning
+the click group. The CLI attaches each one; the modules import click and nothing heavy."""
 
-def get_backend(name: BackendName) -> Backend:
-    """The backend registered under ``name``; ValueError naming the registered ones otherwise."""
-    import importlib
 
+def backend_location(name: BackendName) -> tuple[str, str]:
+    """(module, class name) the registry gives for ``name``, without importing it; ValueError naming the registered ones otherwise."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; registered: {', '.join(BACKENDS)}")
     module, _, cls = BACKENDS[name].partition(":")
+    return module, cls
+
+
+def get_backend(name: BackendName) -> Backend:
+    """The backend registered under ``name``; ValueError naming the registered ones otherwise."""
+    module, cls = backend_location(name)
     backend: Backend = getattr(importlib.import_module(module), cls)()
     return backend
+
+
+def command_groups() -> list[click.Group]:
+    """Every backend's optional command group, in registry order."""
+    groups = []
+    for spec in COMMAND_GROUPS.values():
+        module, _, fn = spec.partition(":")
+        groups.append(getattr(importlib.import_module(module), fn)())
+    return groups

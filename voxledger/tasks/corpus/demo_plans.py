@@ -3,7 +3,8 @@
 The committed files ``plans/eval-demo.yaml`` and ``plans/promote-demo.yaml`` are this module's
 output (a test fails when they drift); regenerate with
 ``python -m voxledger.tasks.corpus.demo_plans --write``. Test sentences are split in two disjoint
-halves: the promotion gate never sees the prompts of the final evaluation.
+halves: the promotion gate never sees the prompts of the final evaluation. The candidates run
+on the default backend (``DEFAULT_BACKEND``), the one the demo trains.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from voxledger.tasks.backends.base import DEFAULT_BACKEND
 from voxledger.tasks.corpus.demo import VOICES, assign_sentences, utterance_id
 from voxledger.tasks.corpus.sentences import harvard_sentences
 
@@ -56,9 +58,9 @@ def plans() -> dict[str, dict[str, Any]]:
     evaluation = {
         "kind": "evaluation_plan", "name": "eval-demo", "seeds": list(SEEDS), "baseline": "base",
         "candidates": [
-            {"name": "base", "backend": "tiny", "runtime": "base", "artifact": "input:base", "speaker": base_voice},
-            {"name": "adapter", "backend": "tiny", "runtime": "adapter", "artifact": "input:adapter", "base": "input:base", "speaker": target},
-            {"name": "merged", "backend": "tiny", "runtime": "merged", "artifact": "input:adapter", "base": "input:base", "speaker": target},
+            {"name": "base", "backend": DEFAULT_BACKEND, "runtime": "base", "artifact": "input:base", "speaker": base_voice},
+            {"name": "adapter", "backend": DEFAULT_BACKEND, "runtime": "adapter", "artifact": "input:adapter", "base": "input:base", "speaker": target},
+            {"name": "merged", "backend": DEFAULT_BACKEND, "runtime": "merged", "artifact": "input:adapter", "base": "input:base", "speaker": target},
             {"name": "recordings", "backend": "recordings", "runtime": "recordings"},
         ],
         "prompts": eval_prompts, "speaker_references": _references(eval_prompts, refs, target),

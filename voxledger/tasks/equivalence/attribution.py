@@ -1,10 +1,10 @@
 """Stage attribution: feed the reference runtime's intermediates forward through the candidate.
 
-For the tiny backend the stages are durations (phoneme frame counts, compared exactly), mel
-(the candidate decodes with the *reference's* durations) and pcm (the candidate's vocoder runs on
-the *reference's* mel). Because each stage receives the reference's input, a gap shows up at the
-stage that causes it and nowhere after: a corrupted decoder weight turns mel RED while durations
-stay GREEN and pcm (vocoded from the reference mel) stays GREEN.
+The backend splits synthesis into stages (`Backend.synthesis_stages`; for tiny: durations,
+compared exactly, then mel and pcm). The candidate computes each stage from the *reference's*
+outputs of every earlier stage, so a gap shows up at the stage that causes it and nowhere after:
+a corrupted decoder weight turns mel RED while durations stay GREEN and pcm (vocoded from the
+reference mel) stays GREEN.
 """
 
 from __future__ import annotations
@@ -12,49 +12,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from voxledger.schemas.equivalence import EquivalenceBands, EquivalenceReport
+from voxledger.schemas.equivalence import FLOAT_KINDS, EquivalenceBands, EquivalenceReport
+from voxledger.schemas.training import BackendName
+from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.equivalence.compare import compare_stage
 
 
-def tiny_stage_outputs(loaded: Any, text: str, speaker: str, seed: int, feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Durations, mel and pcm of one utterance; ``feed`` replaces a stage's input with given arrays."""
-    from voxledger.tasks.backends.tiny.audio import vocode
-    from voxledger.tasks.backends.tiny.synth import _base, phonemize
+def attribute_runtimes(backend_name: BackendName, ref: Any, cand: Any, text: str, speaker: str, seed: int,
+                       bands: EquivalenceBands | None = None, drift_windows: int = 8, dump_dir: Path | None = None,
+                       settings: dict[str, Any] | None = None) -> EquivalenceReport:  # fmt: skip
+    """Compare two loaded runtimes of one backend stage by stage, reference inputs fed forward.
 
-    base = _base(loaded.model)
-    spoken = phonemize(text)
-    ids = torch.tensor([[base.config.phoneme_id(p) for p in spoken.phonemes]])
-    spk = torch.tensor([base.speaker_index(speaker)])
-    given = torch.from_numpy(feed["durations"]).long().unsqueeze(0) if feed and "durations" in feed else None
-    loaded.model.eval()
-    torch.manual_seed(seed)
-    mel_norm, durations = base.infer(ids, spk, given)
-    mel = loaded.norm.denormalize(mel_norm[0].numpy()).astype(np.float32)
-    pcm_input = feed["mel"] if feed and "mel" in feed else mel
-    pcm = vocode(pcm_input, seed=seed).astype(np.float32)
-    return {"durations": durations[0].numpy().astype(np.int32), "mel": mel, "pcm": pcm}
-
-
-def attribute_tiny(ref: Any, cand: Any, text: str, speaker: str, seed: int, bands: EquivalenceBands | None = None,
-                   drift_windows: int = 8, dump_dir: Path | None = None) -> EquivalenceReport:  # fmt: skip
-    """Compare two loaded tiny runtimes stage by stage with reference inputs fed forward."""
-    bands = bands or EquivalenceBands()
-    r = tiny_stage_outputs(ref, text, speaker, seed)
-    fed_dur = tiny_stage_outputs(cand, text, speaker, seed, feed={"durations": r["durations"]})
-    fed_mel = tiny_stage_outputs(cand, text, speaker, seed, feed={"durations": r["durations"], "mel": r["mel"]})
-    c = {"durations": tiny_stage_outputs(cand, text, speaker, seed)["durations"], "mel": fed_dur["mel"], "pcm": fed_mel["pcm"]}
-    stages = [
-        compare_stage("durations", "tokens", r["durations"], c["durations"], bands),
-        compare_stage("mel", "mel", r["mel"], c["mel"], bands, drift_windows=drift_windows),
-        compare_stage("pcm", "pcm", r["pcm"], c["pcm"], bands, drift_windows=drift_windows),
-    ]
+    ``dump_dir`` receives ``ref/`` and ``cand/`` folders of ``<dump>.i32`` / ``<dump>.f32``
+    files, the format ``compare_dirs`` reads. Raises BackendCapabilityError when the backend
+    has no stage split.
+    """
+    backend, bands, settings = get_backend(backend_name), bands or EquivalenceBands(), settings or {}
+    stages = backend.synthesis_stages()
+    r = backend.stage_outputs(ref, text, speaker, seed, settings)
+    c = {}
+    for i, stage in enumerate(stages):
+        fed = {earlier.name: r[earlier.name] for earlier in stages[:i]}
+        c[stage.name] = backend.stage_outputs(cand, text, speaker, seed, settings, feed=fed)[stage.name]
+    results = [compare_stage(s.name, s.kind, r[s.name], c[s.name], bands, drift_windows=drift_windows if s.kind in FLOAT_KINDS else 0)
+               for s in stages]  # fmt: skip
     if dump_dir is not None:
         for side, arrays in (("ref", r), ("cand", c)):
             (dump_dir / side).mkdir(parents=True, exist_ok=True)
-            arrays["durations"].astype("<i4").tofile(dump_dir / side / "tokens.i32")
-            arrays["mel"].astype("<f4").tofile(dump_dir / side / "mel.f32")
-            arrays["pcm"].astype("<f4").tofile(dump_dir / side / "pcm.f32")
-    return EquivalenceReport.from_stages(stages, bands=bands)
+            for s in stages:
+                raw = ".i32" if s.kind == "tokens" else ".f32"
+                arrays[s.name].astype("<i4" if s.kind == "tokens" else "<f4").tofile(dump_dir / side / f"{s.dump}{raw}")
+    return EquivalenceReport.from_stages(results, bands=bands)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import is_sha256_hex
 from voxledger.schemas.equivalence import EquivalenceParameters, EquivalencePlan, RuntimeDescriptor
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+from voxledger.schemas.errors import BlobMissingError, EquivalenceError, TrainingError
+from voxledger.schemas.training import BackendName
 from voxledger.stores.home import Home
+from voxledger.stores.queries import backends_of_checkpoint
 from voxledger.stores.trees import materialize_tree, put_tree
+from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.equivalence.compare import compare_dirs
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
@@ -54,20 +59,29 @@ def record_equivalence(
     return record(home, receipt)
 
 
+def backend_of_checkpoint(home: Home, tree_sha256: str, role: str) -> BackendName:
+    """The backend of the training run that checkpointed a tree; EquivalenceError when no recorded run did."""
+    found = backends_of_checkpoint(home.catalog, tree_sha256)
+    if not found:
+        raise EquivalenceError(f"{role} {tree_sha256}: no training run recorded in this home checkpointed this tree, so its backend is "
+                               "unknown; give a training run's checkpoint tree (`voxledger lineage` lists them)")  # fmt: skip
+    if len(found) > 1:
+        raise EquivalenceError(f"{role} {tree_sha256} is a checkpoint of runs on backends {found}; one tree belongs to one backend")
+    return cast(BackendName, found[0])
+
+
 def attribute_adapter(
     home: Home, base: str, adapter: str, plan: EquivalencePlan, *, plan_name: str, ref_runtime: str, cand_runtime: str,
     text: str, speaker: str | None, seed: int, flow: str = "equivalence",
 ) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
-    """Feed one tiny runtime's stage outputs forward through another and record the comparison.
+    """Feed one runtime's stage outputs forward through another and record the comparison.
 
-    BASE and ADAPTER are stored tree digests. Raises EquivalenceError naming a digest that is not
-    in the home or a tree that holds no LoRA adapter.
+    BASE and ADAPTER are stored tree digests; the backend is the one of the training run that
+    checkpointed ADAPTER. Raises EquivalenceError naming a digest that is not in the home, a tree
+    no recorded run checkpointed, or a tree that holds no LoRA adapter; BackendCapabilityError
+    when the backend has no stage split.
     """
-    import json
-
-    from voxledger.schemas.errors import BlobMissingError, EquivalenceError
-    from voxledger.tasks.backends.tiny.backend import ADAPTER_CONFIG, TinyBackend
-    from voxledger.tasks.equivalence.attribution import attribute_tiny
+    from voxledger.tasks.equivalence.attribution import attribute_runtimes
     from voxledger.tasks.threads import torch_threads
 
     with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
@@ -78,13 +92,17 @@ def attribute_adapter(
             except BlobMissingError as exc:
                 raise EquivalenceError(f"{role} {digest}: {exc}; give a tree digest stored in this home (a training run's "
                                        f"'best' or 'last' output, see `voxledger lineage`), or pass --home") from exc  # fmt: skip
-        if not (work / "adapter" / ADAPTER_CONFIG).is_file():
-            raise EquivalenceError(f"tree {adapter} holds no {ADAPTER_CONFIG}: give a LoRA checkpoint of the tiny backend")
-        spk = speaker or str(json.loads((work / "adapter" / ADAPTER_CONFIG).read_text(encoding="utf-8"))["new_speaker"])
-        backend = TinyBackend()
+        name = backend_of_checkpoint(home, adapter, "ADAPTER")
+        backend = get_backend(name)
+        backend.synthesis_stages()  # refuse a backend without a stage split before loading any model
+        try:
+            voice = backend.adapter_speaker(work / "adapter")
+        except TrainingError as exc:
+            raise EquivalenceError(f"tree {adapter}: {exc}; give a LoRA checkpoint of the {name} backend") from exc
+        spk = speaker or voice
         ref = backend.load_for_inference(work / "base", work / "adapter", ref_runtime)
         cand = backend.load_for_inference(work / "base", work / "adapter", cand_runtime)
-        attribute_tiny(ref, cand, text, spk, seed, dump_dir=work / "dumps")
+        attribute_runtimes(name, ref, cand, text, spk, seed, dump_dir=work / "dumps")
         return record_equivalence(
             home, str(work / "dumps" / "ref"), str(work / "dumps" / "cand"), plan, plan_name=plan_name,
             ref_runtime=RuntimeDescriptor(name=ref_runtime), cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"), flow=flow,

@@ -105,6 +105,19 @@ def metric_def(metric: str) -> MetricDef | None:
     return None
 
 
+def rule_metric_ids() -> tuple[str, ...]:
+    """Every metric id a promotion rule may name, in registry order: plain ids, and each family
+    spelled once per text normaliser (``wer:whisper_en``, ``wer:basic``, ...)."""
+    from typing import get_args
+
+    from voxledger.schemas.metrics import NormaliserName
+
+    normalisers = get_args(NormaliserName)
+    return tuple(
+        i for e in extractors().values() for m in e.metrics for i in ([m.id + n for n in normalisers] if m.id.endswith(":") else [m.id])
+    )
+
+
 def lower_is_better(metric: str) -> bool:
     """Direction of a paired comparison on ``metric``."""
     m = metric_def(metric)

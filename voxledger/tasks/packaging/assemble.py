@@ -20,28 +20,23 @@ from voxledger.schemas.package import (
     MANIFEST_NAME,
     ComponentDigests,
     InferenceSettings,
+    MemberRole,
     PackageBinding,
     PackageManifest,
     PackageMember,
 )
+from voxledger.schemas.training import BackendName
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.identity import code_identity
 from voxledger.stores.receipts import ReceiptStore
 from voxledger.stores.trees import TreeManifest, load_manifest
+from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.packaging.archive import verify_package, write_package_tar
 
 ADAPTER_DIR = "adapter"
-# Per backend: the deliverable files of a LoRA checkpoint tree and how a tensor key may look.
-# Anything else (optimizer state, RNG, progress files) must never reach a package.
-DELIVERABLES: dict[str, dict[str, str]] = {"tiny": {"adapter.safetensors": "adapter_weights", "adapter_config.json": "adapter_config"}}
+# How a tensor key of an adapter may look; the deliverable files come from the backend
+# (`Backend.deliverables`). Anything else (optimizer state, RNG, progress files) never reaches a package.
 ADAPTER_KEY = re.compile(r"(\.lora_[AB]\.|\.lora_embedding_[AB]|trainable_tokens_delta$)")
-INFERENCE: dict[str, tuple[int, dict[str, Any]]] = {"tiny": (16000, {"durations": "predicted"})}
-COMPONENT_NOTES = {
-    "tiny": "tiny backend: no separate tokenizer or vocoder files. Phonemes come from espeak-ng "
-    "(version under inference.tools); the mel normalisation statistics and model config live in the "
-    "base model tree (base_model_sha256), and the Griffin-Lim vocoder settings are code constants "
-    "covered by code.source_sha256.",
-}
 
 
 @dataclass(frozen=True)
@@ -89,11 +84,13 @@ def find_checkpoint(receipts: ReceiptStore, run: dict[str, Any], run_id: str, tr
     raise ReceiptError(f"checkpoint tree {tree_sha} is not a checkpoint of training run {run_id}; its checkpoints are {seen}")
 
 
-def check_deliverables(store: LocalBlobStore, backend: str, tree: TreeManifest, tree_sha: str) -> None:
-    """Refuse a checkpoint tree holding anything but the backend's adapter deliverables."""
-    allowed = DELIVERABLES.get(backend)
-    if allowed is None:
-        raise ReceiptError(f"backend {backend!r} cannot be packaged yet; packageable: {sorted(DELIVERABLES)}")
+def check_deliverables(store: LocalBlobStore, backend: BackendName, tree: TreeManifest, tree_sha: str) -> dict[str, MemberRole]:
+    """Refuse a checkpoint tree holding anything but the backend's adapter deliverables; return their roles.
+
+    Raises: BackendCapabilityError (the backend cannot be packaged yet), ReceiptError (a file too
+    many or missing, or tensors that are not adapter weights).
+    """
+    allowed = get_backend(backend).deliverables()
     names = {e.path for e in tree.entries}
     if names != set(allowed):
         raise ReceiptError(
@@ -110,6 +107,7 @@ def check_deliverables(store: LocalBlobStore, backend: str, tree: TreeManifest, 
                 raise ReceiptError(
                     f"{entry.path} of checkpoint tree {tree_sha} holds tensors that are not adapter weights: {foreign[:5] or 'none at all'}"
                 )
+    return allowed
 
 
 def _tool_versions() -> dict[str, str]:
@@ -131,7 +129,7 @@ def build_manifest_and_members(store: LocalBlobStore, request: PackageRequest) -
         raise ReceiptError(f"training run {request.training_run} is a {p['mode']}-mode run; packages hold LoRA adapters over a base model")
     ckpt_rid = find_checkpoint(receipts, run, request.training_run, request.checkpoint_tree_sha256)
     tree = load_manifest(store, request.checkpoint_tree_sha256)
-    check_deliverables(store, p["backend"], tree, request.checkpoint_tree_sha256)
+    roles = check_deliverables(store, p["backend"], tree, request.checkpoint_tree_sha256)
     audit = read_receipt(receipts, p["bound"]["audit_receipt"], "audit", "audit")
     if audit["result"]["verdict"] != "pass":
         raise ReceiptError(
@@ -163,14 +161,16 @@ def build_manifest_and_members(store: LocalBlobStore, request: PackageRequest) -
     for entry in tree.entries:
         store.verify(entry.sha256)
         sources[f"{ADAPTER_DIR}/{entry.path}"] = store.path_of(entry.sha256)
-        role = DELIVERABLES[p["backend"]][entry.path]
-        members.append(PackageMember(path=f"{ADAPTER_DIR}/{entry.path}", role=role, sha256=entry.sha256, size_bytes=entry.size_bytes))  # type: ignore[arg-type]  # DELIVERABLES values are the literal roles
-    config = json.loads(store.get_bytes(next(e.sha256 for e in tree.entries if e.path == "adapter_config.json")))
-    rate_hz, settings = INFERENCE[p["backend"]]
+        members.append(
+            PackageMember(path=f"{ADAPTER_DIR}/{entry.path}", role=roles[entry.path], sha256=entry.sha256, size_bytes=entry.size_bytes)
+        )
+    config = json.loads(store.get_bytes(next(e.sha256 for e in tree.entries if roles[e.path] == "adapter_config")))
+    backend = get_backend(p["backend"])
+    rate_hz, settings = backend.inference_settings()
     b = p["bound"]
     manifest = PackageManifest(
         name=f"{p['effective_config']['plan']['name']}-{config['new_speaker']}", backend=p["backend"],
-        components=ComponentDigests(base_model_sha256=b["base_sha256"], note=COMPONENT_NOTES.get(p["backend"], "")),
+        components=ComponentDigests(base_model_sha256=b["base_sha256"], note=backend.component_note()),
         binding=PackageBinding(training_run=request.training_run, checkpoint_receipt=ckpt_rid, checkpoint_tree_sha256=request.checkpoint_tree_sha256,
                                audit_receipt=b["audit_receipt"], evaluation_receipts=tuple(sorted(request.evaluation_receipts)),
                                promotion_receipt=request.promotion_receipt, plan_sha256=b["plan_sha256"], data_manifest_sha256=b["manifest_sha256"],

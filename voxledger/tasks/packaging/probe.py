@@ -14,51 +14,41 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from voxledger.schemas.equivalence import FLOAT_KINDS
 from voxledger.schemas.errors import DigestMismatchError, EquivalenceError
 from voxledger.schemas.package import PackageManifest
+from voxledger.schemas.training import BackendName
+from voxledger.tasks.backends.base import get_backend
 
-StageFn = Callable[[Any, Any, str, str, int, dict[str, Any]], dict[str, np.ndarray]]
 
+def probe_stages(
+    backend_name: BackendName, loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """The float stage arrays (keyed by dump name, float32) of the probe for an already loaded model.
 
-def _tiny_stages(backend: Any, loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> dict[str, np.ndarray]:
-    import torch
+    The backend's split (`Backend.stage_outputs`) must end in exactly the waveform its
+    ``synthesize`` returns, or the comparison would not be about what users hear. Token stages
+    are left out: their effect shows in the float stages, which ``PROBE_PLAN`` (run.py) compares.
 
-    from voxledger.tasks.backends.tiny.audio import vocode
-    from voxledger.tasks.backends.tiny.synth import synthesize_mel
-
-    torch.manual_seed(seed)
-    mel = synthesize_mel(loaded.model, loaded.norm, text, speaker, durations=settings.get("durations", "predicted"))
-    pcm = vocode(mel, seed=seed)
+    Raises: BackendCapabilityError (the backend has no stage split), EquivalenceError (the split
+    and ``synthesize`` disagree).
+    """
+    backend = get_backend(backend_name)
+    stages = backend.synthesis_stages()
+    out = backend.stage_outputs(loaded, text, speaker, seed, settings)
     wav, _ = backend.synthesize(loaded, text, speaker, seed, settings)
-    if not np.array_equal(wav, pcm):
-        raise EquivalenceError("tiny probe: the backend's synthesize() and mel -> vocode() disagree; the stage split is stale")
-    return {"mel": mel.astype(np.float32), "pcm": pcm.astype(np.float32)}
-
-
-# Closed registry: a backend is packageable once it can split synthesis into stages.
-STAGES: dict[str, StageFn] = {"tiny": _tiny_stages}
-
-
-def probe_stages(backend_name: str, loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Stage arrays of the probe for an already loaded model of ``backend_name``."""
-    from voxledger.tasks.backends.base import get_backend
-
-    fn = STAGES.get(backend_name)
-    if fn is None:
-        raise EquivalenceError(f"backend {backend_name!r} has no probe stages; packageable backends: {sorted(STAGES)}")
-    return fn(get_backend(backend_name), loaded, text, speaker, seed, settings)  # type: ignore[arg-type]
+    if not np.array_equal(wav, out[stages[-1].name]):
+        raise EquivalenceError(f"{backend_name} probe: the backend's synthesize() and its stage split disagree; the stage split is stale")
+    return {s.dump: out[s.name].astype(np.float32) for s in stages if s.kind in FLOAT_KINDS}
 
 
 def load_packaged(manifest: PackageManifest, base_dir: Path, adapter_dir: Path, runtime: str = "adapter") -> Any:
     """Load base + unpacked adapter with the backend named in the manifest."""
-    from voxledger.tasks.backends.base import get_backend
-
     return get_backend(manifest.backend).load_for_inference(base_dir, adapter_dir, runtime)
 
 

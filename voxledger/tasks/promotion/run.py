@@ -25,7 +25,7 @@ from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import latest_alias_move, promotion_that_moved
 from voxledger.tasks.evaluation.run import evaluate_plan_fn
-from voxledger.tasks.plans import plan_digest, register_plan
+from voxledger.tasks.plans import check_plan, plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
 
@@ -131,9 +131,13 @@ def prepare_promotion(
     home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
 ) -> PromotionRound | StageOutcome[PromotionReceipt]:  # fmt: skip
-    """The round to judge, or the stored promotion when this exact round was judged before (verified)."""
+    """The round to judge, or the stored promotion when this exact round was judged before (verified).
+
+    Raises PlanError before any work when a rule names a metric the registry does not know.
+    """
     from voxledger.schemas.errors import ReceiptError, TrainingError
 
+    check_plan(policy, f"promotion policy {policy_name}")
     started = utc_now()
     try:
         run = home.receipts.read(training_run_rid, TrainingRunReceipt)

@@ -110,3 +110,24 @@ FIXTURE_ONNX_SHA256 = {
 def test_fixture_onnx_graphs_are_the_committed_ones(fake_config: CosyVoice3Config) -> None:
     files = preflight(fake_config).files_sha256
     assert {name: files[name] for name in FIXTURE_ONNX_SHA256} == FIXTURE_ONNX_SHA256
+
+
+def test_what_the_backend_cannot_do_yet_is_refused_by_name(tmp_path: Path) -> None:
+    """Packaging, stage splits and generated plans: a clear refusal, never a silent stub."""
+    import json
+
+    from voxledger.schemas.errors import BackendCapabilityError
+
+    backend = get_backend("cosyvoice3")
+    assert backend.inference_settings() == (24000, {"mode": "zero_shot", "text_frontend": True, "speed": 1.0})
+    assert "upstream_sha256" in backend.component_note()
+    for call, missing in ((backend.deliverables, "no member role"), (backend.synthesis_stages, "no stage split"),
+                          (lambda: backend.stage_outputs(None, "x", "s", 0, {}), "no stage split"),
+                          (lambda: backend.plan_recipe("full"), "LoRA adapters only"),
+                          (lambda: backend.plan_recipe("lora"), "no measured LoRA recipe")):  # fmt: skip
+        with pytest.raises(BackendCapabilityError, match=f"backend cosyvoice3 .*{missing}"):
+            call()
+    with pytest.raises(TrainingError, match="no adapter_config.json"):
+        backend.adapter_speaker(tmp_path)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"new_speaker": "spk"}))
+    assert backend.adapter_speaker(tmp_path) == "spk"

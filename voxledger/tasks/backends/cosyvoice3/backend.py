@@ -9,6 +9,10 @@ from the model yaml, loads ``llm.pt`` strictly (or the base run's ``llm.safetens
 digest, the voice prompt) and the prompt audio (a training utterance of the new speaker, bytes
 as in the corpus). `CosyVoice3Backend.export_merged` writes ``llm.safetensors`` with exactly
 ``llm.pt``'s keys. Only mode ``lora`` exists: full fine-tuning of a 0.5B model is out of scope.
+
+Not yet supported, and refused with `BackendCapabilityError`: packages (no member role for the
+bundled voice prompt), a stage split of synthesis (upstream yields only the waveform) and a
+measured recipe for generated plans.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import torch
 from safetensors.torch import load_file
 
 from voxledger.schemas.canonical import canonical_bytes
-from voxledger.schemas.errors import DigestMismatchError, SynthesisError, TrainingError
+from voxledger.schemas.errors import BackendCapabilityError, DigestMismatchError, SynthesisError, TrainingError
+from voxledger.schemas.package import MemberRole
 from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
-from voxledger.tasks.backends.base import TrainingSetup
+from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
 from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, synth, upstream
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_SYSTEM_PROMPT,
@@ -51,6 +56,13 @@ def choose_prompt(examples: list[data.Example], min_duration_s: float) -> data.E
     if long_enough:
         return min(long_enough, key=lambda e: (e.duration_s, e.utt))
     return max(examples, key=lambda e: (e.duration_s, e.utt))
+
+
+def _no_stage_split() -> BackendCapabilityError:
+    return BackendCapabilityError(
+        "backend cosyvoice3 has no stage split of synthesis yet: upstream's inference generator yields only the final "
+        "waveform (speech tokens and mel stay inside it); compare whole waveforms with `voxledger equivalence compare`"
+    )
 
 
 class CosyVoice3Backend:
@@ -264,3 +276,39 @@ class CosyVoice3Backend:
                 f"the bundled prompt is speaker {voice!r}, not {speaker!r}; pass settings['prompt_wav'] and 'prompt_text' for another voice"
             )
         return synth.synthesize(loaded, text, seed, settings)
+
+    def adapter_speaker(self, artifact_dir: Path) -> str:
+        path = artifact_dir / ADAPTER_CONFIG
+        if not path.is_file():
+            raise TrainingError(f"no {ADAPTER_CONFIG}, so it is no LoRA checkpoint of the cosyvoice3 backend")
+        return str(json.loads(path.read_text(encoding="utf-8"))["new_speaker"])
+
+    def deliverables(self) -> dict[str, MemberRole]:
+        raise BackendCapabilityError(
+            f"backend cosyvoice3 cannot be packaged yet: its checkpoints bundle the voice prompt audio next to {ADAPTER_FILE} and "
+            f"{ADAPTER_CONFIG}, and a package has no member role for it (schemas/package.py MemberRole); ship the checkpoint tree itself"
+        )
+
+    def inference_settings(self) -> tuple[int, dict[str, Any]]:
+        """24 kHz; zero-shot synthesis from the prompt bundled with the adapter (`synth.SynthesisSettings` defaults)."""
+        return synth.SAMPLE_RATE_HZ, synth.SynthesisSettings().model_dump(mode="json", exclude_none=True)
+
+    def component_note(self) -> str:
+        return (
+            "cosyvoice3 backend: the text tokenizer, speech tokenizer, flow and vocoder are the upstream model folder's files, "
+            "digested by the preflight into the training run's backend identity (upstream_sha256); the package holds only the "
+            "LoRA weights of the LLM."
+        )
+
+    def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
+        raise _no_stage_split()
+
+    def stage_outputs(self, loaded: synth.CosyVoice3Loaded, text: str, speaker: str, seed: int, settings: dict[str, Any],
+                      feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        raise _no_stage_split()
+
+    def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
+        what = "trains LoRA adapters only" if mode == "full" else "has no measured LoRA recipe yet"
+        raise BackendCapabilityError(
+            f"backend cosyvoice3 {what}: generated plans cannot name it; write its training plan by hand (docs/cosyvoice3.md)"
+        )

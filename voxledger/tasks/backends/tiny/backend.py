@@ -3,7 +3,8 @@
 Full mode builds a fresh `TinyTTS` (seeded) over the training speakers; LoRA mode loads a base
 model file, appends the new speaker row and attaches PEFT LoRA on q/k/v/o. Deliverables are
 ``model.safetensors`` (full) or ``adapter.safetensors`` + ``adapter_config.json`` (LoRA), written
-with fixed metadata so equal weights give equal bytes.
+with fixed metadata so equal weights give equal bytes. Packages hold the LoRA pair; synthesis
+splits into durations, mel and pcm (`stages`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from safetensors.torch import load_file
 
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import CorpusError, TrainingError
+from voxledger.schemas.package import MemberRole
 from voxledger.schemas.training import TrainingPlan
-from voxledger.tasks.backends.base import TrainingSetup
+from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
+from voxledger.tasks.backends.tiny import stages
 from voxledger.tasks.backends.tiny import training as tt
 from voxledger.tasks.backends.tiny.align import durations_path
-from voxledger.tasks.backends.tiny.audio import NormStats, compute_norm_stats
+from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, compute_norm_stats
 from voxledger.tasks.backends.tiny.data import (
     CorpusExample,
     TinyBatch,
@@ -49,6 +52,18 @@ from voxledger.tasks.tensorio import save_deterministic
 MODEL_FILE = "model.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+OPTIM_KEYS = ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")
+PLAN_NOTES = {
+    "full": "Full training of the tiny TTS on {speakers} (language {language!r}); recipe measured on the demo "
+    "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng.",
+    "lora": "LoRA on q/k/v/o plus a new speaker row for the target voice {target!r}.",
+}
+COMPONENT_NOTE = (
+    "tiny backend: no separate tokenizer or vocoder files. Phonemes come from espeak-ng "
+    "(version under inference.tools); the mel normalisation statistics and model config live in the "
+    "base model tree (base_model_sha256), and the Griffin-Lim vocoder settings are code constants "
+    "covered by code.source_sha256."
+)
 
 
 @dataclass
@@ -213,4 +228,33 @@ class TinyBackend:
     def synthesize(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> tuple[np.ndarray, int]:
         torch.manual_seed(seed)
         wav = tiny_synthesize(loaded.model, loaded.norm, text, speaker, seed=seed, durations=settings.get("durations", "predicted"))
-        return wav, 16000
+        return wav, SAMPLE_RATE_HZ
+
+    def adapter_speaker(self, artifact_dir: Path) -> str:
+        path = artifact_dir / ADAPTER_CONFIG
+        if not path.is_file():
+            raise TrainingError(f"no {ADAPTER_CONFIG}, so it is no LoRA checkpoint of the tiny backend")
+        return str(json.loads(path.read_text(encoding="utf-8"))["new_speaker"])
+
+    def deliverables(self) -> dict[str, MemberRole]:
+        return {ADAPTER_FILE: "adapter_weights", ADAPTER_CONFIG: "adapter_config"}
+
+    def inference_settings(self) -> tuple[int, dict[str, Any]]:
+        return SAMPLE_RATE_HZ, {"durations": "predicted"}
+
+    def component_note(self) -> str:
+        return COMPONENT_NOTE
+
+    def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
+        return stages.STAGES
+
+    def stage_outputs(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any],
+                      feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        return stages.stage_outputs(loaded, text, speaker, seed, settings, feed)
+
+    def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
+        """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
+        recipe = tt.BASE_RECIPE if mode == "full" else tt.LORA_RECIPE
+        lora = {k: recipe[k] for k in ("r", "alpha", "dropout")} if mode == "lora" else None
+        return PlanRecipe(frames_per_batch=int(recipe["frames_per_batch"]), precision=str(recipe["precision"]),
+                          optim={k: recipe[k] for k in OPTIM_KEYS}, lora=lora, note=PLAN_NOTES[mode])  # fmt: skip

@@ -49,7 +49,8 @@ def phonemize(text: str, language: str = "en") -> Phonemized:
     )
 
 
-def _base(model: nn.Module) -> TinyTTS:
+def base_model(model: nn.Module) -> TinyTTS:
+    """The `TinyTTS` inside ``model`` (itself, or the base of its PEFT wrapper)."""
     base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
     if not isinstance(base, TinyTTS):
         raise TypeError(f"expected a TinyTTS or its PEFT wrapper, got {type(base).__name__}")
@@ -71,7 +72,7 @@ def synthesize_mel(
     """
     if durations not in ("predicted", "espeak"):
         raise ValueError(f"durations must be 'predicted' or 'espeak', got {durations!r}")
-    base = _base(model)
+    base = base_model(model)
     spoken = phonemize(text, base.config.language)
     ids = torch.tensor([[base.config.phoneme_id(p) for p in spoken.phonemes]])
     speaker_ids = torch.tensor([base.speaker_index(speaker)])

@@ -1,16 +1,25 @@
-"""``voxledger cosyvoice3 preflight``: check a CosyVoice checkout and model folder before training."""
+"""``voxledger cosyvoice3 preflight``: check a CosyVoice checkout and model folder before training.
+
+The CLI attaches `cli_group` through ``tasks/backends/base.py`` ``COMMAND_GROUPS``; importing this
+module loads click only (the checks import on use).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from voxledger.cli.common import emit_json, json_option
 from voxledger.schemas.errors import TrainingError
 from voxledger.settings import load_settings
 
 MARK = {"error": "ERROR", "warning": "warn", "handled": "fixed"}
+
+
+def cli_group() -> click.Group:
+    """The ``cosyvoice3`` command group."""
+    return cosyvoice3
 
 
 @click.group()
@@ -28,7 +37,7 @@ def cosyvoice3() -> None:
     default=None,
     help="Another interpreter (upstream's pins) to report on (default $VOXLEDGER_COSYVOICE_PYTHON); running through it is not implemented.",
 )
-@json_option("the report")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (for scripts) instead of a table.")
 def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: bool) -> None:
     """Check CHECKOUT and MODEL_DIR against the upstream manifest and the installed torch,
     transformers, torchaudio and torchcodec; print each known incompatibility with its fix.
@@ -42,7 +51,8 @@ def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: boo
     python = python or load_settings().cosyvoice.python
     report = check_environment(CosyVoice3Config(checkout_dir=checkout, model_dir=model_dir), python)
     if as_json:
-        emit_json(report.model_dump(mode="json"))
+        # the CLI's JSON convention (voxledger.cli.common.emit_json): stable key order
+        click.echo(json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True, default=str))
     else:
         versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in report.versions.items())
         click.echo(f"upstream manifest: commit {report.manifest_commit}; this environment: {versions}")
@@ -53,6 +63,3 @@ def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: boo
     if report.errors:
         raise TrainingError(f"cosyvoice3 preflight: {len(report.errors)} error(s) ({', '.join(sorted({f.id for f in report.errors}))}); "
                             "fix them before training")  # fmt: skip
-
-
-COMMANDS = (cosyvoice3,)
