@@ -50,7 +50,9 @@ def test_a_toy_stage_is_one_table_entry(first_run, corpus: Path, with_toy: tuple
     assert ("stage:toy", summary["toy"]["receipt_id"]) in {(i.role, i.sha256) for i in receipt.inputs}
     # dispatched: with the toy on its own pool the pipeline starts the toy's deployment, with the same arguments
     plan = load_plan(plans / "pipeline.yaml", PipelinePlan).model_copy(update={"stage_pools": {"toy": "toy-pool"}})
-    ctx = StageContext(HomeRef(root=str(home_dir)), str(corpus), plan, {"audit_policy": PlanRef.load(plans / "audit.yaml", AuditPolicy)}, None)
+    ctx = StageContext(
+        HomeRef(root=str(home_dir)), str(corpus), plan, {"audit_policy": PlanRef.load(plans / "audit.yaml", AuditPolicy)}, None
+    )
     dispatch = _Dispatch(ctx, enabled=True)
     assert dispatch.remote("toy") and not dispatch.remote("audit")
     assert TOY.deployment(plan) == "toy/p-toy"

@@ -36,8 +36,7 @@ def require_pass(out: StageOutcome[AuditReceipt]) -> None:
     if r.verdict != "pass":
         errors = r.counts_by_severity["error"]
         raise AuditFailedError(
-            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {r.counts_by_code}; "
-            f"receipt {out.receipt_id}",
+            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {r.counts_by_code}; receipt {out.receipt_id}",
             receipt_id=out.receipt_id,
         )
 

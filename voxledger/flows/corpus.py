@@ -26,7 +26,9 @@ def prepare_task(home: HomeRef | str, src: str, policy_file: str, out: str | Non
 
 
 @flow(name="prepare_corpus")
-def prepare_corpus(home: HomeRef | str, src: str, policy_file: str, out: str | None = None, audio_roots: tuple[str, ...] = ()) -> PrepareOutcome:
+def prepare_corpus(
+    home: HomeRef | str, src: str, policy_file: str, out: str | None = None, audio_roots: tuple[str, ...] = ()
+) -> PrepareOutcome:
     """``voxledger corpus prepare``."""
     return prepare_task(home, src, policy_file, out, audio_roots)
 

@@ -96,7 +96,9 @@ class PlanRef(BaseModel):
     def of(cls, plan: BaseModel, source_name: str) -> PlanRef:
         """The reference of a validated plan model."""
         document = plan.model_dump(mode="json")
-        return cls(source_name=source_name, kind=str(getattr(plan, "kind", type(plan).__name__)), document=document, sha256=plan_digest(plan))
+        return cls(
+            source_name=source_name, kind=str(getattr(plan, "kind", type(plan).__name__)), document=document, sha256=plan_digest(plan)
+        )
 
     @classmethod
     def load(cls, path: Path, model: type[BaseModel]) -> PlanRef:
