@@ -25,7 +25,10 @@ def test_put_verify_show_lineage_query_export(tmp_path: Path) -> None:
     code, out = run(h, "store", "verify")
     assert code == 0 and "3 objects verified" in out  # file, manifest, receipt
     code, out = run(h, "receipt", "show", put["receipt"][:12])
-    assert code == 0 and json.loads(out)["kind"] == "ingest"
+    shown = json.loads(out)
+    assert code == 0 and shown["kind"] == "ingest"
+    # store put runs as a Prefect flow: the receipt names the flow and its task run
+    assert shown["producer"]["flow"] == "store_put" and shown["producer"]["task_run_id"]
     code, out = run(h, "lineage", put["sha256"], "--up")
     assert code == 0 and "[tree]" in out and "ingest" in out
     code, out = run(h, "query", "SELECT kind, count(*) AS n FROM receipts GROUP BY kind", "--json")

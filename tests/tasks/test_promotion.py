@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tests.corpus_factory import build_small_corpus
 from tests.tasks.test_training import audited, base_plan, lora_plan
+from voxledger.cli import main
 from voxledger.schemas.errors import GateFailedError
+from voxledger.schemas.prune import PruneReceipt
 from voxledger.schemas.evaluation import MetricSuite, Prompt
 from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
 from voxledger.stores.home import Home
@@ -116,7 +120,12 @@ def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home,
     assert champion is None or all(e.tree_sha256 != champion.target_sha256 for e in plan.remove)
     path = tmp_path / "prune.json"
     path.write_text(plan.model_dump_json())
-    rid, receipt = execute_plan(home, path)
+    # executed as a user would: the CLI runs it as a Prefect flow, and the receipt names that flow's task run
+    out = CliRunner().invoke(main, ["--home", str(home.root), "checkpoints", "prune", "--execute", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+    rid = json.loads(out.output)["receipt"]
+    receipt = home.receipts.read(rid, PruneReceipt)
+    assert receipt.producer.flow == "prune_checkpoints" and receipt.producer.task_run_id is not None
     assert receipt.parameters.removed_blobs and all(not home.blobs.has(b) for b in receipt.parameters.removed_blobs)
     home.receipts.read(rid)
     # receipts of removed checkpoints stay (evidence), only their bytes are gone

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.tree import Tree
 
-from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt
+from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt, run_flow
 from voxledger.schemas.errors import CatalogError, ReceiptError
 
 console = Console()
@@ -32,9 +32,9 @@ def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
 
     Example: voxledger store put ./corpus --json
     """
-    from voxledger.tasks.ingest import ingest_path
+    from voxledger.flows.store import store_put
 
-    rid, digest = ingest_path(open_home(ctx), path)
+    rid, digest = run_flow(ctx, store_put, str(path.absolute()), quiet=as_json)
     if as_json:
         emit_json({"receipt": rid, "sha256": digest})
     else:
@@ -73,7 +73,6 @@ def _run_sync(ctx: click.Context, kind: str, full: bool, as_json: bool) -> None:
     """Run the push or pull flow for this home and report what it copied."""
     import time
 
-    from voxledger.cli.common import run_flow
     from voxledger.flows.sync import pull, push
 
     t0 = time.perf_counter()

@@ -281,7 +281,8 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
 
     Example: voxledger checkpoints prune --plan-out prune.json && voxledger checkpoints prune --execute prune.json
     """
-    from voxledger.tasks.training.prune import execute_plan, make_plan
+    from voxledger.flows.store import prune_checkpoints
+    from voxledger.tasks.training.prune import make_plan
 
     home = open_home(ctx)
     if (plan_out is None) == (execute is None):
@@ -302,7 +303,7 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
         )
         return
     try:
-        rid, receipt = execute_plan(home, execute)  # type: ignore[arg-type]
+        rid, receipt = run_flow(ctx, prune_checkpoints, str(execute.absolute()), quiet=as_json)  # type: ignore[union-attr]
     except pydantic.ValidationError as exc:
         raise click.BadParameter(
             f"{execute} is not a prune plan ({exc.error_count()} problem(s), e.g. {validation_lines(exc, limit=1)[0]}); "

@@ -12,17 +12,15 @@ from voxledger.stores.trees import TREE_MEDIA_TYPE, put_tree
 from voxledger.tasks.receipting import artifact, build_receipt
 
 
-def ingest_path(home: Home, path: Path, *, flow: str = "cli", media_type: str | None = None) -> tuple[str, str]:
+def ingest_path(home: Home, path: Path, *, flow: str = "store_put", media_type: str | None = None) -> tuple[str, str]:
     """Store ``path`` (file or directory); return (receipt id, content digest)."""
     started = utc_now()
     if path.is_symlink() or not (path.is_file() or path.is_dir()):
         raise UnsafePathError(f"{path} is not a regular file or directory; give the real path")
     if path.is_dir():
         digest, manifest = put_tree(home.blobs, path, cache=home.stat_cache)
-        params = IngestParameters(
-            source="tree", name=path.resolve().name, file_count=len(manifest.entries),
-            total_bytes=sum(e.size_bytes for e in manifest.entries),
-        )  # fmt: skip
+        total = sum(e.size_bytes for e in manifest.entries)
+        params = IngestParameters(source="tree", name=path.resolve().name, file_count=len(manifest.entries), total_bytes=total)
         subject = artifact(home.blobs, "tree", digest, TREE_MEDIA_TYPE)
     else:
         digest = home.blobs.put_file(path)

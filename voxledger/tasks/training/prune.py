@@ -86,7 +86,7 @@ def make_plan(home: Home, keep_best: int = 1) -> PrunePlan:
     return PrunePlan(keep_best=keep_best, keep=tuple(keep), remove=tuple(final_remove))
 
 
-def execute_plan(home: Home, plan_path: Path) -> tuple[str, PruneReceipt]:
+def execute_plan(home: Home, plan_path: Path, *, flow: str = "prune_checkpoints") -> tuple[str, PruneReceipt]:
     """Execute a reviewed plan file exactly; refuse if anything it removes is now protected."""
     started = utc_now()
     plan = PrunePlan.model_validate_json(plan_path.read_bytes())
@@ -104,6 +104,6 @@ def execute_plan(home: Home, plan_path: Path) -> tuple[str, PruneReceipt]:
         path = home.blobs.path_of(b)
         path.chmod(0o644)
         path.unlink()
-    receipt = build_receipt(PruneReceipt, flow="cli", task="prune_checkpoints", started_at=started,
-                            parameters=PruneParameters(plan_sha256=plan_sha, removed_blobs=tuple(present), freed_bytes=freed))  # fmt: skip
+    parameters = PruneParameters(plan_sha256=plan_sha, removed_blobs=tuple(present), freed_bytes=freed)
+    receipt = build_receipt(PruneReceipt, flow=flow, task="prune_checkpoints", started_at=started, parameters=parameters)
     return home.record(receipt), receipt
