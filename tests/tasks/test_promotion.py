@@ -12,9 +12,9 @@ from tests.corpus_factory import build_small_corpus
 from tests.tasks.test_training import audited, base_plan, lora_plan
 from voxledger.cli import main
 from voxledger.schemas.errors import GateFailedError
-from voxledger.schemas.prune import PruneReceipt
 from voxledger.schemas.evaluation import MetricSuite, Prompt
 from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
+from voxledger.schemas.prune import PruneReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.promotion.run import alias_state, promote_adapter_fn
 from voxledger.tasks.training.run import train_adapter_fn
