@@ -6,9 +6,69 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, shared_store
-from voxledger.stores.home import HomeRef
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.schemas.base import InputRef
+from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor
+from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+from voxledger.stores.home import Home, HomeRef
+from voxledger.tasks.equivalence.record import record_equivalence
 from voxledger.tasks.packaging.run import PackageOutcome, package_adapter_fn
+from voxledger.tasks.plans import PlanRef
+from voxledger.tasks.stage import StageOutcome
+
+
+@task(name="compare_runtimes", **STAGE_TASK)
+def compare_merged_export(
+    home: Home,
+    reference: str,
+    candidate: str,
+    plan: EquivalencePlan,
+    *,
+    plan_name: str,
+    ref_runtime: RuntimeDescriptor,
+    cand_runtime: RuntimeDescriptor,
+    flow: str,
+    parents: tuple[InputRef, ...] = (),
+) -> StageOutcome[EquivalenceReceipt]:
+    """The package's merged-export check, recorded by its own task run (inside the package task)."""
+    return record_equivalence(
+        home,
+        reference,
+        candidate,
+        plan,
+        plan_name=plan_name,
+        ref_runtime=ref_runtime,
+        cand_runtime=cand_runtime,
+        flow=flow,
+        parents=parents,
+    )
+
+
+def _compare_as_tasks(
+    home: Home,
+    reference: str,
+    candidate: str,
+    plan: EquivalencePlan,
+    *,
+    plan_name: str,
+    ref_runtime: RuntimeDescriptor,
+    cand_runtime: RuntimeDescriptor,
+    flow: str,
+    parents: tuple[InputRef, ...] = (),
+) -> StageOutcome[EquivalenceReceipt]:
+    """Register the probe's equivalence plan, then compare: two task runs, one receipt each."""
+    register_plan_task(HomeRef.of(home), PlanRef.of(plan, plan_name), EquivalencePlan)
+    return compare_merged_export(
+        home,
+        reference,
+        candidate,
+        plan,
+        plan_name=plan_name,
+        ref_runtime=ref_runtime,
+        cand_runtime=cand_runtime,
+        flow=flow,
+        parents=parents,
+    )
 
 
 @task(name="package_adapter", **STAGE_TASK)
@@ -32,6 +92,7 @@ def package_adapter(
         retention_root=retention_root,
         probe_seed=probe_seed,
         flow=flow_name(),
+        compare=_compare_as_tasks,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,8 +84,14 @@ def _write_dumps(stages: dict[str, np.ndarray], folder: Path) -> Path:
     return folder
 
 
+Compare = Callable[..., StageOutcome[EquivalenceReceipt]]
+"""Records one equivalence comparison: ``record_equivalence``'s signature (the ``package`` flow
+passes the same function run as its own Prefect task)."""
+
+
 def _merged_equivalence(home: Home, manifest: PackageManifest, tar: Path, base_dir: Path, work: Path, ours: dict[str, np.ndarray],
-                        text: str, seed: int, parents: tuple[InputRef, ...], plan: EquivalencePlan, flow: str) -> tuple[str, StageOutcome[EquivalenceReceipt]]:  # fmt: skip
+                        text: str, seed: int, parents: tuple[InputRef, ...], plan: EquivalencePlan, flow: str,
+                        compare: Compare) -> tuple[str, StageOutcome[EquivalenceReceipt]]:  # fmt: skip
     """Export merged weights, reload them, compare with the adapter path; return (merged tree, outcome)."""
     backend = get_backend(manifest.backend)
     exporter = getattr(backend, "export_merged", None)
@@ -95,7 +102,7 @@ def _merged_equivalence(home: Home, manifest: PackageManifest, tar: Path, base_d
     merged_sha, _ = put_tree(home.blobs, work / "merged")
     merged = backend.load_for_inference(None, work / "merged", "merged_export")
     cand = probe_stages(manifest.backend, merged, text, manifest.inference.speaker, seed, dict(manifest.inference.settings))
-    outcome = record_equivalence(
+    outcome = compare(
         home, str(_write_dumps(ours, work / "dumps-adapter")), str(_write_dumps(cand, work / "dumps-merged")), plan,
         plan_name=f"package-probe-equivalence-{plan_digest(plan)[:12]}", ref_runtime=RuntimeDescriptor(name="adapter"),
         cand_runtime=RuntimeDescriptor(name="merged_export"), flow=flow,
@@ -108,12 +115,13 @@ def package_adapter_fn(
     home: Home, training_run_rid: str, checkpoint_tree_sha: str, *, promotion_rid: str | None = None,
     evaluation_rids: tuple[str, ...] | list[str] = (), retention_root: Path | None = None,
     probe_text: str = PROBE_TEXT, probe_seed: int = 0, equivalence_plan: EquivalencePlan = PROBE_PLAN,
-    flow: str = "package_adapter", threads: int = 1,
+    flow: str = "package_adapter", threads: int = 1, compare: Compare = record_equivalence,
 ) -> PackageOutcome:  # fmt: skip
     """Package a LoRA checkpoint of a training run; check it; publish it; record a ``package`` receipt.
 
     ``equivalence_plan`` judges the merged export against the adapter path (mel and pcm of the
-    probe); a RED band fails packaging. ``threads`` (torch, this process and the fresh one) is
+    probe); a RED band fails packaging; ``compare`` records that comparison (its own receipt).
+    ``threads`` (torch, this process and the fresh one) is
     part of the request: bit-exact reload holds for a given thread count. Equal requests are served from cache (blobs re-verified).
 
     Raises: ReceiptError (a bound receipt is missing, of the wrong kind, failed, or unrelated;
@@ -162,7 +170,7 @@ def package_adapter_fn(
         )
         if reload.passed:
             merged_sha, eq = _merged_equivalence(
-                home, manifest, tar, work / "base", work, ours, probe_text, probe_seed, tuple(inputs[:4]), equivalence_plan, flow
+                home, manifest, tar, work / "base", work, ours, probe_text, probe_seed, tuple(inputs[:4]), equivalence_plan, flow, compare
             )
             report = eq.receipt.report
             subjects.append(artifact(home.blobs, "merged_export", merged_sha, TREE_MEDIA_TYPE))
