@@ -29,3 +29,11 @@ def test_demo_plans_match_their_generator() -> None:
         assert (docgen.OUT.parent.parent / "plans" / name).read_text() == text, (
             f"plans/{name} is stale: python -m voxledger.tasks.corpus.demo_plans --write"
         )
+
+
+def test_pipeline_stages_page_is_current() -> None:
+    from voxledger.flows.stages import stage_names
+
+    text = docgen.render_stages()
+    assert docgen.STAGES_OUT.read_text() == text, "docs/pipeline-stages.md is stale: run python -m voxledger.docgen --write"
+    assert len(stage_names()) == 7 and all(f"| `{name}` |" in text for name in stage_names())

@@ -1,7 +1,7 @@
 """Generate ``docs/cli.md`` from the click command tree and ``docs/settings.md`` from the settings
 model (a test fails when either file is stale).
 
-Run ``python -m voxledger.docgen --write`` after changing a command or a setting.
+Run ``python -m voxledger.docgen --write`` after changing a command, a setting or a stage.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from voxledger.settings import GROUPS, VoxledgerSettings, default_text, expected
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 SETTINGS_OUT = OUT.parent / "settings.md"
+STAGES_OUT = OUT.parent / "pipeline-stages.md"
 
 
 def _walk(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
@@ -66,13 +67,38 @@ def render_settings() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_stages() -> str:
+    """Markdown for the stage table (``voxledger.flows.stages.STAGES``), in run order."""
+    from voxledger.flows.stages import describe, stage_table
+
+    lines = [
+        "# Pipeline stages",
+        "",
+        "Generated from the stage table (`voxledger/flows/stages.py`) by `python -m voxledger.docgen --write`; do not edit by hand.",
+        "`voxledger pipeline stages [PLAN]` prints the same table, and with a plan, whether and on which work pool each stage runs.",
+        "",
+        "| stage | flow (entrypoint) | receipt-writing task | receipt | plan field (kind) | stops the run when |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row, spec in zip(describe(), stage_table(), strict=True):
+        plan = f"`{row['plan_field']}` ({row['plan_kind']})" if row["plan_field"] else "-"
+        verdict = _prose(spec.verdict.__doc__) if spec.verdict is not None else "-"
+        cells = [f"`{row['stage']}`", f"`{row['flow']}` (`{row['entrypoint']}`)", f"`{row['task']}`", f"`{row['receipt']}`", plan, verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "What each stage is given besides its home and its plan (each stage's `inputs` in the table):", ""]
+    for spec in stage_table():
+        given = _prose(spec.inputs.__doc__).removeprefix("Inputs: ") or "see flows/stages.py"
+        lines.append(f"- `{spec.name}`: {given}")
+    return "\n".join(lines) + "\n"
+
+
 def _prose(doc: str | None) -> str:
     """A docstring as one Markdown paragraph (reST's double backticks become single ones)."""
     return " ".join((doc or "").split()).replace("``", "`")
 
 
 def main(argv: list[str]) -> int:
-    pages = {OUT: render(), SETTINGS_OUT: render_settings()}
+    pages = {OUT: render(), SETTINGS_OUT: render_settings(), STAGES_OUT: render_stages()}
     if "--write" in argv:
         for path, text in pages.items():
             path.write_text(text)

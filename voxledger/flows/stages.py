@@ -90,10 +90,17 @@ class StageSpec:
     """A switch in the pipeline plan besides naming a plan file (``package: false``)."""
 
     def entrypoint(self) -> str:
-        """The flow's ``path:function`` relative to the source directory (what a worker loads)."""
+        """The flow's ``path:function`` relative to the source directory (what a worker loads);
+        ``module:function`` for a flow defined outside it (listed, but not deployable from here)."""
         fn = self.flow.fn
         root = Path(__file__).resolve().parents[2]
-        return f"{Path(inspect.getfile(fn)).resolve().relative_to(root).as_posix()}:{fn.__name__}"
+        try:
+            source = Path(inspect.getfile(fn)).resolve()
+            if source.suffix == ".py" and source.is_file():
+                return f"{source.relative_to(root).as_posix()}:{fn.__name__}"
+        except (TypeError, ValueError):  # no file (built at run time), or a file elsewhere
+            pass
+        return f"{fn.__module__}:{fn.__name__}"
 
     def plan_file(self, plan: PipelinePlan) -> str | None:
         """The plan file name the pipeline plan gives this stage (None: the stage takes no plan)."""
@@ -110,18 +117,22 @@ class StageSpec:
 
 
 def _corpus(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus."""
     return {"corpus": ctx.corpus}
 
 
 def _train_base(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus and the audit's receipt; no base (it trains one from scratch)."""
     return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": None}
 
 
 def _train_adapter(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus, the audit's receipt and the base training's best checkpoint (when a base was trained)."""
     return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": ctx.best("train_base")}
 
 
 def _promote(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus and the adapter training run's receipt."""
     return {"corpus": ctx.corpus, "run_rid": ctx.rid("train_adapter")}
 
 
@@ -131,15 +142,18 @@ def _bindings(ctx: StageContext) -> dict[str, str]:
 
 
 def _evaluate(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus and bindings: `adapter` is the promoted checkpoint, `base` the trained base (when there is one)."""
     return {"corpus": ctx.corpus, "bindings": _bindings(ctx)}
 
 
 def _package(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the adapter training run, the promoted checkpoint, the promotion and the evaluation receipts."""
     promotion_rid, tree = ctx.winner()
     return {"run_rid": ctx.rid("train_adapter"), "tree_sha": tree, "promotion_rid": promotion_rid, "eval_rids": (ctx.rid("evaluate"),)}
 
 
 def _packets(ctx: StageContext) -> dict[str, Any] | None:
+    """Inputs: the evaluation receipt and the packets folder; runs only when the pipeline is given `--packets`."""
     if not ctx.packets_dir:
         return None
     return {"out_dir": ctx.packets_dir, "evaluation_rid": ctx.rid("evaluate")}
