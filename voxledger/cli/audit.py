@@ -6,14 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, json_option, open_home, plans_dir, run_flow
+from voxledger.cli.common import cli_console, emit_json, json_option, open_home, plans_dir, run_flow
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.errors import AuditFailedError
 
-console = Console()
+console = cli_console()
 DEFAULT_POLICY = plans_dir() / "audit-demo.yaml"
 
 

@@ -7,13 +7,12 @@ from datetime import UTC
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, json_option, open_home
+from voxledger.cli.common import cli_console, emit_json, json_option, open_home
 from voxledger.stores.capabilities import CapabilityMatrix, Cell
 
-console = Console()
+console = cli_console()
 COLOURS = {"validated": "green", "smoke_tested": "yellow", "failed": "red", "never_run": "grey50"}
 CSS = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;"
        "text-align:left}.validated{background:#c8f0c8}.smoke_tested{background:#fff2b3}.failed{background:#f6c0c0}"

@@ -11,9 +11,12 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,18 +50,19 @@ def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwa
     so ``--home``, ``--lock-timeout`` and the read-only setting reach every stage. Every command
     that does work goes through here, so all of it shows in Prefect's run history.
     """
-    from rich.console import Console
-
     from voxledger.flows.progress import reporting
     from voxledger.flows.runtime import prefect_session
 
     home = open_home(ctx)
-    console = Console(stderr=True)
-    with console.status("starting", spinner="dots") if not quiet else nullcontext() as status:
+    console = cli_console(stderr=True)
+    live = console.is_terminal and not quiet
+    with console.status("starting", spinner="dots") if live else nullcontext() as status:
+        lines = ProgressLines(enabled=not quiet and not live)
 
         def show(message: str) -> None:
             if status is not None:
                 status.update(message)
+            lines.show(message)
 
         show("connecting to the Prefect server")
         with prefect_session(home.root), reporting(show):
@@ -67,6 +71,42 @@ def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwa
             finally:
                 show("finishing")
                 _drain_prefect_workers()
+
+
+def cli_console(stderr: bool = False) -> Console:
+    """A rich console for command output. On a terminal it is the usual one; piped or redirected,
+    it never truncates a table cell (``…``) or wraps a line, so ``voxledger ... | cat`` and a log
+    file hold every character (``--json`` is there for scripts)."""
+    import sys
+
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=100_000, soft_wrap=True, no_color=True, highlight=False)
+
+
+class ProgressLines:
+    """Progress as plain lines on stderr when it is not a terminal (a log file, a pipe, CI), each
+    with the time since the command started: every ``stage ...`` line, the first line of each new
+    phase (its first word changes: ``storing``, ``epoch``, ``measuring``), and otherwise at most
+    one line every ``every_s`` seconds."""
+
+    def __init__(self, enabled: bool, every_s: float = 10.0) -> None:
+        import time
+
+        self.enabled, self.every_s, self.t0 = enabled, every_s, time.monotonic()
+        self.last, self.phase = float("-inf"), ""
+
+    def show(self, message: str) -> None:
+        import time
+
+        now, phase = time.monotonic(), message.split(" ", 1)[0]
+        if not self.enabled or (phase == self.phase and phase != "stage" and now - self.last < self.every_s):
+            return
+        self.last, self.phase = now, phase
+        click.echo(f"[{now - self.t0:7.1f} s] {message}", err=True)
 
 
 def _drain_prefect_workers() -> None:
@@ -146,10 +186,9 @@ def interval_cell(iv: dict[str, Any] | None, signed: bool = False) -> str:
 
 def print_stages(stages: Any) -> None:
     """The stage table of a pipeline run."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("stage", "status", "cached", "wall s", "receipt", title="pipeline")
     for s in stages:
         table.add_row(s.stage, s.status, "yes" if s.cached else "no", f"{s.wall_s:.1f}", (s.receipt_id or "-")[:16])
-    Console().print(table)
+    cli_console().print(table)

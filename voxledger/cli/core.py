@@ -6,16 +6,15 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 from rich.tree import Tree
 
-from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt, run_flow
+from voxledger.cli.common import cli_console, emit_json, json_option, open_home, resolve_node, resolve_receipt, run_flow
 from voxledger.schemas.errors import CatalogError, ReceiptError
 
-console = Console()
+console = cli_console()
 
 
 @click.group()

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from voxledger.cli.common import emit_json, json_option
+from voxledger.cli.common import cli_console, emit_json, json_option
 from voxledger.tasks.corpus.importers import IMPORTERS
 
-console = Console()
+console = cli_console()
 LAYOUTS = ("auto", "jsonl", "kaldi", *IMPORTERS)
 
 

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, home_ref, json_option, open_home, plans_dir, print_stages, run_flow
+from voxledger.cli.common import cli_console, emit_json, home_ref, json_option, open_home, plans_dir, print_stages, run_flow
 from voxledger.cli.common import interval_cell as _iv
 
-console = Console()
+console = cli_console()
 
 
 @click.group()

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, json_option, plans_dir, resolve_node, run_flow
+from voxledger.cli.common import cli_console, emit_json, json_option, plans_dir, resolve_node, run_flow
 from voxledger.schemas.errors import EquivalenceError
 
-console = Console()
+console = cli_console()
 DEFAULT_PLAN = plans_dir() / "equivalence-default.yaml"
 
 

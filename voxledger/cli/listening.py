@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, json_option, open_home, plans_dir, resolve_receipt, run_flow
+from voxledger.cli.common import cli_console, emit_json, json_option, open_home, plans_dir, resolve_receipt, run_flow
 
-console = Console()
+console = cli_console()
 DEFAULT_PROTOCOL = plans_dir() / "listening-demo.yaml"
 
 

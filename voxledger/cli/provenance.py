@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt
+from voxledger.cli.common import cli_console, emit_json, json_option, open_home, resolve_node, resolve_receipt
 
-console = Console()
+console = cli_console()
 
 
 def _show(rows: list[dict], as_json: bool, title: str) -> None:  # type: ignore[type-arg]

@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 import pydantic
-from rich.console import Console
 from rich.table import Table
 
 from voxledger.cli.common import (
+    cli_console,
     emit_json,
     interval_cell,
     json_option,
@@ -23,7 +23,7 @@ from voxledger.cli.common import (
 )
 from voxledger.schemas.errors import validation_lines
 
-console = Console()
+console = cli_console()
 PLANS = plans_dir()
 
 
@@ -256,7 +256,7 @@ def pipeline_stages(plan_file: Path | None, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    columns = ["stage", "flow", "task", "receipt", "plan_field", *(["plan_file", "enabled", "pool"] if plan_file else [])]
+    columns = ["stage", "flow", "task", "receipt", "plan_field", "verdict", *(["plan_file", "enabled", "pool"] if plan_file else [])]
     table = Table(*columns, title="pipeline stages, in run order")
     for row in rows:
         table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
