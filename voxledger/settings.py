@@ -79,7 +79,7 @@ class CosyVoiceSettings(BaseModel):
         default=None,
         description="Another interpreter with upstream's pins, reported on by `cosyvoice3 preflight`; "
         "the backend refuses to start while it is set (running through it is not implemented).",
-    )  # fmt: skip
+    )
 
 
 class BenchSettings(BaseModel):
