@@ -112,9 +112,14 @@ class TinyBackend:
         self._train = TinyDataset(train_utts, config, self._norm, plan.frames_per_batch)
         cv_set = TinyDataset(cv_utts, config, self._norm, plan.frames_per_batch)
         sources = sorted({e.durations.source for e in (*train, *cv)})
-        effective = {"model": config.model_dump(mode="json"), "frames_per_batch": plan.frames_per_batch,
-                     "train_utterances": len(train), "cv_utterances": len(cv), "duration_sources": sources,
-                     "precision_effective": tt.effective_precision(plan.precision)}  # fmt: skip
+        effective = {
+            "model": config.model_dump(mode="json"),
+            "frames_per_batch": plan.frames_per_batch,
+            "train_utterances": len(train),
+            "cv_utterances": len(cv),
+            "duration_sources": sources,
+            "precision_effective": tt.effective_precision(plan.precision),
+        }
         return TrainingSetup(
             model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed)
         )
@@ -248,13 +253,19 @@ class TinyBackend:
     def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
         return stages.STAGES
 
-    def stage_outputs(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any],
-                      feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def stage_outputs(
+        self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any], feed: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         return stages.stage_outputs(loaded, text, speaker, seed, settings, feed)
 
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
         recipe = tt.BASE_RECIPE if mode == "full" else tt.LORA_RECIPE
         lora = {k: recipe[k] for k in ("r", "alpha", "dropout")} if mode == "lora" else None
-        return PlanRecipe(frames_per_batch=int(recipe["frames_per_batch"]), precision=str(recipe["precision"]),
-                          optim={k: recipe[k] for k in OPTIM_KEYS}, lora=lora, note=PLAN_NOTES[mode])  # fmt: skip
+        return PlanRecipe(
+            frames_per_batch=int(recipe["frames_per_batch"]),
+            precision=str(recipe["precision"]),
+            optim={k: recipe[k] for k in OPTIM_KEYS},
+            lora=lora,
+            note=PLAN_NOTES[mode],
+        )
