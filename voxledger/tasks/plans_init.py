@@ -26,7 +26,7 @@ import yaml
 from voxledger.schemas.errors import CorpusError, UnsafePathError
 from voxledger.schemas.manifest import Utterance
 from voxledger.schemas.training import BackendName
-from voxledger.tasks.backends.base import DEFAULT_BACKEND, get_backend
+from voxledger.tasks.backends.base import DEFAULT_BACKEND, PlanRecipe, get_backend
 from voxledger.tasks.corpus.audio import DECODE_ERRORS
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path
@@ -146,31 +146,19 @@ def _references(prompts: list[dict[str, Any]], refs: list[Utterance]) -> dict[st
     return {f"{p['id']}:0": refs[k % len(refs)].audio for k, p in enumerate(prompts)}
 
 
-def plan_documents(
-    loaded: LoadedCorpus, roles: CorpusRoles, name: str, backend: BackendName = DEFAULT_BACKEND
-) -> dict[str, dict[str, Any]]:
-    """File name -> plan document, written by `init_plans`; training settings are ``backend``'s measured recipes.
-
-    Raises:
-        BackendCapabilityError: the backend has no recipe for a plan that is needed.
-    """
-    utts = loaded.utterances.utterances
-    of_target = [u for u in utts if u.speaker == roles.target]
-    refs = [u for u in of_target if u.split == roles.train]
-    gate = _prompts([u for u in of_target if u.split == roles.dev], "g")
-    final = _prompts([u for u in of_target if u.split == (roles.test or roles.dev)], "e")
-    adapt = bool(roles.base_speakers)
-    base_voice = roles.base_speakers[0] if adapt else roles.target
-    audit = {
+def _audit_policy(name: str, roles: CorpusRoles, utts: tuple[Utterance, ...]) -> dict[str, Any]:
+    leakage = [{"key": "speaker", "partition": [sorted({u.split for u in utts})]}, {"key": "recording_id"}, {"key": "text_norm"}]
+    return {
         "kind": "audit_policy",
         "name": name,
-        "leakage": [{"key": "speaker", "partition": [sorted({u.split for u in utts})]}, {"key": "recording_id"}, {"key": "text_norm"}],
+        "leakage": leakage,
         "sample_rate_hz": roles.sample_rate_hz,
         "channels": roles.channels,
     }
-    models = get_backend(backend)
-    full = models.plan_recipe("full")
-    base = {
+
+
+def _base_training(name: str, backend: BackendName, roles: CorpusRoles, full: PlanRecipe) -> dict[str, Any]:
+    return {
         "kind": "training_plan",
         "name": f"{name}-base",
         "backend": backend,
@@ -189,49 +177,142 @@ def plan_documents(
         "optim": dict(full.optim),
         "model": {},
     }
+
+
+def _adapter_training(name: str, backend: BackendName, roles: CorpusRoles, lora: PlanRecipe) -> dict[str, Any]:
+    return {
+        "kind": "training_plan",
+        "name": f"{name}-adapter",
+        "backend": backend,
+        "mode": "lora",
+        "train_splits": [roles.train],
+        "cv_splits": [roles.dev],
+        "speakers": [roles.target],
+        "new_speaker": roles.target,
+        "seed": 0,
+        "threads": 2,
+        "frames_per_batch": lora.frames_per_batch,
+        "precision": lora.precision,
+        "max_epochs": 60,
+        "patience": 6,
+        "min_delta": 0.001,
+        "checkpoint_every_steps": 20,
+        "optim": dict(lora.optim),
+        "lora": dict(lora.lora or {}),
+    }
+
+
+def _evaluation(
+    name: str, backend: BackendName, roles: CorpusRoles, base_voice: str, prompts: list[dict[str, Any]], references: dict[str, str]
+) -> dict[str, Any]:
     candidates: list[dict[str, Any]] = [
         {"name": "base", "backend": backend, "runtime": "base", "artifact": "input:base", "speaker": base_voice}
     ]
-    if adapt:
-        candidates.append(
-            {
-                "name": "adapter",
-                "backend": backend,
-                "runtime": "adapter",
-                "artifact": "input:adapter",
-                "base": "input:base",
-                "speaker": roles.target,
-            }
-        )
+    if roles.base_speakers:
+        adapter = {
+            "name": "adapter",
+            "backend": backend,
+            "runtime": "adapter",
+            "artifact": "input:adapter",
+            "base": "input:base",
+            "speaker": roles.target,
+        }
+        candidates.append(adapter)
     candidates.append({"name": "recordings", "backend": "recordings", "runtime": "recordings"})
-    evaluation = {
+    return {
         "kind": "evaluation_plan",
         "name": f"{name}-eval",
         "seeds": [0],
         "baseline": "base",
         "candidates": candidates,
-        "prompts": final,
-        "speaker_references": _references(final, refs or of_target),
+        "prompts": prompts,
+        "speaker_references": references,
     }
-    listening = {
+
+
+def _listening(name: str) -> dict[str, Any]:
+    naturalness = {"name": "naturalness", "task": "acr", "question": "How natural does this voice sound?", "direction": "higher_better"}
+    quality = {
+        "name": "quality",
+        "task": "mushra",
+        "question": "Rate the overall quality of each sample against the reference.",
+        "low_anchor_cutoff_hz": 3500,
+    }
+    return {
         "kind": "listening_protocol",
         "name": f"{name}-listening",
         "title": "Voice quality listening test",
         "reference_candidate": "recordings",
-        "criteria": [
-            {"name": "naturalness", "task": "acr", "question": "How natural does this voice sound?", "direction": "higher_better"},
-            {
-                "name": "quality",
-                "task": "mushra",
-                "question": "Rate the overall quality of each sample against the reference.",
-                "low_anchor_cutoff_hz": 3500,
-            },
-        ],
+        "criteria": [naturalness, quality],
         "design": {"raters": 6, "raters_per_prompt": 3, "seed": 7, "gold_items": 2, "attention_checks": 1},
     }
-    docs: dict[str, dict[str, Any]] = {"audit.yaml": audit, "train-base.yaml": base, "eval.yaml": evaluation, "listening.yaml": listening}
+
+
+def _gate_rule(metric: str, statistic: str, op: str, threshold: float, why: str) -> dict[str, Any]:
+    return {"metric": metric, "statistic": statistic, "op": op, "threshold": threshold, "why": why}
+
+
+def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], references: dict[str, str]) -> dict[str, Any]:
+    says_the_text = "at least half of the gate prompts must say the text and nothing else"
+    rules = [_gate_rule("content_gate_pass", "challenger_mean", ">=", 0.5, says_the_text)]
+    if len(gate) >= PAIRED_GATE_MIN_PROMPTS:
+        rules += [
+            _gate_rule("wer:whisper_en", "delta_mean", "<=", 0.10, "intelligibility may not drop by more than 10 WER points on average"),
+            _gate_rule("speaker_sim", "delta_mean", ">=", 0.05, "the adapter must move the voice toward the target"),
+        ]
+    return {
+        "kind": "promotion_policy",
+        "name": f"{name}-promote",
+        "best_k": 2,
+        "include_last": True,
+        "baseline_speaker": base_voice,
+        "gate_plan": {"name": f"{name}-gate", "prompts": gate, "seeds": [0], "speaker_references": references},
+        "rules": rules,
+    }
+
+
+def _pipeline(name: str) -> dict[str, Any]:
+    return {
+        "kind": "pipeline_plan",
+        "name": name,
+        "audit_policy": "audit.yaml",
+        "base_training": "train-base.yaml",
+        "adapter_training": "train-adapter.yaml",
+        "promotion_policy": "promote.yaml",
+        "evaluation": "eval.yaml",
+        "listening_protocol": "listening.yaml",
+        "package": True,
+    }
+
+
+def plan_documents(
+    loaded: LoadedCorpus, roles: CorpusRoles, name: str, backend: BackendName = DEFAULT_BACKEND
+) -> dict[str, dict[str, Any]]:
+    """File name -> plan document, written by `init_plans`; training settings are ``backend``'s measured recipes.
+
+    Raises:
+        BackendCapabilityError: the backend has no recipe for a plan that is needed.
+    """
+    utts = loaded.utterances.utterances
+    of_target = [u for u in utts if u.speaker == roles.target]
+    refs = [u for u in of_target if u.split == roles.train]
+    gate = _prompts([u for u in of_target if u.split == roles.dev], "g")
+    final = _prompts([u for u in of_target if u.split == (roles.test or roles.dev)], "e")
+    adapt = bool(roles.base_speakers)
+    base_voice = roles.base_speakers[0] if adapt else roles.target
+    models = get_backend(backend)
+    docs: dict[str, dict[str, Any]] = {
+        "audit.yaml": _audit_policy(name, roles, utts),
+        "train-base.yaml": _base_training(name, backend, roles, models.plan_recipe("full")),
+        "eval.yaml": _evaluation(name, backend, roles, base_voice, final, _references(final, refs or of_target)),
+        "listening.yaml": _listening(name),
+    }
     if not adapt:
         return docs
+    docs["train-adapter.yaml"] = _adapter_training(name, backend, roles, models.plan_recipe("lora"))
+    docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs))
+    docs["pipeline.yaml"] = _pipeline(name)
+    return docs
     lora = models.plan_recipe("lora")
     docs["train-adapter.yaml"] = {
         "kind": "training_plan",
@@ -328,21 +409,33 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
             f"(delta_mean of wer/speaker_sim) need {PAIRED_GATE_MIN_PROMPTS}."
         )
     )
+    adapter_bind = " --bind adapter=SHA" if roles.base_speakers else ""
     return {
-        "audit.yaml": f"# voxledger audit {corpus} --policy {out}/audit.yaml\n# Splits: {split_note}. Speakers may appear in every split; "
-        "no recording and no sentence may cross splits.\n",
+        "audit.yaml": (
+            f"# voxledger audit {corpus} --policy {out}/audit.yaml\n"
+            f"# Splits: {split_note}. Speakers may appear in every split; no recording and no sentence may cross splits.\n"
+        ),
         "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# {notes['full']}\n",
-        "train-adapter.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
-        f"# {notes.get('lora', '')}\n",
-        "promote.yaml": f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n# Gate prompts: the dev split "
-        f"{roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n",
-        "eval.yaml": f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA"
-        + (" --bind adapter=SHA" if roles.base_speakers else "")
-        + f"\n# Prompts: split {roles.test or roles.dev!r} of {roles.target!r}.\n",
-        "listening.yaml": f"# voxledger packets export --plan {out}/listening.yaml --stimuli stimuli.json ./packets\n"
-        "# (or the listening stage of the pipeline). Omitted fields take the schema defaults (schemas/listening.py).\n",
-        "pipeline.yaml": f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
-        f"# audit -> base on {', '.join(roles.base_speakers)} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n",
+        "train-adapter.yaml": (
+            f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
+            f"# {notes.get('lora', '')}\n"
+        ),
+        "promote.yaml": (
+            f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n"
+            f"# Gate prompts: the dev split {roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n"
+        ),
+        "eval.yaml": (
+            f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA{adapter_bind}\n"
+            f"# Prompts: split {roles.test or roles.dev!r} of {roles.target!r}.\n"
+        ),
+        "listening.yaml": (
+            f"# voxledger packets export --plan {out}/listening.yaml --stimuli stimuli.json ./packets\n"
+            "# (or the listening stage of the pipeline). Omitted fields take the schema defaults (schemas/listening.py).\n"
+        ),
+        "pipeline.yaml": (
+            f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
+            f"# audit -> base on {', '.join(roles.base_speakers)} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n"
+        ),
     }
 
 
@@ -373,14 +466,13 @@ def init_plans(
     for file, doc in docs.items():
         (out / file).write_text(headers[file] + yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
         written.append(out / file)
-    notes = (
-        []
-        if roles.base_speakers
-        else [
-            f"one speaker ({roles.target!r}): no adapter, promotion or pipeline plan; train the base with train-base.yaml and evaluate it with eval.yaml"
-        ]
-    )
-    return InitResult(roles, tuple(written), tuple(notes))
+    notes: tuple[str, ...] = ()
+    if not roles.base_speakers:
+        notes = (
+            f"one speaker ({roles.target!r}): no adapter, promotion or pipeline plan; "
+            "train the base with train-base.yaml and evaluate it with eval.yaml",
+        )
+    return InitResult(roles, tuple(written), notes)
 
 
 def _plan_name(corpus: Path) -> str:
