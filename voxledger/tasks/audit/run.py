@@ -132,8 +132,10 @@ def _check(
             Finding(
                 code="empty_corpus",
                 severity="error",
-                message=f"the corpus at {corpus.root} has no utterances: "
-                "check the manifest path and its lines (issues above, if any, say why lines were dropped)",
+                message=(
+                    f"the corpus at {corpus.root} has no utterances: "
+                    "check the manifest path and its lines (issues above, if any, say why lines were dropped)"
+                ),
             )
         )
     findings += checks.leakage(utts, policy.leakage)

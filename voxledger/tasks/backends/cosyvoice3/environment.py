@@ -101,8 +101,10 @@ def _files(config: CosyVoice3Config) -> list[EnvFinding]:
                 id="source-drift",
                 severity="warning",
                 message=m,
-                fix=f"use upstream commit {manifest.load_manifest().upstream['commit']}, or re-read the manifest's facts "
-                "from your commit before trusting the backend's fixes on it",
+                fix=(
+                    f"use upstream commit {manifest.load_manifest().upstream['commit']}, or re-read the manifest's facts "
+                    "from your commit before trusting the backend's fixes on it"
+                ),
             )
             for m in manifest.check_sources(config.checkout_dir)
         ]
@@ -159,10 +161,14 @@ def _interpreter(python: Path) -> tuple[dict[str, str | None] | None, list[EnvFi
     not_done = EnvFinding(
         id="interpreter-not-implemented",
         severity="error",
-        message=f"running upstream through a separate interpreter ({python}) is not implemented; the backend refuses "
-        "to train or synthesise while one is configured",
-        fix="unset VOXLEDGER_COSYVOICE_PYTHON and run in this environment (the backend's fixes cover the known "
-        "incompatibilities), or run upstream's own scripts with that interpreter outside voxledger",
+        message=(
+            f"running upstream through a separate interpreter ({python}) is not implemented; the backend refuses "
+            "to train or synthesise while one is configured"
+        ),
+        fix=(
+            "unset VOXLEDGER_COSYVOICE_PYTHON and run in this environment (the backend's fixes cover the known "
+            "incompatibilities), or run upstream's own scripts with that interpreter outside voxledger"
+        ),
     )
     try:
         versions = interpreter_versions(python)

@@ -54,8 +54,10 @@ ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 OPTIM_KEYS = ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")
 PLAN_NOTES = {
-    "full": "Full training of the tiny TTS on {speakers} (language {language!r}); recipe measured on the demo "
-    "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng.",
+    "full": (
+        "Full training of the tiny TTS on {speakers} (language {language!r}); recipe measured on the demo "
+        "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng."
+    ),
     "lora": "LoRA on q/k/v/o plus a new speaker row for the target voice {target!r}.",
 }
 COMPONENT_NOTE = (
