@@ -6,6 +6,7 @@ typed row from the store alone.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,11 @@ BlobLoader = Callable[[str], bytes]
 Projector = Callable[..., Rows]
 
 PROJECTORS: dict[str, Projector] = {}
+
+GENERATION_COLUMNS = ("candidate", "prompt_id", "seed", "valid", "audio_sha256", "duration_s", "wall_s", "rtf", "peak_rss_mb", "error")
+INTERVAL_COLUMNS = ("mean", "low", "high", "n", "method", "units")
+RULE_COLUMNS = ("metric", "statistic", "op", "threshold", "value", "passed")
+SCORE_COLUMNS = ("criterion", "task", "candidate", "ratings", "raters", "mean", "ci_low", "ci_high")
 
 
 def projector(kind: str) -> Callable[[Projector], Projector]:
@@ -37,6 +43,10 @@ def project(receipt_sha256: str, doc: dict[str, Any], load: BlobLoader | None = 
     if fn is None:
         return {}
     return fn(receipt_sha256, doc, load) if getattr(fn, "needs_blobs", False) else fn(receipt_sha256, doc)
+
+
+def _pick(doc: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any]:
+    return {k: doc[k] for k in columns}
 
 
 @projector("audit")
@@ -122,8 +132,6 @@ def _checkpoint(rid: str, doc: dict[str, Any]) -> Rows:
 
 
 def _json_blob(load: BlobLoader | None, doc: dict[str, Any], role: str) -> Any:
-    import json
-
     if load is None:
         raise ValueError(f"{doc['kind']} rows need the store to read their {role} blob")
     sha = next(a["sha256"] for a in doc["subjects"] if a["role"] == role)
@@ -132,16 +140,7 @@ def _json_blob(load: BlobLoader | None, doc: dict[str, Any], role: str) -> Any:
 
 def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
     plan = doc["parameters"]["plan_sha256"]
-    gens = [
-        {
-            "receipt_sha256": rid,
-            **{
-                k: g[k]
-                for k in ("candidate", "prompt_id", "seed", "valid", "audio_sha256", "duration_s", "wall_s", "rtf", "peak_rss_mb", "error")
-            },
-        }
-        for g in _json_blob(load, doc, "generations")
-    ]
+    gens = [{"receipt_sha256": rid, **_pick(g, GENERATION_COLUMNS)} for g in _json_blob(load, doc, "generations")]
     obs = [{"receipt_sha256": rid, "plan_sha256": plan, **o} for o in _json_blob(load, doc, "observations")]
     summaries = []
     for s in doc["result"]["summaries"]:
@@ -154,7 +153,7 @@ def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
                         "candidate": s["candidate"],
                         "category": cat,
                         "metric": metric,
-                        **{k: iv[k] for k in ("mean", "low", "high", "n", "method", "units")},
+                        **_pick(iv, INTERVAL_COLUMNS),
                     }
                 )
     comps = [
@@ -175,8 +174,6 @@ def _evaluation(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
         }
         for c in doc["result"]["comparisons"]
     ]
-    import json
-
     p = doc["parameters"]
     extractors = [
         {"receipt_sha256": rid, "extractor": k, "extractor_sha256": p["extractors"][k], "spec": json.dumps(v, sort_keys=True)}
@@ -210,9 +207,7 @@ def _promotion(rid: str, doc: dict[str, Any]) -> Rows:
         for m in doc["result"]["moves"]
     ]
     rules = [
-        {"receipt_sha256": rid, "challenger": c["name"], **{k: r[k] for k in ("metric", "statistic", "op", "threshold", "value", "passed")}}
-        for c in doc["result"]["challengers"]
-        for r in c["rules"]
+        {"receipt_sha256": rid, "challenger": c["name"], **_pick(r, RULE_COLUMNS)} for c in doc["result"]["challengers"] for r in c["rules"]
     ]
     return {"alias_history": moves, "promotion_rules": rules}
 
@@ -222,10 +217,7 @@ def _aggregate(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
         {"receipt_sha256": rid, "seq": i, "rater": r["rater_id"], **{k: v for k, v in r.items() if k != "rater_id"}}
         for i, r in enumerate(_json_blob(load, doc, "ratings"))
     ]
-    scores = [
-        {"receipt_sha256": rid, **{k: s[k] for k in ("criterion", "task", "candidate", "ratings", "raters", "mean", "ci_low", "ci_high")}}
-        for s in doc["result"]["scores"]
-    ]
+    scores = [{"receipt_sha256": rid, **_pick(s, SCORE_COLUMNS)} for s in doc["result"]["scores"]]
     return {"ratings": ratings, "listening_scores": scores}
 
 
