@@ -212,6 +212,12 @@ def prepare_corpus_fn(
     return PrepareOutcome(home.record(receipt), receipt, False, out)
 
 
+def _tree_entry(tmp: Path, utt: Utterance, file: DerivedFile) -> TreeEntry:
+    """The tree entry of one derived file written under ``tmp``."""
+    path = _derived_name(utt)
+    return TreeEntry(path=path, size_bytes=(tmp / path).stat().st_size, sha256=file.derived_sha256, executable=False)
+
+
 def _run(
     home: Home, corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path], t: PrepareTransform, tmp: Path, workers: int
 ) -> tuple[list[Artifact], PrepareResult]:
@@ -244,19 +250,8 @@ def _run(
     derived = UtteranceSet(name=corpus.utterances.name, utterances=tuple(derived_utts))
     manifest_text = "".join(json.dumps(u.to_record(), ensure_ascii=False) + "\n" for u in derived_utts).encode("utf-8")
     (tmp / "manifest.jsonl").write_bytes(manifest_text)
-    tree = TreeManifest(
-        entries=tuple(
-            sorted(
-                (
-                    TreeEntry(
-                        path=_derived_name(u), size_bytes=(tmp / _derived_name(u)).stat().st_size, sha256=f.derived_sha256, executable=False
-                    )
-                    for u, f in zip(derived_utts, files)
-                ),
-                key=lambda e: e.path,
-            )
-        )
-    )
+    entries = [_tree_entry(tmp, u, f) for u, f in zip(derived_utts, files)]
+    tree = TreeManifest(entries=tuple(sorted(entries, key=lambda e: e.path)))
     shas = {
         "manifest": (home.blobs.put_bytes(canonical_bytes(derived)), MANIFEST_MEDIA_TYPE),
         "manifest_file": (home.blobs.put_bytes(manifest_text), MANIFEST_FILE_MEDIA_TYPE),

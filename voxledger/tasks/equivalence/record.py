@@ -55,6 +55,10 @@ def record_equivalence(
         plan_sha256=plan_sha, reference=ref_runtime, candidate=cand_runtime, reference_tree_sha256=ref_sha, candidate_tree_sha256=cand_sha
     )
     key = cache_key("equivalence", {"reference": ref_sha, "candidate": cand_sha}, plan_sha, params.model_dump(mode="json"))
+    error = None
+    if not report.passed:
+        off_green = ", ".join(f"{s.stage}={s.band}" for s in report.stages if s.band != "GREEN")
+        error = f"overall band {report.band}: {off_green}"
     receipt = build_receipt(
         EquivalenceReceipt,
         flow=flow,
@@ -63,9 +67,7 @@ def record_equivalence(
         key=key,
         subjects=[],
         status="succeeded" if report.passed else "failed",
-        error=None
-        if report.passed
-        else f"overall band {report.band}: " + ", ".join(f"{s.stage}={s.band}" for s in report.stages if s.band != "GREEN"),
+        error=error,
         inputs=[
             InputRef(role="plan", sha256=plan_rid, ref="receipt"),
             InputRef(role="reference_dumps", sha256=ref_sha, ref="artifact"),

@@ -103,29 +103,28 @@ def export_packets(
     )
     csv_sha = home.blobs.put_bytes(writer.csv_bytes())
     (out_dir / "trials.csv").write_bytes(home.blobs.get_bytes(csv_sha))
+    packet_subjects = [artifact(home.blobs, f"packet:{p.rater_id}", p.tree_sha256, TREE_MEDIA_TYPE) for p in writer.packets]
+    csv_subject = artifact(home.blobs, "trials_csv", csv_sha, "text/csv")
+    attention_subjects = [
+        artifact(home.blobs, "attention_audio", r.source_sha256, "audio/wav")
+        for src, r in sorted(renderer.sources.items())
+        if src.startswith("attention:")
+    ]
+    audio_inputs = [InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli})]
+    parameters = _parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment)
     receipt = build_receipt(
         PacketSetReceipt,
         flow=flow,
         task="export_packets",
         started_at=started,
         key=key,
-        subjects=[
-            *(artifact(home.blobs, f"packet:{p.rater_id}", p.tree_sha256, TREE_MEDIA_TYPE) for p in writer.packets),
-            artifact(home.blobs, "trials_csv", csv_sha, "text/csv"),
-            *(
-                artifact(home.blobs, "attention_audio", r.source_sha256, "audio/wav")
-                for src, r in sorted(renderer.sources.items())
-                if src.startswith("attention:")
-            ),
-        ],
+        subjects=[*packet_subjects, csv_subject, *attention_subjects],
         inputs=[
             InputRef(role="protocol", sha256=plan_rid, ref="receipt"),
             InputRef(role="stimuli", sha256=stimuli_sha, ref="artifact"),
-            *(InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli})),
+            *audio_inputs,
         ],
-        parameters=_parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment).model_copy(
-            update={"leak_check": leaks}
-        ),
+        parameters=parameters.model_copy(update={"leak_check": leaks}),
     )
     return PacketSetOutcome(home.record(receipt), receipt, False, writer.dirs)
 

@@ -202,21 +202,21 @@ def prepare_promotion(
     # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
     gate_name = f"{policy_name}#gate@{plan_digest(gate)[:16]}"
     return PromotionRound(
-        training_run_rid,
-        policy,
-        policy_rid,
-        policy_sha,
-        base_sha,
-        champion,
-        tuple(challengers),
-        tuple(cands),
-        incumbent,
-        incumbent_sha,
-        bindings,
-        key,
-        gate,
-        gate_name,
-        started,
+        training_run_rid=training_run_rid,
+        policy=policy,
+        policy_rid=policy_rid,
+        policy_sha=policy_sha,
+        base_sha=base_sha,
+        champion=champion,
+        challengers=tuple(challengers),
+        candidates=tuple(cands),
+        incumbent=incumbent,
+        incumbent_sha=incumbent_sha,
+        bindings=bindings,
+        key=key,
+        gate=gate,
+        gate_name=gate_name,
+        started=started,
     )
 
 
