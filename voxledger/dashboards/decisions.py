@@ -88,17 +88,15 @@ def evaluation(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) ->
         {"candidate": s.candidate, "rows": s.n_rows, "invalid rate": s.invalid_rate, "content gate fail rate": s.content_gate_fail_rate}
         for s in summaries
     ]
-    return (
+    head = (
         f"<p>plan <b>{escape(ev.parameters.plan_name)}</b>, {len(summaries)} candidates, {ev.parameters.n_generations} generations"
         f" &middot; <span class='muted'>{when(ev.finished_at)}, receipt {digest(evaluation_sha256)}; predicted MOS is a model's "
         "prediction, not a listener rating; a point without a bar has no CI</span></p>"
-        + '<div class="charts">'
-        + "".join(chart(charts.metric_intervals(points, m)) for m in shown)
-        + "</div>"
-        + table(rows, ["metric", *cols], {c: str for c in cols})
-        + footnotes(notes)
-        + table(validity, ["candidate", "rows", "invalid rate", "content gate fail rate"])
     )
+    interval_charts = '<div class="charts">' + "".join(chart(charts.metric_intervals(points, m)) for m in shown) + "</div>"
+    metric_table = table(rows, ["metric", *cols], {c: str for c in cols})
+    validity_table = table(validity, ["candidate", "rows", "invalid rate", "content gate fail rate"])
+    return head + interval_charts + metric_table + footnotes(notes) + validity_table
 
 
 def forest(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) -> str:
@@ -179,19 +177,15 @@ def _equivalence_one(e: EquivalenceReceipt, rid: str) -> str:
         for s in rep.skipped
     ]
     drawn = [{"stage": s.stage, "rel": s.rel, "band": s.band} for s in rep.stages if s.rel is not None]
-    return (
-        f"<h3>{escape(e.parameters.reference.name)} vs {escape(e.parameters.candidate.name)}: {band(rep.band)} "
-        f"{'passed' if rep.passed else '<span class=bad>failed</span>'}</h3>"
+    verdict = "passed" if rep.passed else "<span class=bad>failed</span>"
+    head = (
+        f"<h3>{escape(e.parameters.reference.name)} vs {escape(e.parameters.candidate.name)}: {band(rep.band)} {verdict}</h3>"
         f"<p class='muted'>GREEN: rel &le; {bands.green_max_rel:g}; YELLOW: rel &le; {bands.yellow_max_rel:g}; RED above; "
         f"{when(e.finished_at)}, receipt {digest(rid)}</p>"
-        + (chart(charts.equivalence_bands(drawn, bands.green_max_rel, bands.yellow_max_rel)) if drawn else "")
-        + table(
-            rows,
-            ["stage", "kind", "band", "rel", "max_abs_err", "compared", "tokens"],
-            {"band": band, "rel": _rel},
-            cls="equivalence-bands",
-        )
     )
+    band_chart = chart(charts.equivalence_bands(drawn, bands.green_max_rel, bands.yellow_max_rel)) if drawn else ""
+    stage_cols = ["stage", "kind", "band", "rel", "max_abs_err", "compared", "tokens"]
+    return head + band_chart + table(rows, stage_cols, {"band": band, "rel": _rel}, cls="equivalence-bands")
 
 
 def _rel(v: float | None) -> str:

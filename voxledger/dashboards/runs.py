@@ -44,14 +44,8 @@ def _stage_table(stages: list[q.Row], names: dict[str, q.Row]) -> str:
     for s in stages:
         node = names.get(s["stage_receipt"] or "")
         made = "reused from cache; made " + when(s["receipt_finished_at"]) if s["cached"] else when(s["receipt_finished_at"])
-        rows.append(
-            {
-                **s,
-                "offset": f"+{offset:.1f} s",
-                "made": made if node else "-",
-                "receipt": (f"{escape(node['kind'])} <b>{escape(node['name'] or '')}</b> " + digest(s["stage_receipt"])) if node else "-",
-            }
-        )
+        receipt = f"{escape(node['kind'])} <b>{escape(node['name'] or '')}</b> " + digest(s["stage_receipt"]) if node else "-"
+        rows.append({**s, "offset": f"+{offset:.1f} s", "made": made if node else "-", "receipt": receipt})
         offset += s["wall_s"]
     return table(
         rows,
