@@ -15,47 +15,11 @@ from voxledger.schemas.errors import AuditFailedError, VoxledgerError
 
 # 4-6 letter words: three per one-second clip is ~15 letters/s, ordinary read speech, so the
 # speaking-rate check runs without flagging; 40**3 distinct texts keep every transcript unique.
-WORDS = (
-    "amber",
-    "birch",
-    "cedar",
-    "delta",
-    "ember",
-    "fable",
-    "grain",
-    "harbor",
-    "ivory",
-    "jolly",
-    "kettle",
-    "lemon",
-    "maple",
-    "noble",
-    "olive",
-    "pearl",
-    "quiet",
-    "river",
-    "stone",
-    "tiger",
-    "umber",
-    "vivid",
-    "wheat",
-    "young",
-    "zebra",
-    "acorn",
-    "bloom",
-    "cloud",
-    "dune",
-    "frost",
-    "glade",
-    "hazel",
-    "inlet",
-    "joint",
-    "knoll",
-    "linen",
-    "marsh",
-    "north",
-    "orbit",
-    "plume",
+WORDS = tuple(
+    "amber birch cedar delta ember fable grain harbor ivory jolly "
+    "kettle lemon maple noble olive pearl quiet river stone tiger "
+    "umber vivid wheat young zebra acorn bloom cloud dune frost "
+    "glade hazel inlet joint knoll linen marsh north orbit plume".split()
 )
 
 
