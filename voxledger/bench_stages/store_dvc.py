@@ -88,7 +88,7 @@ def bench_store_dvc(work: Path, n: int) -> list[Figure]:
             )
         ]
     dvc_first, dvc_again = (statistics.median(t[i] for t in theirs) for i in (0, 1))
-    per_round = [(d[0] / o[0], d[1] / o[1]) for o, d in zip(ours, theirs)]
+    per_round = [(d[0] / o[0], d[1] / o[1]) for o, d in zip(ours, theirs, strict=True)]
     return figures + [
         Figure(f"dvc add {n:,} x 64 KiB, first pass (median of {rounds})", n / dvc_first, "files/s"),
         Figure(f"dvc add {n:,} x 64 KiB, unchanged pass (median of {rounds})", n / dvc_again, "files/s"),

@@ -17,7 +17,7 @@ def downstream(con: duckdb.DuckDBPyConnection, node: str, depth: int = 30) -> li
         "SELECT receipt_sha256, kind, task, status, finished_at FROM receipts WHERE receipt_sha256 IN (SELECT unnest(?)) ORDER BY finished_at",
         [ids],
     ).fetchall()
-    return [dict(zip(("receipt", "kind", "task", "status", "finished_at"), r)) for r in rows]
+    return [dict(zip(("receipt", "kind", "task", "status", "finished_at"), r, strict=True)) for r in rows]
 
 
 def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[dict[str, Any]]:
@@ -48,7 +48,7 @@ def champion_at(con: duckdb.DuckDBPyConnection, alias: str, when: str) -> dict[s
         " ORDER BY moved_at DESC LIMIT 1",
         [alias, when],
     ).fetchone()
-    return dict(zip(("target_sha256", "base_sha256", "moved_at", "reason", "receipt"), row)) if row else None
+    return dict(zip(("target_sha256", "base_sha256", "moved_at", "reason", "receipt"), row, strict=True)) if row else None
 
 
 def evaluations_with_normaliser(con: duckdb.DuckDBPyConnection, version: str) -> list[dict[str, Any]]:
@@ -58,7 +58,7 @@ def evaluations_with_normaliser(con: duckdb.DuckDBPyConnection, version: str) ->
         " WHERE e.spec->>'$.normaliser_version' = ? ORDER BY r.finished_at",
         [version],
     ).fetchall()
-    return [dict(zip(("evaluation", "extractor", "finished_at"), r)) for r in rows]
+    return [dict(zip(("evaluation", "extractor", "finished_at"), r, strict=True)) for r in rows]
 
 
 VOLATILE = ("started_at", "finished_at", "wall_s", "frames_per_s", "utterances_per_s", "checkpoint_overhead_s", "peak_rss_mb", "rtf")
@@ -73,7 +73,7 @@ def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
             for k in sorted(set(x) | set(y)):
                 rec(x.get(k), y.get(k), f"{path}.{k}" if path else k)
         elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
-            for i, (u, v) in enumerate(zip(x, y)):
+            for i, (u, v) in enumerate(zip(x, y, strict=True)):
                 rec(u, v, f"{path}[{i}]")
         elif x != y:
             leaf = path.rsplit(".", 1)[-1].split("[")[0]

@@ -119,7 +119,7 @@ def _check(
         return out
 
     with ThreadPoolExecutor(max_workers=default_workers()) as pool:
-        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(measure, utts)))
+        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(measure, utts), strict=True))
     # a segment is known by its recording's digest plus its sample range: two cuts of one
     # recording are not duplicates, the same cut listed twice is
     digests = {uid: segment_identity(d, facts[uid].samples) if facts[uid].samples else d for uid, d in digests.items()}  # type: ignore[arg-type]

@@ -241,7 +241,7 @@ def _run(
         return d
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for u, d in zip(utts, pool.map(one, utts)):  # map keeps order; results are dropped as they are used
+        for u, d in zip(utts, pool.map(one, utts), strict=True):  # map keeps order; results are dropped as they are used
             derived_utts.append(_derived_utterance(u, d, t))
             files.append(d.file)
             frames += d.frames
@@ -250,7 +250,7 @@ def _run(
     derived = UtteranceSet(name=corpus.utterances.name, utterances=tuple(derived_utts))
     manifest_text = "".join(json.dumps(u.to_record(), ensure_ascii=False) + "\n" for u in derived_utts).encode("utf-8")
     (tmp / "manifest.jsonl").write_bytes(manifest_text)
-    entries = [_tree_entry(tmp, u, f) for u, f in zip(derived_utts, files)]
+    entries = [_tree_entry(tmp, u, f) for u, f in zip(derived_utts, files, strict=True)]
     tree = TreeManifest(entries=tuple(sorted(entries, key=lambda e: e.path)))
     shas = {
         "manifest": (home.blobs.put_bytes(canonical_bytes(derived)), MANIFEST_MEDIA_TYPE),

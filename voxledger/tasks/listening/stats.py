@@ -235,11 +235,11 @@ def identifiability(names: list[str], wins: np.ndarray) -> str | None:
     games = wins + wins.T
     n_weak, weak = connected_components(csr_matrix(games > 0), directed=False)
     if n_weak > 1:
-        parts = [[n for n, c in zip(names, weak) if c == k] for k in range(n_weak)]
+        parts = [[n for n, c in zip(names, weak, strict=True) if c == k] for k in range(n_weak)]
         return f"the comparison graph is disconnected ({parts}): strengths of unlinked groups cannot be compared"
     n_strong, strong = connected_components(csr_matrix(wins > 0), directed=True, connection="strong")
     if n_strong > 1:
-        parts = [[n for n, c in zip(names, strong) if c == k] for k in range(n_strong)]
+        parts = [[n for n, c in zip(names, strong, strict=True) if c == k] for k in range(n_strong)]
         return f"separable data: {parts} won or lost every comparison across these groups, so the maximum-likelihood strengths do not exist"
     return None
 
@@ -254,12 +254,12 @@ def bradley_terry(rows: list[RatingRow], criterion: str, spec: Statistics) -> Br
         )
     games, total_wins = wins + wins.T, wins.sum(axis=1)
     p = np.full(len(names), 1.0 / len(names))
-    converged, it = False, 0
+    converged, iterations = False, spec.bt_max_iterations
     for it in range(1, spec.bt_max_iterations + 1):
         new = total_wins / (games / (p[:, None] + p[None, :])).sum(axis=1)
         new = new / new.sum()
         if np.max(np.abs(new - p)) < spec.bt_tolerance:
-            converged, p = True, new
+            converged, p, iterations = True, new, it
             break
         p = new
     note = None if converged else f"no convergence to {spec.bt_tolerance:g} in {spec.bt_max_iterations} iterations"
@@ -267,7 +267,7 @@ def bradley_terry(rows: list[RatingRow], criterion: str, spec: Statistics) -> Br
         criterion=criterion,
         strengths={n: round(float(p[i]), 6) for i, n in enumerate(names)},
         comparisons=comparisons,
-        iterations=it,
+        iterations=iterations,
         converged=converged,
         note=note,
     )

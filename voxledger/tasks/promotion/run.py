@@ -258,7 +258,7 @@ def decide_promotion(
     comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
     means = {(s.candidate, m): iv.mean for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
     decisions = []
-    for (rid, ck), cand in zip(rnd.challengers, rnd.candidates):
+    for (rid, ck), cand in zip(rnd.challengers, rnd.candidates, strict=True):
         rules = tuple(judge(r, cand.name, comparisons, means) for r in policy.rules)
         decisions.append(
             ChallengerDecision(

@@ -111,14 +111,16 @@ def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
         return home.blobs.put_bytes(manifest_bytes(TreeManifest(entries=entries)))
     rel = sorted({str(u.extra["alignment"]) for u in loaded.utterances.utterances if "alignment" in u.extra})
     paths = [loaded.root / r for r in rel]
-    missing = [r for r, p in zip(rel, paths) if not p.is_file()]
+    missing = [r for r, p in zip(rel, paths, strict=True) if not p.is_file()]
     if missing:
         raise TrainingError(f"corpus {loaded.root}: {len(missing)} alignment file(s) missing, e.g. {missing[:3]}")
     digests = hash_files(paths, cache=home.stat_cache)
     tree = TreeManifest(
-        entries=tuple(TreeEntry(path=r, size_bytes=p.stat().st_size, sha256=digests[p], executable=False) for r, p in zip(rel, paths))
+        entries=tuple(
+            TreeEntry(path=r, size_bytes=p.stat().st_size, sha256=digests[p], executable=False) for r, p in zip(rel, paths, strict=True)
+        )
     )
-    for e, p in zip(tree.entries, paths):
+    for e, p in zip(tree.entries, paths, strict=True):
         if not home.blobs.has(e.sha256):
             home.blobs.put_file(p, expected_sha256=e.sha256)
     return home.blobs.put_bytes(manifest_bytes(tree))

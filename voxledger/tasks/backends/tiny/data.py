@@ -224,7 +224,7 @@ class TinyDataset:
         phonemes = torch.full((len(utts), n_ph), PAD_ID, dtype=torch.long)
         durations = torch.zeros((len(utts), n_ph), dtype=torch.long)
         mels = torch.zeros((len(utts), n_fr, self._mels[0].shape[1]))
-        for row, (i, u) in enumerate(zip(indices, utts)):
+        for row, (i, u) in enumerate(zip(indices, utts, strict=True)):
             phonemes[row, : len(u.phoneme_ids)] = torch.from_numpy(u.phoneme_ids)
             durations[row, : len(u.durations)] = torch.from_numpy(u.durations)
             mels[row, : u.n_frames] = self._mels[i]
