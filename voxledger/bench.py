@@ -80,9 +80,11 @@ def synthetic_receipts(n: int) -> list[tuple[str, dict[str, Any]]]:
     template = IngestReceipt(
         producer=Producer(flow="bench", task="synthetic"),
         subjects=(Artifact(role="file", sha256="0" * 64, size_bytes=1, media_type="application/octet-stream"),),
-        environment=env, started_at=t0, finished_at=t0,
+        environment=env,
+        started_at=t0,
+        finished_at=t0,
         parameters=IngestParameters(source="bytes", name="x", file_count=1, total_bytes=1),
-    ).model_dump(mode="json")  # fmt: skip
+    ).model_dump(mode="json")
     docs = []
     for i in range(n):
         doc = dict(template)

@@ -53,8 +53,13 @@ def render_settings() -> str:
         f"{_prose(VoxledgerSettings.__doc__)} An empty variable counts as unset; a bad value stops the command "
         "with one line naming the variable, its value and what it accepts."
     )
-    lines = ["# voxledger settings", "", "Generated from `voxledger.settings` by `python -m voxledger.docgen --write`; do not edit by hand.",
-             "", intro]  # fmt: skip
+    lines = [
+        "# voxledger settings",
+        "",
+        "Generated from `voxledger.settings` by `python -m voxledger.docgen --write`; do not edit by hand.",
+        "",
+        intro,
+    ]
     group = None
     for f in setting_fields():
         if f.group != group:

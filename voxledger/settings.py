@@ -77,9 +77,11 @@ class CosyVoiceSettings(BaseModel):
     )
     python: Path | None = Field(
         default=None,
-        description="Another interpreter with upstream's pins, reported on by `cosyvoice3 preflight`; "
-        "the backend refuses to start while it is set (running through it is not implemented).",
-    )  # fmt: skip
+        description=(
+            "Another interpreter with upstream's pins, reported on by `cosyvoice3 preflight`; "
+            "the backend refuses to start while it is set (running through it is not implemented)."
+        ),
+    )
 
 
 class BenchSettings(BaseModel):
@@ -119,8 +121,10 @@ class VoxledgerSettings(BaseSettings):
     )
     prefect: Literal["home", "ephemeral"] = Field(
         default="home",
-        description="home: one long-lived Prefect server per home; ephemeral: Prefect's temporary in-process server per command. "
-        "`PREFECT_API_URL`, when set, wins over both.",
+        description=(
+            "home: one long-lived Prefect server per home; ephemeral: Prefect's temporary in-process server per command. "
+            "`PREFECT_API_URL`, when set, wins over both."
+        ),
     )
     s3: S3Settings = Field(default=S3Settings(), description=S3Settings.__doc__)
     cosyvoice: CosyVoiceSettings = Field(default=CosyVoiceSettings(), description=CosyVoiceSettings.__doc__)

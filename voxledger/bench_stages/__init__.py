@@ -24,8 +24,23 @@ from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, be
 from voxledger.bench_stages.train import bench_train
 
 STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync")
-__all__ = ["STAGE_SECTIONS", "audit_policy", "bench_audit", "bench_cli_audit", "bench_demo", "bench_eval", "bench_prefect", "bench_train",
-           "build_noise_corpus", "in_child", "peak_rss_mb", "prefect_child", "run_stages", "stage_timers", "train_plan"]  # fmt: skip
+__all__ = [
+    "STAGE_SECTIONS",
+    "audit_policy",
+    "bench_audit",
+    "bench_cli_audit",
+    "bench_demo",
+    "bench_eval",
+    "bench_prefect",
+    "bench_train",
+    "build_noise_corpus",
+    "in_child",
+    "peak_rss_mb",
+    "prefect_child",
+    "run_stages",
+    "stage_timers",
+    "train_plan",
+]
 
 
 def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str | None = None) -> list[Figure]:

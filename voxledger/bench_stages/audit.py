@@ -15,12 +15,12 @@ from voxledger.schemas.errors import AuditFailedError, VoxledgerError
 
 # 4-6 letter words: three per one-second clip is ~15 letters/s, ordinary read speech, so the
 # speaking-rate check runs without flagging; 40**3 distinct texts keep every transcript unique.
-WORDS = (
-    "amber", "birch", "cedar", "delta", "ember", "fable", "grain", "harbor", "ivory", "jolly",
-    "kettle", "lemon", "maple", "noble", "olive", "pearl", "quiet", "river", "stone", "tiger",
-    "umber", "vivid", "wheat", "young", "zebra", "acorn", "bloom", "cloud", "dune", "frost",
-    "glade", "hazel", "inlet", "joint", "knoll", "linen", "marsh", "north", "orbit", "plume",
-)  # fmt: skip
+WORDS = tuple(
+    "amber birch cedar delta ember fable grain harbor ivory jolly "
+    "kettle lemon maple noble olive pearl quiet river stone tiger "
+    "umber vivid wheat young zebra acorn bloom cloud dune frost "
+    "glade hazel inlet joint knoll linen marsh north orbit plume".split()
+)
 
 
 def wav_header(n_samples: int) -> bytes:
@@ -49,8 +49,17 @@ def _noise_row(i: int) -> dict[str, Any]:
     split = ("target_train", "target_train", "target_dev", "test")[turn % 4] if speaker >= 90 else ("dev" if turn % 10 == 0 else "train")
     uid = f"u{i:05d}"
     text = " ".join(WORDS[(i // len(WORDS) ** k) % len(WORDS)] for k in range(3))
-    return {"id": uid, "audio": f"wavs/{i // 1000:02d}/{uid}.wav", "text": text, "speaker": f"spk{speaker:03d}",
-            "recording_id": uid, "split": split, "language": "en", "duration_s": 1.0, "sample_rate_hz": SAMPLE_RATE_HZ}  # fmt: skip
+    return {
+        "id": uid,
+        "audio": f"wavs/{i // 1000:02d}/{uid}.wav",
+        "text": text,
+        "speaker": f"spk{speaker:03d}",
+        "recording_id": uid,
+        "split": split,
+        "language": "en",
+        "duration_s": 1.0,
+        "sample_rate_hz": SAMPLE_RATE_HZ,
+    }
 
 
 def build_noise_corpus(root: Path, n: int, seed: int = 0) -> Path:
@@ -84,8 +93,14 @@ def _audit_child(home: str, corpus: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = audit_corpus_fn(Home(home), Path(corpus), policy, policy_name="bench-audit.yaml")
     r = out.receipt.result
-    return {"wall_s": time.perf_counter() - t0, "cached": out.cached, "verdict": r.verdict, "counts": r.counts_by_code, "imports_mb": imports_mb,
-            "code": out.receipt.environment.code.source_sha256}  # fmt: skip
+    return {
+        "wall_s": time.perf_counter() - t0,
+        "cached": out.cached,
+        "verdict": r.verdict,
+        "counts": r.counts_by_code,
+        "imports_mb": imports_mb,
+        "code": out.receipt.environment.code.source_sha256,
+    }
 
 
 def bench_audit(work: Path, n: int) -> list[Figure]:

@@ -24,8 +24,15 @@ from voxledger.schemas.training import DEFAULT_BACKEND, BackendName
 
 BENCH_BACKEND: BackendName = DEFAULT_BACKEND  # the backend every training and synthesis figure measures
 SAMPLE_RATE_HZ = 16000
-TINY_MODEL = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128,
-              "postnet_channels": 64, "encoder_layers": 2}  # fmt: skip
+TINY_MODEL = {
+    "hidden_size": 64,
+    "backbone_layers": 2,
+    "attention_heads": 4,
+    "kv_heads": 2,
+    "ffn_size": 128,
+    "postnet_channels": 64,
+    "encoder_layers": 2,
+}
 
 
 def peak_rss_mb() -> float:
@@ -111,10 +118,15 @@ def audit_policy() -> Any:
     from voxledger.schemas.audit import AuditPolicy, LeakageRule
 
     return AuditPolicy(
-        name="bench-audit", min_duration_s=0.5, max_duration_s=20.0,
-        leakage=(LeakageRule(key="speaker", partition=(("train", "dev"), ("target_train", "target_dev", "test"))),
-                 LeakageRule(key="recording_id"), LeakageRule(key="text_norm")),
-    )  # fmt: skip
+        name="bench-audit",
+        min_duration_s=0.5,
+        max_duration_s=20.0,
+        leakage=(
+            LeakageRule(key="speaker", partition=(("train", "dev"), ("target_train", "target_dev", "test"))),
+            LeakageRule(key="recording_id"),
+            LeakageRule(key="text_norm"),
+        ),
+    )
 
 
 def train_plan(quick: bool, **over: Any) -> Any:
@@ -131,12 +143,20 @@ def train_plan(quick: bool, **over: Any) -> Any:
 
     demo = yaml.safe_load((repo_root() / "plans" / "train-tiny-base.yaml").read_text(encoding="utf-8"))
     fields: dict[str, Any] = {
-        "name": "bench-train", "mode": "full", "train_splits": ("train",), "cv_splits": ("dev",), "max_epochs": 2,
-        "patience": 5, "steps_per_epoch": None, "frames_per_batch": 800 if quick else 3000,
-        "checkpoint_every_steps": 2 if quick else demo["checkpoint_every_steps"], "threads": 1, "model": TINY_MODEL if quick else {},
+        "name": "bench-train",
+        "mode": "full",
+        "train_splits": ("train",),
+        "cv_splits": ("dev",),
+        "max_epochs": 2,
+        "patience": 5,
+        "steps_per_epoch": None,
+        "frames_per_batch": 800 if quick else 3000,
+        "checkpoint_every_steps": 2 if quick else demo["checkpoint_every_steps"],
+        "threads": 1,
+        "model": TINY_MODEL if quick else {},
         "precision": "fp32" if quick else demo["precision"],
         "optim": OptimSettings(warmup_steps=2 if quick else 10),
-    }  # fmt: skip
+    }
     fields.update(over)
     return TrainingPlan(**fields)
 

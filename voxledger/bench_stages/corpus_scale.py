@@ -30,8 +30,15 @@ def _row(i: int) -> dict[str, Any]:
     uid = f"c{i:05d}"
     # ~150 letters for 10 s (ordinary read speech); the first three words make the text unique
     words = [WORDS[(i // len(WORDS) ** k) % len(WORDS)] for k in range(3)] + [WORDS[(i + k) % len(WORDS)] for k in range(22)]
-    return {"id": uid, "audio": f"wavs/{i // 1000:02d}/{uid}.wav", "text": " ".join(words), "speaker": f"spk{i % 100:03d}",
-            "recording_id": uid, "split": "train", "language": "en"}  # fmt: skip
+    return {
+        "id": uid,
+        "audio": f"wavs/{i // 1000:02d}/{uid}.wav",
+        "text": " ".join(words),
+        "speaker": f"spk{i % 100:03d}",
+        "recording_id": uid,
+        "split": "train",
+        "language": "en",
+    }
 
 
 def build_scale_corpus(root: Path, n: int, seed: int = 0) -> list[Path]:

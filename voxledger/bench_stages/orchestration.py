@@ -148,6 +148,11 @@ def bench_demo(home: str | None) -> list[Figure]:
         first_id, first = runs[0]
         n_cached = sum(c for _, c, _, _ in latest)
         figures.append(Figure(f"first run {first_id[:12]}: all stages", sum(w for _, _, w, _ in first), "s"))
-        figures.append(Figure(f"latest ({n_cached} of {len(latest)} stages cached) / first run {first_id[:12]}: wall time",
-                              sum(w for _, _, w, _ in latest) / max(sum(w for _, _, w, _ in first), 1e-9), "x"))  # fmt: skip
+        figures.append(
+            Figure(
+                f"latest ({n_cached} of {len(latest)} stages cached) / first run {first_id[:12]}: wall time",
+                sum(w for _, _, w, _ in latest) / max(sum(w for _, _, w, _ in first), 1e-9),
+                "x",
+            )
+        )
     return figures

@@ -31,14 +31,21 @@ from voxledger.tasks.listening.stats import crossed_mean
 
 ALPHA = 0.05
 EVAL_DESIGNS: tuple[tuple[str, int, int], ...] = (
-    ("k=5 x 4 seeds", 5, 4), ("k=10 x 4 seeds", 10, 4), ("k=30 x 4 seeds", 30, 4),
-    ("eval-demo / promote-demo 20 x 1", 20, 1), ("eval-hard-cases 11 x 2", 11, 2),
-)  # fmt: skip
+    ("k=5 x 4 seeds", 5, 4),
+    ("k=10 x 4 seeds", 10, 4),
+    ("k=30 x 4 seeds", 30, 4),
+    ("eval-demo / promote-demo 20 x 1", 20, 1),
+    ("eval-hard-cases 11 x 2", 11, 2),
+)
 LISTEN_DESIGNS: tuple[tuple[str, int, int, int], ...] = (
-    ("demo 6 raters, 20 prompts, 3 per prompt", 6, 20, 3), ("5 raters, 20 prompts, 3 per prompt", 5, 20, 3),
-    ("10 raters, 20 prompts, 3 per prompt", 10, 20, 3), ("30 raters, 20 prompts, 3 per prompt", 30, 20, 3),
-    ("6 x 10 crossed", 6, 10, 6), ("12 x 10 crossed", 12, 10, 12), ("30 x 5 crossed", 30, 5, 30),
-)  # fmt: skip
+    ("demo 6 raters, 20 prompts, 3 per prompt", 6, 20, 3),
+    ("5 raters, 20 prompts, 3 per prompt", 5, 20, 3),
+    ("10 raters, 20 prompts, 3 per prompt", 10, 20, 3),
+    ("30 raters, 20 prompts, 3 per prompt", 30, 20, 3),
+    ("6 x 10 crossed", 6, 10, 6),
+    ("12 x 10 crossed", 12, 10, 12),
+    ("30 x 5 crossed", 30, 5, 30),
+)
 
 
 @dataclass(frozen=True)

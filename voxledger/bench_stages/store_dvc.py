@@ -79,10 +79,16 @@ def bench_store_dvc(work: Path, n: int) -> list[Figure]:
         Figure(f"store put {n:,} x 64 KiB, unchanged pass (median of {rounds})", n / ours_again, "files/s"),
     ]
     if dvc is None:
-        return figures + [Figure("dvc add: not measured (install: python -m venv /tmp/dvc && /tmp/dvc/bin/pip install dvc==3.67.1; "
-                                 "then VOXLEDGER_BENCH_DVC=/tmp/dvc/bin/dvc)", 0.0, "")]  # fmt: skip
+        return figures + [
+            Figure(
+                "dvc add: not measured (install: python -m venv /tmp/dvc && /tmp/dvc/bin/pip install dvc==3.67.1; "
+                "then VOXLEDGER_BENCH_DVC=/tmp/dvc/bin/dvc)",
+                0.0,
+                "",
+            )
+        ]
     dvc_first, dvc_again = (statistics.median(t[i] for t in theirs) for i in (0, 1))
-    per_round = [(d[0] / o[0], d[1] / o[1]) for o, d in zip(ours, theirs)]
+    per_round = [(d[0] / o[0], d[1] / o[1]) for o, d in zip(ours, theirs, strict=True)]
     return figures + [
         Figure(f"dvc add {n:,} x 64 KiB, first pass (median of {rounds})", n / dvc_first, "files/s"),
         Figure(f"dvc add {n:,} x 64 KiB, unchanged pass (median of {rounds})", n / dvc_again, "files/s"),

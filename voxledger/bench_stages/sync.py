@@ -102,11 +102,16 @@ def _populate(root: Path, n: int) -> Any:
         batch: list[ReceiptBase] = []
         for i in range(start, min(n, start + 1000)):
             blob = home.blobs.put_bytes(os.urandom(BLOB_BYTES))
-            batch.append(IngestReceipt(
-                producer=Producer(flow="bench", task="sync"), environment=env, started_at=t0, finished_at=t0,
-                subjects=(Artifact(role="file", sha256=blob, size_bytes=BLOB_BYTES, media_type="application/octet-stream"),),
-                parameters=IngestParameters(source="bytes", name=f"x{i}", file_count=1, total_bytes=BLOB_BYTES),
-            ))  # fmt: skip
+            batch.append(
+                IngestReceipt(
+                    producer=Producer(flow="bench", task="sync"),
+                    environment=env,
+                    started_at=t0,
+                    finished_at=t0,
+                    subjects=(Artifact(role="file", sha256=blob, size_bytes=BLOB_BYTES, media_type="application/octet-stream"),),
+                    parameters=IngestParameters(source="bytes", name=f"x{i}", file_count=1, total_bytes=BLOB_BYTES),
+                )
+            )
         home.record_many(batch)
     return home
 

@@ -26,9 +26,16 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
         wall, r = time.perf_counter() - t0, out.receipt.result
     if out.cached:
         raise VoxledgerError(f"training run {out.receipt_id} was served from cache; the benchmark needs a fresh home")
-    return {"wall_s": wall, "stages": dict(stages), "ckpt_s": sum(e.checkpoint_overhead_s for e in r.epochs), "loop_step_s": sum(e.wall_s for e in r.epochs),
-            "utterances": sum(e.utterances_per_s * e.wall_s for e in r.epochs), "frames": sum(e.frames_per_s * e.wall_s for e in r.epochs),
-            "steps": r.total_steps, "params": r.total_parameters}  # fmt: skip
+    return {
+        "wall_s": wall,
+        "stages": dict(stages),
+        "ckpt_s": sum(e.checkpoint_overhead_s for e in r.epochs),
+        "loop_step_s": sum(e.wall_s for e in r.epochs),
+        "utterances": sum(e.utterances_per_s * e.wall_s for e in r.epochs),
+        "frames": sum(e.frames_per_s * e.wall_s for e in r.epochs),
+        "steps": r.total_steps,
+        "params": r.total_parameters,
+    }
 
 
 def _bare_train_child(corpus: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +98,16 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
         Figure("train_adapter: peak RSS (own process)", run["peak_rss_mb"], "MB"),
         Figure("bare training loop: peak RSS (own process)", bare["peak_rss_mb"], "MB"),
         Figure("receipts + checkpoints / step time (the loop's own record)", 100 * run["ckpt_s"] / run["loop_step_s"], "%", "<= 5"),
-        Figure("train_adapter vs bare loop: extra wall outside setup, steps, CV / step time", 100 * (_outside(run) - _outside(bare)) / step_s, "%", "<= 5"),
-        Figure(f"checkpoint every {k} steps vs per epoch only: extra wall / step time", 100 * (_outside(run) - _outside(runs["epoch_only"])) / step_s, "%"),
+        Figure(
+            "train_adapter vs bare loop: extra wall outside setup, steps, CV / step time",
+            100 * (_outside(run) - _outside(bare)) / step_s,
+            "%",
+            "<= 5",
+        ),
+        Figure(
+            f"checkpoint every {k} steps vs per epoch only: extra wall / step time",
+            100 * (_outside(run) - _outside(runs["epoch_only"])) / step_s,
+            "%",
+        ),
         Figure("train_adapter vs bare loop: total wall (setup and step noise included)", run["wall_s"] / bare["wall_s"], "x"),
-    ]  # fmt: skip
+    ]

@@ -40,8 +40,9 @@ def audit(ctx: click.Context, corpus: Path, policy: Path, audio_roots: tuple[Pat
 
     home = open_home(ctx)
     try:
-        out = run_flow(ctx, audit_flow, str(corpus.absolute()), str(policy.absolute()),
-                       tuple(str(r.absolute()) for r in audio_roots), quiet=as_json)  # fmt: skip
+        out = run_flow(
+            ctx, audit_flow, str(corpus.absolute()), str(policy.absolute()), tuple(str(r.absolute()) for r in audio_roots), quiet=as_json
+        )
     except AuditFailedError as exc:
         if exc.receipt_id is None:
             raise

@@ -14,9 +14,11 @@ from voxledger.stores.capabilities import CapabilityMatrix, Cell
 
 console = cli_console()
 COLOURS = {"validated": "green", "smoke_tested": "yellow", "failed": "red", "never_run": "grey50"}
-CSS = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;"
-       "text-align:left}.validated{background:#c8f0c8}.smoke_tested{background:#fff2b3}.failed{background:#f6c0c0}"
-       ".never_run{color:#888}code{font-size:90%}")  # fmt: skip
+CSS = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;"
+    "text-align:left}.validated{background:#c8f0c8}.smoke_tested{background:#fff2b3}.failed{background:#f6c0c0}"
+    ".never_run{color:#888}code{font-size:90%}"
+)
 
 
 def _when(cell: Cell) -> str:
@@ -38,12 +40,14 @@ def render_html(matrix: CapabilityMatrix, source: str) -> str:
     skipped = "".join(
         f"<li><code>{esc(u['receipt_sha256'])}</code> ({esc(u['kind'])}): {esc(u['reason'])}</li>" for u in matrix.unattributed
     )
-    return (f'<!doctype html><html><head><meta charset="utf-8"><title>voxledger capabilities</title><style>{CSS}</style></head><body>'
-            f"<h1>voxledger capabilities</h1><p>Derived from the receipts in <code>{esc(source)}</code>; regenerate with "
-            "<code>voxledger capabilities --html FILE</code>. Runs are counted validated/smoke-tested/failed.</p>"
-            "<table><tr><th>backend</th><th>stage</th><th>runtime</th><th>state</th><th>evidence receipt</th><th>finished</th>"
-            f"<th>runs</th><th>why</th></tr>{rows}</table>"
-            f"<h2>Receipts not placed on the matrix ({len(matrix.unattributed)})</h2><ul>{skipped}</ul></body></html>\n")  # fmt: skip
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>voxledger capabilities</title><style>{CSS}</style></head><body>'
+        f"<h1>voxledger capabilities</h1><p>Derived from the receipts in <code>{esc(source)}</code>; regenerate with "
+        "<code>voxledger capabilities --html FILE</code>. Runs are counted validated/smoke-tested/failed.</p>"
+        "<table><tr><th>backend</th><th>stage</th><th>runtime</th><th>state</th><th>evidence receipt</th><th>finished</th>"
+        f"<th>runs</th><th>why</th></tr>{rows}</table>"
+        f"<h2>Receipts not placed on the matrix ({len(matrix.unattributed)})</h2><ul>{skipped}</ul></body></html>\n"
+    )
 
 
 @click.command("capabilities")

@@ -50,9 +50,15 @@ def import_corpus(layout: str, src: Path, out: Path | None, audio_roots: tuple[P
     if out is not None:
         write_jsonl(loaded, out)
     utts = loaded.utterances
-    summary = {"source": str(src), "utterances": len(utts.utterances), "splits": utts.splits(),
-               "speakers": len({u.speaker for u in utts.utterances}), "segments": sum(u.is_segment for u in utts.utterances),
-               "issues": [f"{i.file}:{i.line}: {i.message}" for i in loaded.issues], "written": str(out) if out else None}  # fmt: skip
+    summary = {
+        "source": str(src),
+        "utterances": len(utts.utterances),
+        "splits": utts.splits(),
+        "speakers": len({u.speaker for u in utts.utterances}),
+        "segments": sum(u.is_segment for u in utts.utterances),
+        "issues": [f"{i.file}:{i.line}: {i.message}" for i in loaded.issues],
+        "written": str(out) if out else None,
+    }
     if as_json:
         emit_json(summary)
         return
@@ -99,8 +105,15 @@ def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio
     from voxledger.cli.common import run_flow
     from voxledger.flows.corpus import prepare_corpus
 
-    outcome = run_flow(ctx, prepare_corpus, str(src.absolute()), str(policy.absolute()),
-                       str(out.absolute()) if out else None, tuple(str(r.absolute()) for r in audio_roots), quiet=as_json)  # fmt: skip
+    outcome = run_flow(
+        ctx,
+        prepare_corpus,
+        str(src.absolute()),
+        str(policy.absolute()),
+        str(out.absolute()) if out else None,
+        tuple(str(r.absolute()) for r in audio_roots),
+        quiet=as_json,
+    )
     r = outcome.receipt.result
     summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "corpus": str(outcome.corpus_dir), **r.model_dump(mode="json")}
     if as_json:
@@ -135,8 +148,9 @@ def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, time
     from voxledger.cli.common import run_flow
     from voxledger.flows.corpus import materialise_pipes
 
-    done = run_flow(ctx, materialise_pipes, str(src.absolute()), str(out.absolute()),
-                    str((cwd or Path.cwd()).absolute()), timeout_s, quiet=as_json)  # fmt: skip
+    done = run_flow(
+        ctx, materialise_pipes, str(src.absolute()), str(out.absolute()), str((cwd or Path.cwd()).absolute()), timeout_s, quiet=as_json
+    )
     r = done.receipt.result
     summary = {"receipt": done.receipt_id, "out": str(out), **r.model_dump(mode="json")}
     if as_json:

@@ -36,9 +36,16 @@ def demo_corpus(out: Path, size: str, flawed: bool, as_json: bool) -> None:
 
     with console.status(f"synthesising the {size} demo corpus") if not as_json else nullcontext():
         info = build_demo_corpus(out, size=size, flawed=flawed)  # type: ignore[arg-type]
-    summary = {"out": str(info.out_dir), "manifest": str(info.manifest_path), "size": info.size, "flawed": info.flawed,
-               "utterances": info.utterance_count, "splits": info.split_utterances, "speakers": [v.speaker for v in info.voices],
-               "planted": len(info.planted)}  # fmt: skip
+    summary = {
+        "out": str(info.out_dir),
+        "manifest": str(info.manifest_path),
+        "size": info.size,
+        "flawed": info.flawed,
+        "utterances": info.utterance_count,
+        "splits": info.split_utterances,
+        "speakers": [v.speaker for v in info.voices],
+        "planted": len(info.planted),
+    }
     if as_json:
         emit_json(summary)
         return
@@ -88,8 +95,13 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path, as_json: bool) -> N
     )
     dash = build_dashboard(home.catalog, out / "dashboard.html", blobs=home.blobs.get_bytes)
     if as_json:
-        emit_json({"pipeline_receipt": summary.pipeline_receipt, "dashboard": str(dash.absolute()),
-                   "stages": [s.model_dump(mode="json") for s in summary.stages]})  # fmt: skip
+        emit_json(
+            {
+                "pipeline_receipt": summary.pipeline_receipt,
+                "dashboard": str(dash.absolute()),
+                "stages": [s.model_dump(mode="json") for s in summary.stages],
+            }
+        )
         return
     print_stages(summary.stages)
     _final_table(home, summary, dash, t_corpus, time.perf_counter() - t0)
@@ -144,9 +156,10 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
             tr = home.receipts.read(st.receipt_id, TrainingRunReceipt)
             t, eff = tr.result, tr.parameters.effective_config
             precision = eff.get("precision_effective") if isinstance(eff, dict) else None
-            row["result"] = (f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
-                             f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}"
-                             + (f", {precision}" if precision else ""))  # fmt: skip
+            row["result"] = (
+                f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
+                f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}" + (f", {precision}" if precision else "")
+            )
         elif st.receipt_id and st.stage == "promote":
             row["result"] = _promotion_summary(home.receipts.read(st.receipt_id, PromotionReceipt))
         elif st.receipt_id and st.stage == "export_packets":
@@ -162,9 +175,14 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
             method = f"{first.method} intervals over {first.units} prompts (the unit), {evr.parameters.n_generations} generations"
         for summ in evr.result.summaries:
             o = summ.overall
-            candidates.append({"candidate": summ.candidate, "wer_mean": o["wer:whisper_en"].mean if "wer:whisper_en" in o else None,
-                               "wer_pooled": summ.micro_wer.get("whisper_en"),
-                               "speaker_sim": o["speaker_sim"].mean if "speaker_sim" in o else None})  # fmt: skip
+            candidates.append(
+                {
+                    "candidate": summ.candidate,
+                    "wer_mean": o["wer:whisper_en"].mean if "wer:whisper_en" in o else None,
+                    "wer_pooled": summ.micro_wer.get("whisper_en"),
+                    "speaker_sim": o["speaker_sim"].mean if "speaker_sim" in o else None,
+                }
+            )
     env = run.environment
     machine = f"{env.platform}, Python {env.python}, torch {env.torch}; code {(env.code.git_commit or env.code.source_sha256)[:12]}"
     if as_json:
@@ -204,8 +222,10 @@ def _leak_summary(ps: Any) -> str:
     gated = [w for w in lc.worst if w.gated]
     worst = max(gated, key=lambda w: w.auc, default=None)
     shown = f"max gated AUC {worst.auc:.3f} ({worst.feature}, {worst.a} vs {worst.b})" if worst else "no gated feature"
-    return (f"leak check {'passed' if lc.passed else 'FAILED'}: {shown}, threshold {lc.auc_max}; "
-            f"hidden-reference correlation max {lc.hidden_reference_correlation_max}")  # fmt: skip
+    return (
+        f"leak check {'passed' if lc.passed else 'FAILED'}: {shown}, threshold {lc.auc_max}; "
+        f"hidden-reference correlation max {lc.hidden_reference_correlation_max}"
+    )
 
 
 @click.command("dashboard")

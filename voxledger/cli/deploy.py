@@ -16,8 +16,10 @@ from voxledger.cli.common import emit_json, json_option, open_home
 @click.option(
     "--shared-store",
     is_flag=True,
-    help="Workers on several machines: each flow run pulls from the shared S3 store (VOXLEDGER_S3_*) before its stage and "
-    "pushes after, in the worker's own home (its VOXLEDGER_HOME).",
+    help=(
+        "Workers on several machines: each flow run pulls from the shared S3 store (VOXLEDGER_S3_*) before its stage and "
+        "pushes after, in the worker's own home (its VOXLEDGER_HOME)."
+    ),
 )
 @json_option("the deployments")
 @click.pass_context

@@ -46,8 +46,17 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
     reference, candidate = (_dump_ref(ctx, r) for r in (reference, candidate))
-    out = run_flow(ctx, equivalence_flow, "compare", reference, candidate, str(plan.absolute()),
-                   _runtime(ref_runtime), _runtime(cand_runtime), quiet=as_json)  # fmt: skip
+    out = run_flow(
+        ctx,
+        equivalence_flow,
+        "compare",
+        reference,
+        candidate,
+        str(plan.absolute()),
+        _runtime(ref_runtime),
+        _runtime(cand_runtime),
+        quiet=as_json,
+    )
     _report(out, as_json)
 
 
@@ -62,8 +71,18 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
 @click.option("--plan", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_PLAN, show_default=True)
 @json_option("the report")
 @click.pass_context
-def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, cand_runtime: str, text: str, speaker: str | None,
-              seed: int, plan: Path, as_json: bool) -> None:  # fmt: skip
+def attribute(
+    ctx: click.Context,
+    base: str,
+    adapter: str,
+    ref_runtime: str,
+    cand_runtime: str,
+    text: str,
+    speaker: str | None,
+    seed: int,
+    plan: Path,
+    as_json: bool,
+) -> None:
     """Blame a gap between two runtimes of an adapter on the stage that causes it.
 
     BASE and ADAPTER are stored tree digests or unique prefixes (a full training run's model, a LoRA run's
@@ -77,8 +96,20 @@ def attribute(ctx: click.Context, base: str, adapter: str, ref_runtime: str, can
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
     base, adapter = resolve_node(ctx, base), resolve_node(ctx, adapter)
-    out = run_flow(ctx, equivalence_flow, "attribute", base, adapter, str(plan.absolute()),
-                   {"name": ref_runtime}, {"name": cand_runtime}, text, speaker, seed, quiet=as_json)  # fmt: skip
+    out = run_flow(
+        ctx,
+        equivalence_flow,
+        "attribute",
+        base,
+        adapter,
+        str(plan.absolute()),
+        {"name": ref_runtime},
+        {"name": cand_runtime},
+        text,
+        speaker,
+        seed,
+        quiet=as_json,
+    )
     _report(out, as_json)
 
 

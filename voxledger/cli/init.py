@@ -27,8 +27,17 @@ from voxledger.cli.common import emit_json, json_option
 @click.option("--name", default=None, help="Plan name prefix (default: the corpus folder's name).")
 @click.option("--force", is_flag=True, help="Overwrite plan files already in --out.")
 @json_option("what was decided and written")
-def init(corpus: Path, out: Path, target: str | None, train_split: str | None, dev_split: str | None, test_split: str | None,
-         name: str | None, force: bool, as_json: bool) -> None:  # fmt: skip
+def init(
+    corpus: Path,
+    out: Path,
+    target: str | None,
+    train_split: str | None,
+    dev_split: str | None,
+    test_split: str | None,
+    name: str | None,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Write editable plans (audit, training, promotion, evaluation, listening, pipeline) for CORPUS.
 
     Splits, speakers, language and audio format come from the corpus manifest; each file starts
@@ -43,9 +52,19 @@ def init(corpus: Path, out: Path, target: str | None, train_split: str | None, d
         corpus, out, name=name, force=force, target=target, train_split=train_split, dev_split=dev_split, test_split=test_split
     )
     r = result.roles
-    summary = {"corpus": str(corpus), "out": str(out), "train_split": r.train, "dev_split": r.dev, "test_split": r.test, "target": r.target,
-               "base_speakers": list(r.base_speakers), "language": r.language, "sample_rate_hz": r.sample_rate_hz,
-               "written": [str(p) for p in result.written], "notes": list(result.notes)}  # fmt: skip
+    summary = {
+        "corpus": str(corpus),
+        "out": str(out),
+        "train_split": r.train,
+        "dev_split": r.dev,
+        "test_split": r.test,
+        "target": r.target,
+        "base_speakers": list(r.base_speakers),
+        "language": r.language,
+        "sample_rate_hz": r.sample_rate_hz,
+        "written": [str(p) for p in result.written],
+        "notes": list(result.notes),
+    }
     if as_json:
         emit_json(summary)
         return

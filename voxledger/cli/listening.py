@@ -45,20 +45,29 @@ def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out:
     """
     from voxledger.flows.packets import packets as packets_flow
 
-    outcome = run_flow(ctx, packets_flow, str(plan_path.absolute()), str(out.absolute()),
-                       stimuli_file=str(stimuli_path.absolute()), quiet=as_json)  # fmt: skip
+    outcome = run_flow(
+        ctx, packets_flow, str(plan_path.absolute()), str(out.absolute()), stimuli_file=str(stimuli_path.absolute()), quiet=as_json
+    )
     p = outcome.receipt.parameters
-    summary = {"receipt": outcome.receipt_id, "cached": outcome.cached, "packet_set_id": p.packet_set_id,
-               "packets": {r.rater_id: str(out / r.rater_id) for r in p.packets},
-               "key_commitment_sha256": p.key_commitment_sha256, "balance": p.balance.model_dump(mode="json"),
-               "loudness": p.loudness.model_dump(mode="json"), "skipped": list(p.skipped)}  # fmt: skip
+    summary = {
+        "receipt": outcome.receipt_id,
+        "cached": outcome.cached,
+        "packet_set_id": p.packet_set_id,
+        "packets": {r.rater_id: str(out / r.rater_id) for r in p.packets},
+        "key_commitment_sha256": p.key_commitment_sha256,
+        "balance": p.balance.model_dump(mode="json"),
+        "loudness": p.loudness.model_dump(mode="json"),
+        "skipped": list(p.skipped),
+    }
     if as_json:
         emit_json(summary)
         return
     b = p.balance
     click.echo(f"packet set {p.packet_set_id}: {len(p.packets)} packets under {out}{' (from cache)' if outcome.cached else ''}")
-    click.echo(f"design: {b.prompts} prompts x {b.raters_per_prompt} raters each; {b.prompts_per_rater_min}-{b.prompts_per_rater_max} prompts "
-               f"and {b.trials_per_rater_min}-{b.trials_per_rater_max} trials per rater; position spread {b.position_spread_max}")  # fmt: skip
+    click.echo(
+        f"design: {b.prompts} prompts x {b.raters_per_prompt} raters each; {b.prompts_per_rater_min}-{b.prompts_per_rater_max} prompts "
+        f"and {b.trials_per_rater_min}-{b.trials_per_rater_max} trials per rater; position spread {b.position_spread_max}"
+    )
     click.echo(f"loudness: all clips at {p.loudness.applied_lufs} LUFS (spread {p.loudness.output_lufs_spread} LU)")
     for s in p.skipped:
         click.echo(f"skipped: {s}")
@@ -127,8 +136,10 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
         table.add_row(s.criterion, s.candidate, f"{s.mean:.2f}", ci, str(s.ratings), str(s.raters))
     console.print(table)
     excluded = [f"{s.rater_id} ({'; '.join(s.reasons)})" for s in r.screening if not s.included]
-    click.echo(f"accepted {r.submissions_accepted} submission(s), refused {len(r.rejections)}; rows refused {r.rejected_rows}; "
-               f"missing raters {list(r.attrition.missing_raters)}; missing cells {r.attrition.missing_cells}")  # fmt: skip
+    click.echo(
+        f"accepted {r.submissions_accepted} submission(s), refused {len(r.rejections)}; rows refused {r.rejected_rows}; "
+        f"missing raters {list(r.attrition.missing_raters)}; missing cells {r.attrition.missing_cells}"
+    )
     if excluded:
         click.echo("excluded by screening: " + ", ".join(excluded))
     from voxledger.tasks.listening.report import summary_lines

@@ -33,8 +33,16 @@ def _checkpoint(ctx: click.Context, run_id: str, choice: str) -> str:
 @click.option("--probe-seed", type=int, default=0, show_default=True, help="Seed of the reload and equivalence probe.")
 @json_option("the result")
 @click.pass_context
-def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Path | None, promotion: str | None,
-          evaluations: tuple[str, ...], probe_seed: int, as_json: bool) -> None:  # fmt: skip
+def build(
+    ctx: click.Context,
+    training_run: str,
+    checkpoint: str,
+    retention: Path | None,
+    promotion: str | None,
+    evaluations: tuple[str, ...],
+    probe_seed: int,
+    as_json: bool,
+) -> None:
     """Package a LoRA checkpoint with its receipts; reload-check, merge-check and publish it.
 
     Example: voxledger package build 3fa2c1d9 --checkpoint best --retention ./releases
@@ -43,15 +51,28 @@ def build(ctx: click.Context, training_run: str, checkpoint: str, retention: Pat
 
     run_id = resolve_receipt(ctx, training_run, "training_run")
     out = run_flow(
-        ctx, package_flow, run_id, _checkpoint(ctx, run_id, checkpoint),
-        resolve_receipt(ctx, promotion, "promotion") if promotion else None, tuple(resolve_receipt(ctx, e, "evaluation") for e in evaluations),
-        str(retention.absolute()) if retention else None, probe_seed, quiet=as_json,
-    )  # fmt: skip
+        ctx,
+        package_flow,
+        run_id,
+        _checkpoint(ctx, run_id, checkpoint),
+        resolve_receipt(ctx, promotion, "promotion") if promotion else None,
+        tuple(resolve_receipt(ctx, e, "evaluation") for e in evaluations),
+        str(retention.absolute()) if retention else None,
+        probe_seed,
+        quiet=as_json,
+    )
     r = out.receipt.result
-    summary = {"receipt": out.receipt_id, "package_sha256": out.package_sha256, "size_bytes": r.size_bytes, "cached": out.cached,
-               "reload_bitwise_equal": r.reload.bitwise_equal, "reload_max_abs_err": r.reload.max_abs_err,
-               "equivalence_band": r.equivalence_band, "stage_rel": r.stage_rel,
-               "published": str(out.published.path) if out.published else None}  # fmt: skip
+    summary = {
+        "receipt": out.receipt_id,
+        "package_sha256": out.package_sha256,
+        "size_bytes": r.size_bytes,
+        "cached": out.cached,
+        "reload_bitwise_equal": r.reload.bitwise_equal,
+        "reload_max_abs_err": r.reload.max_abs_err,
+        "equivalence_band": r.equivalence_band,
+        "stage_rel": r.stage_rel,
+        "published": str(out.published.path) if out.published else None,
+    }
     if as_json:
         emit_json(summary)
         return
@@ -147,8 +168,13 @@ def verify(ctx: click.Context, package_ref: str, key: Path | None, attestation: 
     default=None,
     help="ed25519 private key: write a signed DSSE envelope.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output file (default PACKAGE.intoto.json, or PACKAGE.dsse.json with --key).")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Output file (default PACKAGE.intoto.json, or PACKAGE.dsse.json with --key).",
+)
 @click.pass_context
 def attest(ctx: click.Context, package_ref: str, key: Path | None, output: Path | None) -> None:
     """Write an in-toto Statement (subject = package digest) with an SLSA-shaped view; sign it with --key.

@@ -21,8 +21,9 @@ from voxledger.stores import dashboard_queries as q
 BlobReader = Callable[[str], bytes]
 
 
-def players(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None, blobs: BlobReader | None, *,
-            prompts: int = 3, max_bytes: int = 8_000_000) -> str:  # fmt: skip
+def players(
+    con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None, blobs: BlobReader | None, *, prompts: int = 3, max_bytes: int = 8_000_000
+) -> str:
     """A prompt x candidate grid of ``<audio>`` players for the first ``prompts`` prompts.
 
     Without ``blobs`` (no store to read clips from) the grid lists digests and says why.
@@ -47,8 +48,10 @@ def players(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None, blobs
         for pid, row in by_prompt.items()
     )
     why = "" if blobs else nothing("clips not embedded: this dashboard was built without access to the blob store")
-    return (f"<p class='muted'>plan {escape(ev.parameters.plan_name)}: the first {len(by_prompt)} prompt(s), lowest seed, every candidate; "
-            f"each clip is the stored file named by the digest under it</p>{why}<table class='players'>{head}{body}</table>")  # fmt: skip
+    return (
+        f"<p class='muted'>plan {escape(ev.parameters.plan_name)}: the first {len(by_prompt)} prompt(s), lowest seed, every candidate; "
+        f"each clip is the stored file named by the digest under it</p>{why}<table class='players'>{head}{body}</table>"
+    )
 
 
 def _player(clip: q.Row | None, blobs: BlobReader | None, budget: list[int]) -> str:

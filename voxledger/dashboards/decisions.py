@@ -28,16 +28,37 @@ def promotion(con: duckdb.DuckDBPyConnection, plan_names: dict[str, str]) -> str
     verdict = (
         f"promoted <b>{escape(result.promoted)}</b>" if result.promoted else "<span class='bad'>no challenger passed every gate</span>"
     )
-    head = (f"<p>policy <b>{escape(plan_names.get(params.policy_sha256, params.policy_sha256[:12]))}</b>: incumbent "
-            f"<b>{escape(params.incumbent)}</b> {digest(params.incumbent_sha256)}, {len(result.challengers)} challenger(s); {verdict}"
-            f" &middot; <span class='muted'>{when(p.finished_at)}, receipt {digest(ids[0])}</span></p>")  # fmt: skip
-    rows = [{"challenger": f"{c.name} (epoch {c.epoch}, cv {c.cv_loss:.4g})", "rule": r.metric,
-             "statistic": r.statistic, "value": r.value, "threshold": f"{r.op} {r.threshold:g}", "passed": r.passed, "detail": r.detail}
-            for c in result.challengers for r in c.rules]  # fmt: skip
+    head = (
+        f"<p>policy <b>{escape(plan_names.get(params.policy_sha256, params.policy_sha256[:12]))}</b>: incumbent "
+        f"<b>{escape(params.incumbent)}</b> {digest(params.incumbent_sha256)}, {len(result.challengers)} challenger(s); {verdict}"
+        f" &middot; <span class='muted'>{when(p.finished_at)}, receipt {digest(ids[0])}</span></p>"
+    )
+    rows = [
+        {
+            "challenger": f"{c.name} (epoch {c.epoch}, cv {c.cv_loss:.4g})",
+            "rule": r.metric,
+            "statistic": r.statistic,
+            "value": r.value,
+            "threshold": f"{r.op} {r.threshold:g}",
+            "passed": r.passed,
+            "detail": r.detail,
+        }
+        for c in result.challengers
+        for r in c.rules
+    ]
     moves = [{"alias": m.alias, "target": m.target_sha256, "previous": m.previous_sha256, "reason": m.reason} for m in result.moves]
-    return (head + table(rows, ["challenger", "rule", "statistic", "value", "threshold", "passed", "detail"],
-                         {"passed": status, "value": _value}, empty="no challengers", cls="gate-rules")
-            + "<h3>Alias moves</h3>" + table(moves, ["alias", "target", "previous", "reason"], empty="no alias moved"))  # fmt: skip
+    return (
+        head
+        + table(
+            rows,
+            ["challenger", "rule", "statistic", "value", "threshold", "passed", "detail"],
+            {"passed": status, "value": _value},
+            empty="no challengers",
+            cls="gate-rules",
+        )
+        + "<h3>Alias moves</h3>"
+        + table(moves, ["alias", "target", "previous", "reason"], empty="no alias moved")
+    )
 
 
 def _value(v: float | None) -> str:
@@ -56,17 +77,26 @@ def evaluation(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) ->
     notes: list[str] = []
     rows = [{"metric": m, **{s.candidate: iv(s.overall[m], notes) if m in s.overall else "-" for s in summaries}} for m in metrics]
     cols = [s.candidate for s in summaries]
-    points = [{"candidate": s.candidate, "category": cat, "metric": m, "mean": i.mean, "low": i.low, "high": i.high}
-              for s in summaries for cat, by in s.by_category.items() for m, i in by.items()]  # fmt: skip
+    points = [
+        {"candidate": s.candidate, "category": cat, "metric": m, "mean": i.mean, "low": i.low, "high": i.high}
+        for s in summaries
+        for cat, by in s.by_category.items()
+        for m, i in by.items()
+    ]
     shown = [m for m in KEY_METRICS if any(p["metric"] == m for p in points)]
-    validity = [{"candidate": s.candidate, "rows": s.n_rows, "invalid rate": s.invalid_rate, "content gate fail rate": s.content_gate_fail_rate}
-                for s in summaries]  # fmt: skip
-    return (f"<p>plan <b>{escape(ev.parameters.plan_name)}</b>, {len(summaries)} candidates, {ev.parameters.n_generations} generations"
-            f" &middot; <span class='muted'>{when(ev.finished_at)}, receipt {digest(evaluation_sha256)}; predicted MOS is a model's "
-            "prediction, not a listener rating; a point without a bar has no CI</span></p>"
-            + '<div class="charts">' + "".join(chart(charts.metric_intervals(points, m)) for m in shown) + "</div>"
-            + table(rows, ["metric", *cols], {c: str for c in cols}) + footnotes(notes)
-            + table(validity, ["candidate", "rows", "invalid rate", "content gate fail rate"]))  # fmt: skip
+    validity = [
+        {"candidate": s.candidate, "rows": s.n_rows, "invalid rate": s.invalid_rate, "content gate fail rate": s.content_gate_fail_rate}
+        for s in summaries
+    ]
+    head = (
+        f"<p>plan <b>{escape(ev.parameters.plan_name)}</b>, {len(summaries)} candidates, {ev.parameters.n_generations} generations"
+        f" &middot; <span class='muted'>{when(ev.finished_at)}, receipt {digest(evaluation_sha256)}; predicted MOS is a model's "
+        "prediction, not a listener rating; a point without a bar has no CI</span></p>"
+    )
+    interval_charts = '<div class="charts">' + "".join(chart(charts.metric_intervals(points, m)) for m in shown) + "</div>"
+    metric_table = table(rows, ["metric", *cols], {c: str for c in cols})
+    validity_table = table(validity, ["candidate", "rows", "invalid rate", "content gate fail rate"])
+    return head + interval_charts + metric_table + footnotes(notes) + validity_table
 
 
 def forest(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) -> str:
@@ -78,15 +108,37 @@ def forest(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) -> str
     if not comps:
         return nothing("no comparisons in the newest evaluation")
     notes: list[str] = []
-    points = [{"candidate": c.candidate, "baseline": c.baseline, "metric": c.metric, "delta": c.delta.mean, "low": c.delta.low,
-               "high": c.delta.high} for c in comps if c.metric in KEY_METRICS]  # fmt: skip
-    rows = [{"comparison": f"{c.candidate} - {c.baseline}", "metric": c.metric, "delta": iv(c.delta, notes),
-             "p": _p(c.test.p_value, c.test.note, notes), "test": c.test.method, "pairs": c.n_pairs,
-             "better": "lower" if c.lower_is_better else "higher"} for c in comps]  # fmt: skip
+    points = [
+        {
+            "candidate": c.candidate,
+            "baseline": c.baseline,
+            "metric": c.metric,
+            "delta": c.delta.mean,
+            "low": c.delta.low,
+            "high": c.delta.high,
+        }
+        for c in comps
+        if c.metric in KEY_METRICS
+    ]
+    rows = [
+        {
+            "comparison": f"{c.candidate} - {c.baseline}",
+            "metric": c.metric,
+            "delta": iv(c.delta, notes),
+            "p": _p(c.test.p_value, c.test.note, notes),
+            "test": c.test.method,
+            "pairs": c.n_pairs,
+            "better": "lower" if c.lower_is_better else "higher",
+        }
+        for c in comps
+    ]
     skipped = [{"metric": k, "why": v} for k, v in ev.result.not_compared.items()]
-    return ((chart(charts.forest(points)) if points else "")
-            + table(rows, ["comparison", "metric", "delta", "p", "test", "pairs", "better"], {"delta": str, "p": str}) + footnotes(notes)
-            + (("<h3>Not compared</h3>" + table(skipped, ["metric", "why"])) if skipped else ""))  # fmt: skip
+    return (
+        (chart(charts.forest(points)) if points else "")
+        + table(rows, ["comparison", "metric", "delta", "p", "test", "pairs", "better"], {"delta": str, "p": str})
+        + footnotes(notes)
+        + (("<h3>Not compared</h3>" + table(skipped, ["metric", "why"])) if skipped else "")
+    )
 
 
 def _p(p: float | None, note: str | None, notes: list[str]) -> str:
@@ -108,17 +160,32 @@ def equivalence(con: duckdb.DuckDBPyConnection, limit: int = 3) -> str:
 
 def _equivalence_one(e: EquivalenceReceipt, rid: str) -> str:
     rep, bands = e.report, e.report.bands
-    rows: list[dict[str, Any]] = [{"stage": s.stage, "kind": s.kind, "band": s.band, "rel": s.rel, "max_abs_err": s.max_abs_err,
-                                   "compared": s.n_compared, "tokens": _tokens(s.tokens_equal, s.first_divergence)} for s in rep.stages]  # fmt: skip
-    rows += [{"stage": s.stage, "kind": "-", "band": None, "rel": None, "max_abs_err": None, "compared": 0, "tokens": f"skipped: {s.reason}"}
-             for s in rep.skipped]  # fmt: skip
+    rows: list[dict[str, Any]] = [
+        {
+            "stage": s.stage,
+            "kind": s.kind,
+            "band": s.band,
+            "rel": s.rel,
+            "max_abs_err": s.max_abs_err,
+            "compared": s.n_compared,
+            "tokens": _tokens(s.tokens_equal, s.first_divergence),
+        }
+        for s in rep.stages
+    ]
+    rows += [
+        {"stage": s.stage, "kind": "-", "band": None, "rel": None, "max_abs_err": None, "compared": 0, "tokens": f"skipped: {s.reason}"}
+        for s in rep.skipped
+    ]
     drawn = [{"stage": s.stage, "rel": s.rel, "band": s.band} for s in rep.stages if s.rel is not None]
-    return (f"<h3>{escape(e.parameters.reference.name)} vs {escape(e.parameters.candidate.name)}: {band(rep.band)} "
-            f"{'passed' if rep.passed else '<span class=bad>failed</span>'}</h3>"
-            f"<p class='muted'>GREEN: rel &le; {bands.green_max_rel:g}; YELLOW: rel &le; {bands.yellow_max_rel:g}; RED above; "
-            f"{when(e.finished_at)}, receipt {digest(rid)}</p>"
-            + (chart(charts.equivalence_bands(drawn, bands.green_max_rel, bands.yellow_max_rel)) if drawn else "")
-            + table(rows, ["stage", "kind", "band", "rel", "max_abs_err", "compared", "tokens"], {"band": band, "rel": _rel}, cls="equivalence-bands"))  # fmt: skip
+    verdict = "passed" if rep.passed else "<span class=bad>failed</span>"
+    head = (
+        f"<h3>{escape(e.parameters.reference.name)} vs {escape(e.parameters.candidate.name)}: {band(rep.band)} {verdict}</h3>"
+        f"<p class='muted'>GREEN: rel &le; {bands.green_max_rel:g}; YELLOW: rel &le; {bands.yellow_max_rel:g}; RED above; "
+        f"{when(e.finished_at)}, receipt {digest(rid)}</p>"
+    )
+    band_chart = chart(charts.equivalence_bands(drawn, bands.green_max_rel, bands.yellow_max_rel)) if drawn else ""
+    stage_cols = ["stage", "kind", "band", "rel", "max_abs_err", "compared", "tokens"]
+    return head + band_chart + table(rows, stage_cols, {"band": band, "rel": _rel}, cls="equivalence-bands")
 
 
 def _rel(v: float | None) -> str:

@@ -26,8 +26,15 @@ def nothing(what: str) -> str:
     return f'<p class="muted">{escape(what)}</p>'
 
 
-def table(rows: list[dict[str, Any]], cols: list[str], fmt: dict[str, Cell] | None = None, *, empty: str = "nothing recorded yet",
-          headers: dict[str, str] | None = None, cls: str = "") -> str:  # fmt: skip
+def table(
+    rows: list[dict[str, Any]],
+    cols: list[str],
+    fmt: dict[str, Cell] | None = None,
+    *,
+    empty: str = "nothing recorded yet",
+    headers: dict[str, str] | None = None,
+    cls: str = "",
+) -> str:
     """An HTML table of ``cols`` from ``rows``; ``fmt`` renders chosen columns, ``headers`` renames them,
     ``cls`` names the table's class (so a test or a style can find it)."""
     if not rows:

@@ -38,8 +38,12 @@ def lineage(con: duckdb.DuckDBPyConnection) -> str:
     return f'<div class="chart">{draw(nodes, edges)}</div>'
 
 
-def receipt_graph(con: duckdb.DuckDBPyConnection, roots_up: list[str], roots_down: list[str], depth: int = 12,
-                  ) -> tuple[dict[str, Node], Edges, dict[str, tuple[str, int]]]:  # fmt: skip
+def receipt_graph(
+    con: duckdb.DuckDBPyConnection,
+    roots_up: list[str],
+    roots_down: list[str],
+    depth: int = 12,
+) -> tuple[dict[str, Node], Edges, dict[str, tuple[str, int]]]:
     """Receipts reachable upward from ``roots_up`` and downward from ``roots_down``, plans left out.
 
     Returns (nodes, edges, checkpoint id -> (run key, epoch)).
@@ -79,8 +83,11 @@ def collapse_checkpoints(
         epochs = [e for e, _ in members]
         span = f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
         best_txt = f", best = epoch {best[run_key]}" if run_key in best else ""
-        out[gid] = Node(kind=f"checkpoints x{len(members)}", name=f"{span}{best_txt}",
-                        title=f"run key {run_key}\n" + "\n".join(f"epoch {e}: {rid}" for e, rid in members))  # fmt: skip
+        out[gid] = Node(
+            kind=f"checkpoints x{len(members)}",
+            name=f"{span}{best_txt}",
+            title=f"run key {run_key}\n" + "\n".join(f"epoch {e}: {rid}" for e, rid in members),
+        )
         alias.update({rid: gid for _, rid in members})
     merged = {(alias.get(a, a), alias.get(b, b)) for a, b in edges}
     return out, {(a, b) for a, b in merged if a != b}
@@ -107,17 +114,21 @@ def draw(nodes: dict[str, Node], edges: Edges) -> str:
     pos = {n: (20 + c * (w + gx), 20 + r * (h + gy)) for c, ns in columns.items() for r, n in enumerate(ns)}
     width = 40 + (max(columns) + 1) * (w + gx)
     height = 40 + max(len(ns) for ns in columns.values()) * (h + gy)
-    parts = [f'<svg class="lineage" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
-             '<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#888"/></marker></defs>']  # fmt: skip
+    parts = [
+        f'<svg class="lineage" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+        '<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#888"/></marker></defs>',
+    ]
     for a, b in sorted(edges):
         (x1, y1), (x2, y2) = pos[a], pos[b]
         parts.append(f'<line x1="{x1 + w}" y1="{y1 + h / 2}" x2="{x2}" y2="{y2 + h / 2}" stroke="#aaa" marker-end="url(#arr)"/>')
     for n, (x, y) in pos.items():
         node = nodes[n]
         fill = "#f3eefb" if node["kind"].startswith("checkpoints") else "#eef4fb"
-        parts.append(f'<g><title>{escape(node["title"])}</title><rect x="{x}" y="{y}" width="{w}" height="{h}" rx="5" fill="{fill}" stroke="#4a78b0"/>'
-                     f'<text x="{x + 8}" y="{y + 14}" font-weight="bold">{escape(_fit(node["kind"]))}</text>'
-                     f'<text x="{x + 8}" y="{y + 28}" fill="#555">{escape(_fit(node["name"]))}</text></g>')  # fmt: skip
+        parts.append(
+            f'<g><title>{escape(node["title"])}</title><rect x="{x}" y="{y}" width="{w}" height="{h}" rx="5" fill="{fill}" stroke="#4a78b0"/>'
+            f'<text x="{x + 8}" y="{y + 14}" font-weight="bold">{escape(_fit(node["kind"]))}</text>'
+            f'<text x="{x + 8}" y="{y + 28}" fill="#555">{escape(_fit(node["name"]))}</text></g>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 

@@ -63,9 +63,11 @@ def build_dashboard(catalog: Catalog, out: Path, *, blobs: BlobReader | None = N
     nav = "".join(f'<a href="#{key}">{escape(title.split(":")[0])}</a>' for key, title in SECTIONS)
     body = "".join(f'<h2 id="{key}">{escape(title)}</h2>{html[key]}' for key, title in SECTIONS)
     summary = ", ".join(f"{r['kind']}: {r['n']}" for r in counts)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>voxledger dashboard</title><style>{CSS}</style></head><body>"
-            f"<h1>voxledger</h1><p class='muted'>generated {now} from {escape(str(catalog.path))} &middot; receipts: {escape(summary)}</p>"
-            f"<nav>{nav}</nav>{body}</body></html>")  # fmt: skip
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>voxledger dashboard</title><style>{CSS}</style></head><body>"
+        f"<h1>voxledger</h1><p class='muted'>generated {now} from {escape(str(catalog.path))} &middot; receipts: {escape(summary)}</p>"
+        f"<nav>{nav}</nav>{body}</body></html>"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     tmp.write_text(page, encoding="utf-8")
@@ -81,11 +83,21 @@ def _listening(rows: list[q.Row]) -> str:
     return (runs.chart(charts.listening(ci)) if ci else "") + table(rows, list(rows[0]), fmt)
 
 
+PACKAGE_COLUMNS = ["package_sha256", "backend", "size_bytes", "reload_bitwise_equal", "equivalence_band", "published_name", "finished_at"]
+PACKAGE_HEADERS = {
+    "package_sha256": "package",
+    "size_bytes": "bytes",
+    "reload_bitwise_equal": "reload bitwise equal",
+    "equivalence_band": "equivalence",
+    "published_name": "published as",
+    "finished_at": "finished",
+}
+MOVE_COLUMNS = ["alias", "target_sha256", "moved_at", "reason", "receipt_sha256"]
+MOVE_HEADERS = {"target_sha256": "target", "moved_at": "moved", "receipt_sha256": "receipt"}
+
+
 def _packages(pkgs: list[q.Row], moves: list[q.Row]) -> str:
-    return (table(pkgs, ["package_sha256", "backend", "size_bytes", "reload_bitwise_equal", "equivalence_band", "published_name", "finished_at"],
-                  {"reload_bitwise_equal": status, "package_sha256": digest}, empty="no packages yet",
-                  headers={"package_sha256": "package", "size_bytes": "bytes", "reload_bitwise_equal": "reload bitwise equal",
-                           "equivalence_band": "equivalence", "published_name": "published as", "finished_at": "finished"})
-            + "<h3>Alias history</h3>"
-            + table(moves, ["alias", "target_sha256", "moved_at", "reason", "receipt_sha256"], empty="no alias moves yet",
-                    headers={"target_sha256": "target", "moved_at": "moved", "receipt_sha256": "receipt"}))  # fmt: skip
+    cells = {"reload_bitwise_equal": status, "package_sha256": digest}
+    package_table = table(pkgs, PACKAGE_COLUMNS, cells, empty="no packages yet", headers=PACKAGE_HEADERS)
+    move_table = table(moves, MOVE_COLUMNS, empty="no alias moves yet", headers=MOVE_HEADERS)
+    return package_table + "<h3>Alias history</h3>" + move_table

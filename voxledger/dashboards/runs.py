@@ -28,9 +28,11 @@ def pipelines(con: duckdb.DuckDBPyConnection, plan_names: dict[str, str], runs: 
         names = {n["receipt_sha256"]: n for n in q.receipt_nodes(con, [s["stage_receipt"] for s in stages if s["stage_receipt"]])}
         total = sum(s["wall_s"] for s in stages)
         plan = plan_names.get(run["plan_sha256"], run["plan_sha256"][:12])
-        parts.append(f"<h3>{escape(plan)} on corpus {escape(run['corpus_name'])} &middot; {status(run['status'])}</h3>"
-                     f"<p class='muted'>started {when(run['started_at'])}, finished {when(run['finished_at'])}; "
-                     f"stages {total:.1f} s; pipeline receipt {digest(run['receipt_sha256'])}</p>")  # fmt: skip
+        parts.append(
+            f"<h3>{escape(plan)} on corpus {escape(run['corpus_name'])} &middot; {status(run['status'])}</h3>"
+            f"<p class='muted'>started {when(run['started_at'])}, finished {when(run['finished_at'])}; "
+            f"stages {total:.1f} s; pipeline receipt {digest(run['receipt_sha256'])}</p>"
+        )
         if i == 0:
             parts.append(chart(charts.stage_times(stages)))
         parts.append(_stage_table(stages, names))
@@ -42,12 +44,15 @@ def _stage_table(stages: list[q.Row], names: dict[str, q.Row]) -> str:
     for s in stages:
         node = names.get(s["stage_receipt"] or "")
         made = "reused from cache; made " + when(s["receipt_finished_at"]) if s["cached"] else when(s["receipt_finished_at"])
-        rows.append({**s, "offset": f"+{offset:.1f} s", "made": made if node else "-",
-                     "receipt": (f"{escape(node['kind'])} <b>{escape(node['name'] or '')}</b> " + digest(s["stage_receipt"])) if node else "-"})  # fmt: skip
+        receipt = f"{escape(node['kind'])} <b>{escape(node['name'] or '')}</b> " + digest(s["stage_receipt"]) if node else "-"
+        rows.append({**s, "offset": f"+{offset:.1f} s", "made": made if node else "-", "receipt": receipt})
         offset += s["wall_s"]
-    return table(rows, ["stage", "status", "cached", "offset", "wall_s", "receipt", "made", "detail"],
-                 {"status": status, "wall_s": seconds, "receipt": str, "made": str, "detail": lambda d: escape(d[:300])},
-                 headers={"offset": "start", "wall_s": "wall time", "receipt": "stage receipt", "made": "receipt finished"})  # fmt: skip
+    return table(
+        rows,
+        ["stage", "status", "cached", "offset", "wall_s", "receipt", "made", "detail"],
+        {"status": status, "wall_s": seconds, "receipt": str, "made": str, "detail": lambda d: escape(d[:300])},
+        headers={"offset": "start", "wall_s": "wall time", "receipt": "stage receipt", "made": "receipt finished"},
+    )
 
 
 def audit(con: duckdb.DuckDBPyConnection) -> str:
@@ -56,9 +61,11 @@ def audit(con: duckdb.DuckDBPyConnection) -> str:
     if a is None:
         return nothing("no audits yet")
     counts = q.audit_counts(con, a["receipt_sha256"])
-    head = (f"<p>corpus <b>{escape(a['corpus_name'])}</b>: {a['n_utterances']} utterances, verdict {status(a['verdict'])}, "
-            f"{sum(c['findings'] for c in counts)} findings &middot; <span class='muted'>audited {when(a['finished_at'])}, "
-            f"receipt {digest(a['receipt_sha256'])}</span></p>")  # fmt: skip
+    head = (
+        f"<p>corpus <b>{escape(a['corpus_name'])}</b>: {a['n_utterances']} utterances, verdict {status(a['verdict'])}, "
+        f"{sum(c['findings'] for c in counts)} findings &middot; <span class='muted'>audited {when(a['finished_at'])}, "
+        f"receipt {digest(a['receipt_sha256'])}</span></p>"
+    )
     if not counts:
         return head + nothing("no findings: every check passed")
     top = q.top_findings(con, a["receipt_sha256"])
@@ -67,9 +74,13 @@ def audit(con: duckdb.DuckDBPyConnection) -> str:
         f["utterances"] = ", ".join(ids[:4]) + (f" (+{len(ids) - 4})" if len(ids) > 4 else "")
         f["where"] = f"{f['file']}:{f['line']}" if f["file"] else ""
     sev = {"severity": lambda v: f'<span class="{ {"error": "bad", "warning": "warn"}.get(v, "muted") }">{escape(v)}</span>'}
-    return (head + "<h3>Counts by code and severity</h3>" + table(counts, ["code", "severity", "findings", "utterances"], sev)
-            + f"<h3>Top findings ({len(top)} most severe)</h3>"
-            + table(top, ["severity", "code", "message", "value", "bound", "utterances", "where"], sev))  # fmt: skip
+    return (
+        head
+        + "<h3>Counts by code and severity</h3>"
+        + table(counts, ["code", "severity", "findings", "utterances"], sev)
+        + f"<h3>Top findings ({len(top)} most severe)</h3>"
+        + table(top, ["severity", "code", "message", "value", "bound", "utterances", "where"], sev)
+    )
 
 
 def training(con: duckdb.DuckDBPyConnection) -> str:
@@ -78,6 +89,14 @@ def training(con: duckdb.DuckDBPyConnection) -> str:
     if not rows:
         return nothing("no training runs yet")
     best = {(r["plan_name"], r["mode"], r["backend"], r["run_key"]): r for r in rows if r["is_best"]}
-    summary = [{"run": f"{k[0]} ({k[1]}, {k[2]})", "epochs": sum(1 for r in rows if r["run_key"] == k[3]), "best epoch": r["epoch"],
-                "best cv loss": r["cv_loss"], "run key": r["run_key"]} for k, r in best.items()]  # fmt: skip
+    summary = [
+        {
+            "run": f"{k[0]} ({k[1]}, {k[2]})",
+            "epochs": sum(1 for r in rows if r["run_key"] == k[3]),
+            "best epoch": r["epoch"],
+            "best cv loss": r["cv_loss"],
+            "run key": r["run_key"],
+        }
+        for k, r in best.items()
+    ]
     return chart(charts.training_curves(rows)) + table(summary, ["run", "epochs", "best epoch", "best cv loss", "run key"])

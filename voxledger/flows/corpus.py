@@ -20,9 +20,15 @@ from voxledger.tasks.plans import load_plan
 def prepare_task(home: HomeRef | str, src: str, policy_file: str, out: str | None, audio_roots: tuple[str, ...]) -> PrepareOutcome:
     """Cut, down-mix, resample and loudness-normalise ``src`` into a derived corpus meeting the policy."""
     report(f"preparing {src}")
-    return prepare_corpus_fn(HomeRef.of(home).open(), Path(src), load_plan(Path(policy_file), AuditPolicy), policy_name=Path(policy_file).name,
-                             out_dir=Path(out) if out else None, audio_roots=tuple(Path(r) for r in audio_roots),
-                             flow=flow_name("prepare_corpus"))  # fmt: skip
+    return prepare_corpus_fn(
+        HomeRef.of(home).open(),
+        Path(src),
+        load_plan(Path(policy_file), AuditPolicy),
+        policy_name=Path(policy_file).name,
+        out_dir=Path(out) if out else None,
+        audio_roots=tuple(Path(r) for r in audio_roots),
+        flow=flow_name("prepare_corpus"),
+    )
 
 
 @flow(name="prepare_corpus")
@@ -37,8 +43,14 @@ def prepare_corpus(
 def materialise_task(home: HomeRef | str, src: str, out: str, cwd: str | None, timeout_s: float) -> MaterialiseOutcome:
     """Run every pipe command of ``src`` once, without a shell, into a copy at ``out``."""
     report(f"running the pipe commands of {src}")
-    return materialise_pipes_fn(HomeRef.of(home).open(), Path(src), Path(out), cwd=Path(cwd) if cwd else None, timeout_s=timeout_s,
-                                flow=flow_name("materialise_pipes"))  # fmt: skip
+    return materialise_pipes_fn(
+        HomeRef.of(home).open(),
+        Path(src),
+        Path(out),
+        cwd=Path(cwd) if cwd else None,
+        timeout_s=timeout_s,
+        flow=flow_name("materialise_pipes"),
+    )
 
 
 @flow(name="materialise_pipes")

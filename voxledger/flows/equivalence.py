@@ -17,26 +17,63 @@ from voxledger.tasks.stage import StageOutcome
 
 
 @task(name="compare_runtimes", **STAGE_TASK)
-def compare_runtimes(home: HomeRef | str, reference: str, candidate: str, plan_file: str, ref_runtime: dict[str, object],
-                     cand_runtime: dict[str, object]) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
+def compare_runtimes(
+    home: HomeRef | str, reference: str, candidate: str, plan_file: str, ref_runtime: dict[str, object], cand_runtime: dict[str, object]
+) -> StageOutcome[EquivalenceReceipt]:
     """Compare dump folders (or stored trees) stage by stage under a band plan; recorded whatever the band."""
-    return record_equivalence(HomeRef.of(home).open(), reference, candidate, load_equivalence_plan(Path(plan_file)), plan_name=Path(plan_file).name,
-                              ref_runtime=RuntimeDescriptor.model_validate(ref_runtime),
-                              cand_runtime=RuntimeDescriptor.model_validate(cand_runtime), flow=flow_name())  # fmt: skip
+    return record_equivalence(
+        HomeRef.of(home).open(),
+        reference,
+        candidate,
+        load_equivalence_plan(Path(plan_file)),
+        plan_name=Path(plan_file).name,
+        ref_runtime=RuntimeDescriptor.model_validate(ref_runtime),
+        cand_runtime=RuntimeDescriptor.model_validate(cand_runtime),
+        flow=flow_name(),
+    )
 
 
 @task(name="attribute_stages", **STAGE_TASK)
-def attribute_stages(home: HomeRef | str, base: str, adapter: str, plan_file: str, ref_runtime: str, cand_runtime: str, text: str,
-                     speaker: str | None, seed: int) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
+def attribute_stages(
+    home: HomeRef | str,
+    base: str,
+    adapter: str,
+    plan_file: str,
+    ref_runtime: str,
+    cand_runtime: str,
+    text: str,
+    speaker: str | None,
+    seed: int,
+) -> StageOutcome[EquivalenceReceipt]:
     """Feed the reference runtime's intermediates through the candidate and record the comparison."""
-    return attribute_adapter(HomeRef.of(home).open(), base, adapter, load_equivalence_plan(Path(plan_file)), plan_name=Path(plan_file).name,
-                             ref_runtime=ref_runtime, cand_runtime=cand_runtime, text=text, speaker=speaker, seed=seed, flow=flow_name())  # fmt: skip
+    return attribute_adapter(
+        HomeRef.of(home).open(),
+        base,
+        adapter,
+        load_equivalence_plan(Path(plan_file)),
+        plan_name=Path(plan_file).name,
+        ref_runtime=ref_runtime,
+        cand_runtime=cand_runtime,
+        text=text,
+        speaker=speaker,
+        seed=seed,
+        flow=flow_name(),
+    )
 
 
 @flow(name="equivalence")
-def equivalence(home: HomeRef | str, how: Literal["compare", "attribute"], reference: str, candidate: str, plan_file: str,
-                ref_runtime: dict[str, object], cand_runtime: dict[str, object], text: str = "", speaker: str | None = None,
-                seed: int = 0) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
+def equivalence(
+    home: HomeRef | str,
+    how: Literal["compare", "attribute"],
+    reference: str,
+    candidate: str,
+    plan_file: str,
+    ref_runtime: dict[str, object],
+    cand_runtime: dict[str, object],
+    text: str = "",
+    speaker: str | None = None,
+    seed: int = 0,
+) -> StageOutcome[EquivalenceReceipt]:
     """``compare``: REFERENCE and CANDIDATE are dump folders or trees; ``attribute``: a base and an adapter tree."""
     if how == "compare":
         return compare_runtimes(home, reference, candidate, plan_file, ref_runtime, cand_runtime)

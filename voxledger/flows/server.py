@@ -55,14 +55,16 @@ def server_env(home_root: Path) -> dict[str, str]:
     """Environment of the server process: offline, quiet, state under the home."""
     env = dict(os.environ)
     env.pop("PREFECT_API_URL", None)
-    env.update({
-        "PREFECT_HOME": str(server_dir(home_root)),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PREFECT_SERVER_UI_ENABLED": "false",
-        "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-    })  # fmt: skip
+    env.update(
+        {
+            "PREFECT_HOME": str(server_dir(home_root)),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_UI_ENABLED": "false",
+            "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+        }
+    )
     return env
 
 

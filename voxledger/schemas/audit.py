@@ -13,13 +13,30 @@ Severity = Literal["error", "warning", "info"]
 LeakageKey = Literal["speaker", "recording_id", "text_norm"]
 
 FindingCode = Literal[
-    "split_leakage", "duplicate_audio", "near_duplicate_audio", "duplicate_text",
-    "manifest_unreadable_line", "manifest_invalid_record", "duplicate_id", "path_escape",
-    "audio_missing", "audio_unreadable", "sample_rate_mismatch", "channel_mismatch",
-    "duration_out_of_bounds", "silence", "clipping", "dc_offset", "non_finite",
-    "empty_transcript", "control_characters", "speaking_rate", "asr_disagreement", "noisy_audio",
+    "split_leakage",
+    "duplicate_audio",
+    "near_duplicate_audio",
+    "duplicate_text",
+    "manifest_unreadable_line",
+    "manifest_invalid_record",
+    "duplicate_id",
+    "path_escape",
+    "audio_missing",
+    "audio_unreadable",
+    "sample_rate_mismatch",
+    "channel_mismatch",
+    "duration_out_of_bounds",
+    "silence",
+    "clipping",
+    "dc_offset",
+    "non_finite",
+    "empty_transcript",
+    "control_characters",
+    "speaking_rate",
+    "asr_disagreement",
+    "noisy_audio",
     "empty_corpus",
-]  # fmt: skip
+]
 
 
 class LeakageRule(Frozen):

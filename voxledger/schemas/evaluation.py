@@ -18,9 +18,21 @@ from voxledger.schemas.metrics import (
 from voxledger.schemas.training import BackendName
 
 Runtime = Literal["base", "adapter", "merged", "merged_export", "recordings"]
-MetricName = Literal["wer", "cer", "speaker_sim", "predicted_mos_ovrl", "predicted_mos_sig", "predicted_mos_bak",
-                     "duration_s", "expected_duration_ratio", "silence_fraction", "clipping_fraction", "content_gate_pass",
-                     "anchor_hit_rate", "rtf"]  # fmt: skip
+MetricName = Literal[
+    "wer",
+    "cer",
+    "speaker_sim",
+    "predicted_mos_ovrl",
+    "predicted_mos_sig",
+    "predicted_mos_bak",
+    "duration_s",
+    "expected_duration_ratio",
+    "silence_fraction",
+    "clipping_fraction",
+    "content_gate_pass",
+    "anchor_hit_rate",
+    "rtf",
+]
 LOWER_IS_BETTER: frozenset[str] = frozenset({"wer", "cer", "silence_fraction", "clipping_fraction", "rtf"})
 
 

@@ -58,7 +58,7 @@ MUSHRA_SCALE = Scale(
     min=0, max=100, anchors=tuple(Anchor(value=10 + 20 * i, label=t) for i, t in enumerate(("Bad", "Poor", "Fair", "Good", "Excellent")))
 )
 CMOS_LABELS = ("A much better", "A better", "A slightly better", "About the same", "B slightly better", "B better", "B much better")
-CMOS_SCALE = Scale(min=-3, max=3, anchors=tuple(Anchor(value=v, label=t) for v, t in zip(range(-3, 4), CMOS_LABELS)))
+CMOS_SCALE = Scale(min=-3, max=3, anchors=tuple(Anchor(value=v, label=t) for v, t in zip(range(-3, 4), CMOS_LABELS, strict=True)))
 
 
 class _Criterion(Frozen):

@@ -9,9 +9,19 @@ from pydantic import Field, JsonValue, model_validator
 from voxledger.schemas.base import Frozen
 
 CORE_FIELDS = (
-    "id", "audio", "text", "speaker", "recording_id", "split", "language", "instruction",
-    "duration_s", "sample_rate_hz", "start_s", "end_s",
-)  # fmt: skip
+    "id",
+    "audio",
+    "text",
+    "speaker",
+    "recording_id",
+    "split",
+    "language",
+    "instruction",
+    "duration_s",
+    "sample_rate_hz",
+    "start_s",
+    "end_s",
+)
 
 
 class Utterance(Frozen):
@@ -79,8 +89,5 @@ class UtteranceSet(Frozen):
 
     def select(self, *, splits: set[str] | None = None, speakers: set[str] | None = None) -> UtteranceSet:
         """The subset in the given splits and/or speakers (order kept)."""
-        keep = tuple(
-            u for u in self.utterances
-            if (splits is None or u.split in splits) and (speakers is None or u.speaker in speakers)
-        )  # fmt: skip
+        keep = tuple(u for u in self.utterances if (splits is None or u.split in splits) and (speakers is None or u.speaker in speakers))
         return UtteranceSet(name=self.name, utterances=keep)

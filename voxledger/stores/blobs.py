@@ -246,7 +246,8 @@ class LocalBlobStore:
                     self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
                     del pending[sha256]
         record: list[tuple[StatKey, str]] = []
-        for sha256, (actual, st, settled) in zip(pending, map_on_cores(_hash_one, [f"{objects}/{d[:2]}/{d[2:]}" for d in pending])):
+        hashed = map_on_cores(_hash_one, [f"{objects}/{d[:2]}/{d[2:]}" for d in pending])
+        for sha256, (actual, st, settled) in zip(pending, hashed, strict=True):
             if actual != sha256:
                 self._verified.pop(sha256, None)
                 bad.append(sha256)

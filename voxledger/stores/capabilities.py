@@ -131,9 +131,11 @@ class _Judge:
         self.docs: dict[str, dict[str, Any]] = {}
         self.when: dict[str, datetime] = {}
         self.kind: dict[str, str] = {}
-        for rid, kind, when, doc in con.execute("SELECT receipt_sha256, kind, finished_at, doc FROM receipts WHERE kind IN"
-                                                " ('audit', 'training_run', 'promotion', 'evaluation', 'package', 'equivalence',"
-                                                " 'packet_set', 'aggregate') ORDER BY finished_at").fetchall():  # fmt: skip
+        for rid, kind, when, doc in con.execute(
+            "SELECT receipt_sha256, kind, finished_at, doc FROM receipts WHERE kind IN"
+            " ('audit', 'training_run', 'promotion', 'evaluation', 'package', 'equivalence',"
+            " 'packet_set', 'aggregate') ORDER BY finished_at"
+        ).fetchall():
             self.docs[rid], self.when[rid], self.kind[rid] = json.loads(doc), when, kind
         self.unattributed: list[dict[str, str]] = []
         self._tree_cache: dict[str, set[str]] = {}
@@ -157,18 +159,29 @@ class _Judge:
         """Backends of a stored model tree: from its producer, else from a run that used it as base."""
         if sha not in self._tree_cache:
             found: set[str] = set()
-            for kind, doc in self.con.execute("SELECT r.kind, r.doc FROM edges e JOIN receipts r ON r.receipt_sha256 = e.src"
-                                              " WHERE e.dst = ? AND e.direction = 'output'", [sha]).fetchall():  # fmt: skip
+            for kind, doc in self.con.execute(
+                "SELECT r.kind, r.doc FROM edges e JOIN receipts r ON r.receipt_sha256 = e.src WHERE e.dst = ? AND e.direction = 'output'",
+                [sha],
+            ).fetchall():
                 d = json.loads(doc)
                 if kind in ("training_run", "package"):
                     found.add(d["parameters"]["backend"])
                 elif kind == "checkpoint":
-                    found |= {r[0] for r in self.con.execute("SELECT DISTINCT backend FROM training_epochs WHERE run_key = ?",
-                                                             [d["parameters"]["run_key"]]).fetchall()}  # fmt: skip
+                    found |= {
+                        r[0]
+                        for r in self.con.execute(
+                            "SELECT DISTINCT backend FROM training_epochs WHERE run_key = ?", [d["parameters"]["run_key"]]
+                        ).fetchall()
+                    }
             if not found:
-                found = {r[0] for r in self.con.execute(
-                    "SELECT DISTINCT r.doc->>'$.parameters.backend' FROM edges e JOIN receipts r ON r.receipt_sha256 = e.dst"
-                    " WHERE e.src = ? AND e.direction = 'input' AND e.role = 'base_model' AND r.kind = 'training_run'", [sha]).fetchall()}  # fmt: skip
+                found = {
+                    r[0]
+                    for r in self.con.execute(
+                        "SELECT DISTINCT r.doc->>'$.parameters.backend' FROM edges e JOIN receipts r ON r.receipt_sha256 = e.dst"
+                        " WHERE e.src = ? AND e.direction = 'input' AND e.role = 'base_model' AND r.kind = 'training_run'",
+                        [sha],
+                    ).fetchall()
+                }
             self._tree_cache[sha] = found
         return set(self._tree_cache[sha])
 

@@ -54,56 +54,79 @@ def plan_names(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
 
 def pipeline_runs(con: duckdb.DuckDBPyConnection, limit: int = 5) -> list[Row]:
     """The newest pipeline runs: id, status, start and end, pipeline plan digest and corpus name."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         SELECT receipt_sha256, status, started_at, finished_at, doc->>'$.parameters.plan_sha256' AS plan_sha256,
                doc->>'$.parameters.corpus_name' AS corpus_name
-        FROM receipts WHERE kind = 'pipeline_run' ORDER BY finished_at DESC LIMIT ?""", [limit])  # fmt: skip
+        FROM receipts WHERE kind = 'pipeline_run' ORDER BY finished_at DESC LIMIT ?""",
+        [limit],
+    )
 
 
 def pipeline_stages(con: duckdb.DuckDBPyConnection, run_sha256: str) -> list[Row]:
     """Stages of one pipeline run in order, with the wall time measured in that run and, for each
     stage receipt, when that receipt's own work started and finished (earlier for a cached stage)."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         SELECT s.seq, s.stage, s.status, s.cached, s.wall_s, s.detail, s.stage_receipt,
                r.kind AS stage_kind, r.started_at AS receipt_started_at, r.finished_at AS receipt_finished_at
         FROM pipeline_stages s LEFT JOIN receipts r ON r.receipt_sha256 = s.stage_receipt
-        WHERE s.receipt_sha256 = ? ORDER BY s.seq""", [run_sha256])  # fmt: skip
+        WHERE s.receipt_sha256 = ? ORDER BY s.seq""",
+        [run_sha256],
+    )
 
 
 def training_epochs(con: duckdb.DuckDBPyConnection, limit_runs: int = 6) -> list[Row]:
     """Per-epoch curves of the newest training runs, named by their plan, backend and mode."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         WITH runs AS (
             SELECT receipt_sha256, finished_at, doc->>'$.parameters.effective_config.plan.name' AS plan_name
             FROM receipts WHERE kind = 'training_run' ORDER BY finished_at DESC LIMIT ?)
         SELECT e.run_key, e.receipt_sha256, runs.plan_name, e.backend, e.mode, e.epoch, e.train_loss, e.cv_loss, e.is_best,
                runs.finished_at
-        FROM training_epochs e JOIN runs USING (receipt_sha256) ORDER BY runs.finished_at, e.epoch""", [limit_runs])  # fmt: skip
+        FROM training_epochs e JOIN runs USING (receipt_sha256) ORDER BY runs.finished_at, e.epoch""",
+        [limit_runs],
+    )
 
 
 def latest_audit(con: duckdb.DuckDBPyConnection) -> Row | None:
     """The newest audit: corpus name, verdict, utterance count and when it finished."""
-    rows = _rows(con, """
+    rows = _rows(
+        con,
+        """
         SELECT a.receipt_sha256, a.corpus_name, a.verdict, r.finished_at,
                CAST(r.doc->>'$.result.n_utterances' AS INTEGER) AS n_utterances
-        FROM audits a JOIN receipts r USING (receipt_sha256) ORDER BY r.finished_at DESC LIMIT 1""")  # fmt: skip
+        FROM audits a JOIN receipts r USING (receipt_sha256) ORDER BY r.finished_at DESC LIMIT 1""",
+    )
     return rows[0] if rows else None
 
 
 def audit_counts(con: duckdb.DuckDBPyConnection, audit_sha256: str) -> list[Row]:
     """Findings of one audit counted by code and severity, with the utterances they name."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         SELECT code, severity, count(*) AS findings, sum(len(utterance_ids)) AS utterances
         FROM audit_findings WHERE receipt_sha256 = ? GROUP BY code, severity
-        ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, findings DESC, code""", [audit_sha256])  # fmt: skip
+        ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, findings DESC, code""",
+        [audit_sha256],
+    )
 
 
 def top_findings(con: duckdb.DuckDBPyConnection, audit_sha256: str, limit: int = 10) -> list[Row]:
     """The most severe findings of one audit (errors first), as recorded."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         SELECT code, severity, message, value, bound, utterance_ids, file, line FROM audit_findings
         WHERE receipt_sha256 = ? ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, seq
-        LIMIT ?""", [audit_sha256, limit])  # fmt: skip
+        LIMIT ?""",
+        [audit_sha256, limit],
+    )
 
 
 def main_evaluation(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -111,7 +134,7 @@ def main_evaluation(con: duckdb.DuckDBPyConnection) -> str | None:
     row = con.execute("""
         SELECT receipt_sha256 FROM receipts WHERE kind = 'evaluation' AND receipt_sha256 NOT IN
             (SELECT doc->>'$.parameters.evaluation' FROM receipts WHERE kind = 'promotion')
-        ORDER BY finished_at DESC LIMIT 1""").fetchone()  # fmt: skip
+        ORDER BY finished_at DESC LIMIT 1""").fetchone()
     if row is None:
         row = con.execute("SELECT receipt_sha256 FROM receipts WHERE kind = 'evaluation' ORDER BY finished_at DESC LIMIT 1").fetchone()
     return str(row[0]) if row else None
@@ -126,14 +149,17 @@ def latest_of_kind(con: duckdb.DuckDBPyConnection, kind: str, limit: int = 1) ->
 def audio_clips(con: duckdb.DuckDBPyConnection, evaluation_sha256: str, prompts: int = 3) -> list[Row]:
     """Valid clips of the first ``prompts`` prompt ids (lowest seed) for every candidate of one
     evaluation, with the stored size and media type of each clip."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         WITH chosen AS (SELECT DISTINCT prompt_id FROM generations WHERE receipt_sha256 = ? AND valid ORDER BY prompt_id LIMIT ?),
              clips AS (SELECT candidate, prompt_id, min(seed) AS seed FROM generations
                        WHERE receipt_sha256 = ? AND valid AND prompt_id IN (SELECT prompt_id FROM chosen) GROUP BY ALL)
         SELECT g.candidate, g.prompt_id, g.seed, g.audio_sha256, g.duration_s, a.size_bytes, a.media_type
         FROM generations g JOIN clips USING (candidate, prompt_id, seed) LEFT JOIN artifacts a ON a.sha256 = g.audio_sha256
         WHERE g.receipt_sha256 = ? ORDER BY g.prompt_id, g.candidate""",
-        [evaluation_sha256, prompts, evaluation_sha256, evaluation_sha256])  # fmt: skip
+        [evaluation_sha256, prompts, evaluation_sha256, evaluation_sha256],
+    )
 
 
 def alias_history(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
@@ -145,9 +171,13 @@ def alias_history(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
 
 def packages(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[Row]:
     """The newest packages with their reload check and equivalence band."""
-    return _rows(con, """
+    return _rows(
+        con,
+        """
         SELECT package_sha256, backend, size_bytes, reload_bitwise_equal, equivalence_band, published_name, finished_at
-        FROM packages ORDER BY finished_at DESC LIMIT ?""", [limit])  # fmt: skip
+        FROM packages ORDER BY finished_at DESC LIMIT ?""",
+        [limit],
+    )
 
 
 def listening_scores(con: duckdb.DuckDBPyConnection) -> list[Row]:
@@ -190,21 +220,27 @@ def receipt_edges(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
 
 def receipt_nodes(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[Row]:
     """Kind, human name and, for checkpoints, run key and epoch of each receipt in ``ids``."""
-    return _rows(con, f"""
+    return _rows(
+        con,
+        f"""
         SELECT receipt_sha256, kind, {RECEIPT_NAME} AS name, c.run_key, c.epoch
         FROM receipts LEFT JOIN checkpoints c USING (receipt_sha256)
-        WHERE receipt_sha256 IN (SELECT unnest(?))""", [sorted(ids)])  # fmt: skip
+        WHERE receipt_sha256 IN (SELECT unnest(?))""",
+        [sorted(ids)],
+    )
 
 
 def best_epochs(con: duckdb.DuckDBPyConnection, run_keys: list[str]) -> dict[str, int]:
     """Run key -> the epoch its training run chose as best (lowest CV loss when no run finished)."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT run_key, coalesce(max(epoch) FILTER (WHERE is_best), arg_min(epoch, cv_loss)) FROM training_epochs
         WHERE run_key IN (SELECT unnest(?)) GROUP BY run_key
         UNION ALL
         SELECT run_key, arg_min(epoch, cv_loss) FROM checkpoints
         WHERE run_key IN (SELECT unnest(?)) AND run_key NOT IN (SELECT run_key FROM training_epochs) GROUP BY run_key""",
-        [run_keys, run_keys]).fetchall()  # fmt: skip
+        [run_keys, run_keys],
+    ).fetchall()
     return {str(k): int(e) for k, e in rows}
 
 

@@ -184,7 +184,7 @@ def hash_files(
     todo = [p for p in paths if p not in result]
     n = workers or default_workers()
     if todo:
-        fresh = dict(zip(todo, map_on_cores(sha256_file, todo, n)))
+        fresh = dict(zip(todo, map_on_cores(sha256_file, todo, n), strict=True))
         if cache is not None:  # a file written in the same clock tick as its stat is hashed again next time
             cache.put_many((keys[p], d) for p, d in fresh.items() if settled_before(stats[p], now))
         result.update(fresh)

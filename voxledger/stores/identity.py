@@ -21,9 +21,22 @@ from voxledger.schemas.base import CodeIdentity, Environment
 from voxledger.schemas.canonical import canonical_digest
 
 KEY_PACKAGES = (
-    "voxledger", "torch", "transformers", "peft", "prefect", "pydantic", "duckdb", "jsonschema",
-    "jiwer", "faster-whisper", "ctranslate2", "speechbrain", "numpy", "scipy", "safetensors",
-)  # fmt: skip
+    "voxledger",
+    "torch",
+    "transformers",
+    "peft",
+    "prefect",
+    "pydantic",
+    "duckdb",
+    "jsonschema",
+    "jiwer",
+    "faster-whisper",
+    "ctranslate2",
+    "speechbrain",
+    "numpy",
+    "scipy",
+    "safetensors",
+)
 
 PACKAGE_ROOTS = ("voxledger",)
 SUBPACKAGES = ("voxledger.schemas", "voxledger.stores", "voxledger.tasks", "voxledger.flows", "voxledger.dashboards")
@@ -76,8 +89,11 @@ def code_identity() -> CodeIdentity:
         )
         status = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--", *PACKAGE_ROOTS],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
         dirty = bool(status.strip())
     except (OSError, subprocess.SubprocessError):
         pass  # not a git checkout (an installed wheel): the source digest still identifies the code

@@ -13,9 +13,11 @@ from voxledger.stores.lineage import walk
 def downstream(con: duckdb.DuckDBPyConnection, node: str, depth: int = 30) -> list[dict[str, Any]]:
     """Every receipt reachable downstream of ``node`` (a corpus manifest, audit, artifact...)."""
     ids = sorted({e.dst for e in walk(con, node, "down", depth)} | {e.src for e in walk(con, node, "down", depth)})
-    rows = con.execute("SELECT receipt_sha256, kind, task, status, finished_at FROM receipts WHERE receipt_sha256 IN (SELECT unnest(?)) ORDER BY finished_at",
-                       [ids]).fetchall()  # fmt: skip
-    return [dict(zip(("receipt", "kind", "task", "status", "finished_at"), r)) for r in rows]
+    rows = con.execute(
+        "SELECT receipt_sha256, kind, task, status, finished_at FROM receipts WHERE receipt_sha256 IN (SELECT unnest(?)) ORDER BY finished_at",
+        [ids],
+    ).fetchall()
+    return [dict(zip(("receipt", "kind", "task", "status", "finished_at"), r, strict=True)) for r in rows]
 
 
 def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[dict[str, Any]]:
@@ -23,8 +25,10 @@ def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[
     out = []
     for pkg_rid, pkg_sha in con.execute("SELECT receipt_sha256, package_sha256 FROM packages ORDER BY finished_at").fetchall():
         ancestors = sorted({e.src for e in walk(con, pkg_rid, "up", 40)})
-        rows = con.execute("SELECT s.receipt_sha256, s.utterances FROM audit_speakers s WHERE s.speaker = ? AND s.receipt_sha256 IN (SELECT unnest(?))",
-                           [speaker, ancestors]).fetchall()  # fmt: skip
+        rows = con.execute(
+            "SELECT s.receipt_sha256, s.utterances FROM audit_speakers s WHERE s.speaker = ? AND s.receipt_sha256 IN (SELECT unnest(?))",
+            [speaker, ancestors],
+        ).fetchall()
         if rows:
             out.append(
                 {
@@ -39,16 +43,22 @@ def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[
 
 def champion_at(con: duckdb.DuckDBPyConnection, alias: str, when: str) -> dict[str, Any] | None:
     """The alias move in force at ``when`` (ISO time), with its reason and receipt."""
-    row = con.execute("SELECT target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE alias = ? AND moved_at <= ?::TIMESTAMPTZ"
-                      " ORDER BY moved_at DESC LIMIT 1", [alias, when]).fetchone()  # fmt: skip
-    return dict(zip(("target_sha256", "base_sha256", "moved_at", "reason", "receipt"), row)) if row else None
+    row = con.execute(
+        "SELECT target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE alias = ? AND moved_at <= ?::TIMESTAMPTZ"
+        " ORDER BY moved_at DESC LIMIT 1",
+        [alias, when],
+    ).fetchone()
+    return dict(zip(("target_sha256", "base_sha256", "moved_at", "reason", "receipt"), row, strict=True)) if row else None
 
 
 def evaluations_with_normaliser(con: duckdb.DuckDBPyConnection, version: str) -> list[dict[str, Any]]:
     """Evaluations whose text metrics used normaliser version ``version``."""
-    rows = con.execute("SELECT e.receipt_sha256, e.extractor, r.finished_at FROM evaluation_extractors e JOIN receipts r USING (receipt_sha256)"
-                       " WHERE e.spec->>'$.normaliser_version' = ? ORDER BY r.finished_at", [version]).fetchall()  # fmt: skip
-    return [dict(zip(("evaluation", "extractor", "finished_at"), r)) for r in rows]
+    rows = con.execute(
+        "SELECT e.receipt_sha256, e.extractor, r.finished_at FROM evaluation_extractors e JOIN receipts r USING (receipt_sha256)"
+        " WHERE e.spec->>'$.normaliser_version' = ? ORDER BY r.finished_at",
+        [version],
+    ).fetchall()
+    return [dict(zip(("evaluation", "extractor", "finished_at"), r, strict=True)) for r in rows]
 
 
 VOLATILE = ("started_at", "finished_at", "wall_s", "frames_per_s", "utterances_per_s", "checkpoint_overhead_s", "peak_rss_mb", "rtf")
@@ -63,7 +73,7 @@ def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
             for k in sorted(set(x) | set(y)):
                 rec(x.get(k), y.get(k), f"{path}.{k}" if path else k)
         elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
-            for i, (u, v) in enumerate(zip(x, y)):
+            for i, (u, v) in enumerate(zip(x, y, strict=True)):
                 rec(u, v, f"{path}[{i}]")
         elif x != y:
             leaf = path.rsplit(".", 1)[-1].split("[")[0]

@@ -342,5 +342,11 @@ def sync_status(home: Home, remote: S3BlobStore, *, ask_remote: bool = True) -> 
     if ask_remote:
         listed = remote.journal_after("" if cursor is None else _start_after(cursor))
         new = len(set(listed) - state.applied(listed))
-    return SyncStatus(store=remote.url, local_receipts=len(local), known_shared=len(local & shared),
-                      not_pushed=len(local - shared), cursor=cursor, new_segments=new)  # fmt: skip
+    return SyncStatus(
+        store=remote.url,
+        local_receipts=len(local),
+        known_shared=len(local & shared),
+        not_pushed=len(local - shared),
+        cursor=cursor,
+        new_segments=new,
+    )

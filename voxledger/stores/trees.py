@@ -158,7 +158,7 @@ def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = Non
     fresh = [full for full in stats if full not in digests]
     batch = getattr(store, "deferred_sync", None)  # one durability point for the whole tree (local store)
     with batch() if batch is not None else nullcontext():
-        for full, digest in zip(fresh, map_on_cores(store.put_file, fresh)):
+        for full, digest in zip(fresh, map_on_cores(store.put_file, fresh), strict=True):
             digests[full] = digest
         by_digest, written = {digests[full]: full for full in stats}, set(fresh)
         for digest in store.damaged(d for full, d in digests.items() if full not in written):

@@ -32,8 +32,11 @@ def _gate_rule_problems(policy: PromotionPolicy) -> list[str]:
     from voxledger.tasks.metrics.registry import rule_metric_ids
 
     valid = rule_metric_ids()
-    return [f"rules.{i}.metric: {r.metric!r} is not a registered metric id (valid: {', '.join(valid)})"
-            for i, r in enumerate(policy.rules) if r.metric not in valid]  # fmt: skip
+    return [
+        f"rules.{i}.metric: {r.metric!r} is not a registered metric id (valid: {', '.join(valid)})"
+        for i, r in enumerate(policy.rules)
+        if r.metric not in valid
+    ]
 
 
 # Checks against registries that live in tasks, which schemas/ cannot import: model -> problems.
@@ -144,8 +147,12 @@ def register_plan(home: Home, plan: BaseModel, *, source_name: str, flow: str = 
     started = utc_now()
     home.blobs.put_bytes(canonical_bytes(plan))
     receipt = build_receipt(
-        PlanReceipt, flow=flow, task="register_plan", started_at=started,
-        subjects=[artifact(home.blobs, "plan", digest, PLAN_MEDIA_TYPE)], key=digest,
+        PlanReceipt,
+        flow=flow,
+        task="register_plan",
+        started_at=started,
+        subjects=[artifact(home.blobs, "plan", digest, PLAN_MEDIA_TYPE)],
+        key=digest,
         parameters=PlanParameters(plan_kind=plan_kind, plan_sha256=digest, source_name=source_name),
-    )  # fmt: skip
+    )
     return home.record(receipt), digest

@@ -26,7 +26,7 @@ import yaml
 from voxledger.schemas.errors import CorpusError, UnsafePathError
 from voxledger.schemas.manifest import Utterance
 from voxledger.schemas.training import BackendName
-from voxledger.tasks.backends.base import DEFAULT_BACKEND, get_backend
+from voxledger.tasks.backends.base import DEFAULT_BACKEND, PlanRecipe, get_backend
 from voxledger.tasks.corpus.audio import DECODE_ERRORS
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path
@@ -72,8 +72,14 @@ def _pick_split(splits: list[str], role: str, given: str | None, corpus: Path) -
     return found[0] if found else None
 
 
-def corpus_roles(loaded: LoadedCorpus, *, train_split: str | None = None, dev_split: str | None = None, test_split: str | None = None,
-                 target: str | None = None) -> CorpusRoles:  # fmt: skip
+def corpus_roles(
+    loaded: LoadedCorpus,
+    *,
+    train_split: str | None = None,
+    dev_split: str | None = None,
+    test_split: str | None = None,
+    target: str | None = None,
+) -> CorpusRoles:
     """Decide splits, target speaker, language and audio format from the corpus manifest.
 
     Raises:
@@ -88,8 +94,10 @@ def corpus_roles(loaded: LoadedCorpus, *, train_split: str | None = None, dev_sp
         )
     dev = _pick_split(splits, "dev", dev_split, corpus)
     if dev is None or dev == train:
-        raise CorpusError(f"{corpus}: no dev split (splits: {', '.join(splits)}); training needs held-out utterances: "
-                          "mark a few per speaker 'dev' in the manifest, or name a split with --dev-split")  # fmt: skip
+        raise CorpusError(
+            f"{corpus}: no dev split (splits: {', '.join(splits)}); training needs held-out utterances: "
+            "mark a few per speaker 'dev' in the manifest, or name a split with --dev-split"
+        )
     test = _pick_split(splits, "test", test_split, corpus)
     speakers = Counter(u.speaker for u in utts if u.split == train)
     if target is None:
@@ -127,13 +135,154 @@ def _audio_format(loaded: LoadedCorpus) -> tuple[int, int]:
 
 
 def _prompts(utts: list[Utterance], prefix: str) -> list[dict[str, Any]]:
-    return [{"id": f"{prefix}{i:03d}", "category": "short" if len(u.text.split()) <= 7 else "long", "text": u.text, "recording": u.audio}
-            for i, u in enumerate(utts[:MAX_PROMPTS])]  # fmt: skip
+    return [
+        {"id": f"{prefix}{i:03d}", "category": "short" if len(u.text.split()) <= 7 else "long", "text": u.text, "recording": u.audio}
+        for i, u in enumerate(utts[:MAX_PROMPTS])
+    ]
 
 
 def _references(prompts: list[dict[str, Any]], refs: list[Utterance]) -> dict[str, str]:
     """Round-robin target recordings (from the train split, never a prompt's own) per prompt and seed 0."""
     return {f"{p['id']}:0": refs[k % len(refs)].audio for k, p in enumerate(prompts)}
+
+
+def _audit_policy(name: str, roles: CorpusRoles, utts: tuple[Utterance, ...]) -> dict[str, Any]:
+    leakage = [{"key": "speaker", "partition": [sorted({u.split for u in utts})]}, {"key": "recording_id"}, {"key": "text_norm"}]
+    return {
+        "kind": "audit_policy",
+        "name": name,
+        "leakage": leakage,
+        "sample_rate_hz": roles.sample_rate_hz,
+        "channels": roles.channels,
+    }
+
+
+def _base_training(name: str, backend: BackendName, roles: CorpusRoles, full: PlanRecipe) -> dict[str, Any]:
+    return {
+        "kind": "training_plan",
+        "name": f"{name}-base",
+        "backend": backend,
+        "mode": "full",
+        "train_splits": [roles.train],
+        "cv_splits": [roles.dev],
+        "speakers": list(roles.base_speakers or (roles.target,)),
+        "seed": 0,
+        "threads": 2,
+        "frames_per_batch": full.frames_per_batch,
+        "precision": full.precision,
+        "max_epochs": 9,
+        "patience": 3,
+        "min_delta": 0.002,
+        "checkpoint_every_steps": 40,
+        "optim": dict(full.optim),
+        "model": {},
+    }
+
+
+def _adapter_training(name: str, backend: BackendName, roles: CorpusRoles, lora: PlanRecipe) -> dict[str, Any]:
+    return {
+        "kind": "training_plan",
+        "name": f"{name}-adapter",
+        "backend": backend,
+        "mode": "lora",
+        "train_splits": [roles.train],
+        "cv_splits": [roles.dev],
+        "speakers": [roles.target],
+        "new_speaker": roles.target,
+        "seed": 0,
+        "threads": 2,
+        "frames_per_batch": lora.frames_per_batch,
+        "precision": lora.precision,
+        "max_epochs": 60,
+        "patience": 6,
+        "min_delta": 0.001,
+        "checkpoint_every_steps": 20,
+        "optim": dict(lora.optim),
+        "lora": dict(lora.lora or {}),
+    }
+
+
+def _evaluation(
+    name: str, backend: BackendName, roles: CorpusRoles, base_voice: str, prompts: list[dict[str, Any]], references: dict[str, str]
+) -> dict[str, Any]:
+    candidates: list[dict[str, Any]] = [
+        {"name": "base", "backend": backend, "runtime": "base", "artifact": "input:base", "speaker": base_voice}
+    ]
+    if roles.base_speakers:
+        adapter = {
+            "name": "adapter",
+            "backend": backend,
+            "runtime": "adapter",
+            "artifact": "input:adapter",
+            "base": "input:base",
+            "speaker": roles.target,
+        }
+        candidates.append(adapter)
+    candidates.append({"name": "recordings", "backend": "recordings", "runtime": "recordings"})
+    return {
+        "kind": "evaluation_plan",
+        "name": f"{name}-eval",
+        "seeds": [0],
+        "baseline": "base",
+        "candidates": candidates,
+        "prompts": prompts,
+        "speaker_references": references,
+    }
+
+
+def _listening(name: str) -> dict[str, Any]:
+    naturalness = {"name": "naturalness", "task": "acr", "question": "How natural does this voice sound?", "direction": "higher_better"}
+    quality = {
+        "name": "quality",
+        "task": "mushra",
+        "question": "Rate the overall quality of each sample against the reference.",
+        "low_anchor_cutoff_hz": 3500,
+    }
+    return {
+        "kind": "listening_protocol",
+        "name": f"{name}-listening",
+        "title": "Voice quality listening test",
+        "reference_candidate": "recordings",
+        "criteria": [naturalness, quality],
+        "design": {"raters": 6, "raters_per_prompt": 3, "seed": 7, "gold_items": 2, "attention_checks": 1},
+    }
+
+
+def _gate_rule(metric: str, statistic: str, op: str, threshold: float, why: str) -> dict[str, Any]:
+    return {"metric": metric, "statistic": statistic, "op": op, "threshold": threshold, "why": why}
+
+
+def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], references: dict[str, str]) -> dict[str, Any]:
+    says_the_text = "at least half of the gate prompts must say the text and nothing else"
+    rules = [_gate_rule("content_gate_pass", "challenger_mean", ">=", 0.5, says_the_text)]
+    if len(gate) >= PAIRED_GATE_MIN_PROMPTS:
+        rules += [
+            _gate_rule("wer:whisper_en", "delta_mean", "<=", 0.10, "intelligibility may not drop by more than 10 WER points on average"),
+            _gate_rule("speaker_sim", "delta_mean", ">=", 0.05, "the adapter must move the voice toward the target"),
+        ]
+    return {
+        "kind": "promotion_policy",
+        "name": f"{name}-promote",
+        "best_k": 2,
+        "include_last": True,
+        "baseline_speaker": base_voice,
+        "gate_plan": {"name": f"{name}-gate", "prompts": gate, "seeds": [0], "speaker_references": references},
+        "rules": rules,
+    }
+
+
+def _pipeline(name: str) -> dict[str, Any]:
+    return {
+        "kind": "pipeline_plan",
+        "name": name,
+        "audit_policy": "audit.yaml",
+        "base_training": "train-base.yaml",
+        "adapter_training": "train-adapter.yaml",
+        "promotion_policy": "promote.yaml",
+        "evaluation": "eval.yaml",
+        "listening_protocol": "listening.yaml",
+        "package": True,
+    }
 
 
 def plan_documents(
@@ -151,59 +300,86 @@ def plan_documents(
     final = _prompts([u for u in of_target if u.split == (roles.test or roles.dev)], "e")
     adapt = bool(roles.base_speakers)
     base_voice = roles.base_speakers[0] if adapt else roles.target
-    audit = {"kind": "audit_policy", "name": name,
-             "leakage": [{"key": "speaker", "partition": [sorted({u.split for u in utts})]}, {"key": "recording_id"}, {"key": "text_norm"}],
-             "sample_rate_hz": roles.sample_rate_hz, "channels": roles.channels}  # fmt: skip
     models = get_backend(backend)
-    full = models.plan_recipe("full")
-    base = {"kind": "training_plan", "name": f"{name}-base", "backend": backend, "mode": "full", "train_splits": [roles.train],
-            "cv_splits": [roles.dev], "speakers": list(roles.base_speakers or (roles.target,)), "seed": 0, "threads": 2,
-            "frames_per_batch": full.frames_per_batch, "precision": full.precision, "max_epochs": 9, "patience": 3,
-            "min_delta": 0.002, "checkpoint_every_steps": 40, "optim": dict(full.optim), "model": {}}  # fmt: skip
-    candidates: list[dict[str, Any]] = [
-        {"name": "base", "backend": backend, "runtime": "base", "artifact": "input:base", "speaker": base_voice}
-    ]
-    if adapt:
-        candidates.append(
-            {
-                "name": "adapter",
-                "backend": backend,
-                "runtime": "adapter",
-                "artifact": "input:adapter",
-                "base": "input:base",
-                "speaker": roles.target,
-            }
-        )
-    candidates.append({"name": "recordings", "backend": "recordings", "runtime": "recordings"})
-    evaluation = {"kind": "evaluation_plan", "name": f"{name}-eval", "seeds": [0], "baseline": "base", "candidates": candidates,
-                  "prompts": final, "speaker_references": _references(final, refs or of_target)}  # fmt: skip
-    listening = {"kind": "listening_protocol", "name": f"{name}-listening", "title": "Voice quality listening test", "reference_candidate": "recordings",
-                 "criteria": [{"name": "naturalness", "task": "acr", "question": "How natural does this voice sound?", "direction": "higher_better"},
-                              {"name": "quality", "task": "mushra", "question": "Rate the overall quality of each sample against the reference.",
-                               "low_anchor_cutoff_hz": 3500}],
-                 "design": {"raters": 6, "raters_per_prompt": 3, "seed": 7, "gold_items": 2, "attention_checks": 1}}  # fmt: skip
-    docs: dict[str, dict[str, Any]] = {"audit.yaml": audit, "train-base.yaml": base, "eval.yaml": evaluation, "listening.yaml": listening}
+    docs: dict[str, dict[str, Any]] = {
+        "audit.yaml": _audit_policy(name, roles, utts),
+        "train-base.yaml": _base_training(name, backend, roles, models.plan_recipe("full")),
+        "eval.yaml": _evaluation(name, backend, roles, base_voice, final, _references(final, refs or of_target)),
+        "listening.yaml": _listening(name),
+    }
     if not adapt:
         return docs
+    docs["train-adapter.yaml"] = _adapter_training(name, backend, roles, models.plan_recipe("lora"))
+    docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs))
+    docs["pipeline.yaml"] = _pipeline(name)
+    return docs
     lora = models.plan_recipe("lora")
     docs["train-adapter.yaml"] = {
-        "kind": "training_plan", "name": f"{name}-adapter", "backend": backend, "mode": "lora", "train_splits": [roles.train], "cv_splits": [roles.dev],
-        "speakers": [roles.target], "new_speaker": roles.target, "seed": 0, "threads": 2, "frames_per_batch": lora.frames_per_batch,
-        "precision": lora.precision, "max_epochs": 60, "patience": 6, "min_delta": 0.001, "checkpoint_every_steps": 20,
-        "optim": dict(lora.optim), "lora": dict(lora.lora or {})}  # fmt: skip
-    rules: list[dict[str, Any]] = [{"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.5,
-                                    "why": "at least half of the gate prompts must say the text and nothing else"}]  # fmt: skip
+        "kind": "training_plan",
+        "name": f"{name}-adapter",
+        "backend": backend,
+        "mode": "lora",
+        "train_splits": [roles.train],
+        "cv_splits": [roles.dev],
+        "speakers": [roles.target],
+        "new_speaker": roles.target,
+        "seed": 0,
+        "threads": 2,
+        "frames_per_batch": lora.frames_per_batch,
+        "precision": lora.precision,
+        "max_epochs": 60,
+        "patience": 6,
+        "min_delta": 0.001,
+        "checkpoint_every_steps": 20,
+        "optim": dict(lora.optim),
+        "lora": dict(lora.lora or {}),
+    }
+    rules: list[dict[str, Any]] = [
+        {
+            "metric": "content_gate_pass",
+            "statistic": "challenger_mean",
+            "op": ">=",
+            "threshold": 0.5,
+            "why": "at least half of the gate prompts must say the text and nothing else",
+        }
+    ]
     if len(gate) >= PAIRED_GATE_MIN_PROMPTS:
-        rules += [{"metric": "wer:whisper_en", "statistic": "delta_mean", "op": "<=", "threshold": 0.10,
-                   "why": "intelligibility may not drop by more than 10 WER points on average"},
-                  {"metric": "speaker_sim", "statistic": "delta_mean", "op": ">=", "threshold": 0.05,
-                   "why": "the adapter must move the voice toward the target"}]  # fmt: skip
-    docs["promote.yaml"] = {"kind": "promotion_policy", "name": f"{name}-promote", "best_k": 2, "include_last": True, "baseline_speaker": base_voice,
-                            "gate_plan": {"name": f"{name}-gate", "prompts": gate, "seeds": [0], "speaker_references": _references(gate, refs)},
-                            "rules": rules}  # fmt: skip
-    docs["pipeline.yaml"] = {"kind": "pipeline_plan", "name": name, "audit_policy": "audit.yaml", "base_training": "train-base.yaml",
-                             "adapter_training": "train-adapter.yaml", "promotion_policy": "promote.yaml", "evaluation": "eval.yaml",
-                             "listening_protocol": "listening.yaml", "package": True}  # fmt: skip
+        rules += [
+            {
+                "metric": "wer:whisper_en",
+                "statistic": "delta_mean",
+                "op": "<=",
+                "threshold": 0.10,
+                "why": "intelligibility may not drop by more than 10 WER points on average",
+            },
+            {
+                "metric": "speaker_sim",
+                "statistic": "delta_mean",
+                "op": ">=",
+                "threshold": 0.05,
+                "why": "the adapter must move the voice toward the target",
+            },
+        ]
+    docs["promote.yaml"] = {
+        "kind": "promotion_policy",
+        "name": f"{name}-promote",
+        "best_k": 2,
+        "include_last": True,
+        "baseline_speaker": base_voice,
+        "gate_plan": {"name": f"{name}-gate", "prompts": gate, "seeds": [0], "speaker_references": _references(gate, refs)},
+        "rules": rules,
+    }
+    docs["pipeline.yaml"] = {
+        "kind": "pipeline_plan",
+        "name": name,
+        "audit_policy": "audit.yaml",
+        "base_training": "train-base.yaml",
+        "adapter_training": "train-adapter.yaml",
+        "promotion_policy": "promote.yaml",
+        "evaluation": "eval.yaml",
+        "listening_protocol": "listening.yaml",
+        "package": True,
+    }
     return docs
 
 
@@ -233,25 +409,39 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
             f"(delta_mean of wer/speaker_sim) need {PAIRED_GATE_MIN_PROMPTS}."
         )
     )
+    adapter_bind = " --bind adapter=SHA" if roles.base_speakers else ""
     return {
-        "audit.yaml": f"# voxledger audit {corpus} --policy {out}/audit.yaml\n# Splits: {split_note}. Speakers may appear in every split; "
-                      "no recording and no sentence may cross splits.\n",
+        "audit.yaml": (
+            f"# voxledger audit {corpus} --policy {out}/audit.yaml\n"
+            f"# Splits: {split_note}. Speakers may appear in every split; no recording and no sentence may cross splits.\n"
+        ),
         "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# {notes['full']}\n",
-        "train-adapter.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
-                              f"# {notes.get('lora', '')}\n",
-        "promote.yaml": f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n# Gate prompts: the dev split "
-                        f"{roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n",
-        "eval.yaml": f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA"
-                     + (" --bind adapter=SHA" if roles.base_speakers else "") + f"\n# Prompts: split {roles.test or roles.dev!r} of {roles.target!r}.\n",
-        "listening.yaml": f"# voxledger packets export --plan {out}/listening.yaml --stimuli stimuli.json ./packets\n"
-                          "# (or the listening stage of the pipeline). Omitted fields take the schema defaults (schemas/listening.py).\n",
-        "pipeline.yaml": f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
-                         f"# audit -> base on {', '.join(roles.base_speakers)} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n",
-    }  # fmt: skip
+        "train-adapter.yaml": (
+            f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
+            f"# {notes.get('lora', '')}\n"
+        ),
+        "promote.yaml": (
+            f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n"
+            f"# Gate prompts: the dev split {roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n"
+        ),
+        "eval.yaml": (
+            f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA{adapter_bind}\n"
+            f"# Prompts: split {roles.test or roles.dev!r} of {roles.target!r}.\n"
+        ),
+        "listening.yaml": (
+            f"# voxledger packets export --plan {out}/listening.yaml --stimuli stimuli.json ./packets\n"
+            "# (or the listening stage of the pipeline). Omitted fields take the schema defaults (schemas/listening.py).\n"
+        ),
+        "pipeline.yaml": (
+            f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
+            f"# audit -> base on {', '.join(roles.base_speakers)} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n"
+        ),
+    }
 
 
-def init_plans(corpus: Path, out: Path, *, name: str | None = None, force: bool = False, backend: BackendName = DEFAULT_BACKEND,
-               **choices: str | None) -> InitResult:  # fmt: skip
+def init_plans(
+    corpus: Path, out: Path, *, name: str | None = None, force: bool = False, backend: BackendName = DEFAULT_BACKEND, **choices: str | None
+) -> InitResult:
     """Write editable plans for ``corpus`` into ``out``; refuse to overwrite unless ``force``.
 
     Args:
@@ -276,14 +466,13 @@ def init_plans(corpus: Path, out: Path, *, name: str | None = None, force: bool 
     for file, doc in docs.items():
         (out / file).write_text(headers[file] + yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
         written.append(out / file)
-    notes = (
-        []
-        if roles.base_speakers
-        else [
-            f"one speaker ({roles.target!r}): no adapter, promotion or pipeline plan; train the base with train-base.yaml and evaluate it with eval.yaml"
-        ]
-    )
-    return InitResult(roles, tuple(written), tuple(notes))
+    notes: tuple[str, ...] = ()
+    if not roles.base_speakers:
+        notes = (
+            f"one speaker ({roles.target!r}): no adapter, promotion or pipeline plan; "
+            "train the base with train-base.yaml and evaluate it with eval.yaml",
+        )
+    return InitResult(roles, tuple(written), notes)
 
 
 def _plan_name(corpus: Path) -> str:

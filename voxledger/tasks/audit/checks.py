@@ -39,8 +39,14 @@ def leakage(utts: list[Utterance], rules: tuple[LeakageRule, ...]) -> list[Findi
             if len(by_group) > 1:
                 where = "; ".join(f"{g}: {len(ids)}" for g, ids in sorted(by_group.items()))
                 ids = tuple(sorted(i for ids in by_group.values() for i in ids))
-                findings.append(Finding(code="split_leakage", severity="error", utterance_ids=ids,
-                                        message=f"{rule.key} {value!r} occurs in {len(by_group)} split groups ({where})"))  # fmt: skip
+                findings.append(
+                    Finding(
+                        code="split_leakage",
+                        severity="error",
+                        utterance_ids=ids,
+                        message=f"{rule.key} {value!r} occurs in {len(by_group)} split groups ({where})",
+                    )
+                )
     return findings
 
 
@@ -55,23 +61,42 @@ def duplicates(utts: list[Utterance], digests: dict[str, str], facts: dict[str, 
         if len(ids) > 1:
             ids = sorted(ids)
             exact.update((a, b) for i, a in enumerate(ids) for b in ids[i + 1 :])
-            findings.append(Finding(code="duplicate_audio", severity="error", utterance_ids=tuple(ids),
-                                    message=f"{len(ids)} utterances share identical audio bytes (sha256 {d[:16]}...)"))  # fmt: skip
+            findings.append(
+                Finding(
+                    code="duplicate_audio",
+                    severity="error",
+                    utterance_ids=tuple(ids),
+                    message=f"{len(ids)} utterances share identical audio bytes (sha256 {d[:16]}...)",
+                )
+            )
     if policy.near_duplicate.enabled:
         codes = {uid: f.code for uid, f in facts.items() if f.code is not None}
         for a, b, bits in near_duplicate_pairs(codes, policy.near_duplicate.max_hamming_bits):
             if (a, b) not in exact:
-                findings.append(Finding(code="near_duplicate_audio", severity=policy.near_duplicate.severity, utterance_ids=(a, b),
-                                        message=f"fingerprints differ in {bits} of 256 bits", value=bits,
-                                        bound=policy.near_duplicate.max_hamming_bits))  # fmt: skip
+                findings.append(
+                    Finding(
+                        code="near_duplicate_audio",
+                        severity=policy.near_duplicate.severity,
+                        utterance_ids=(a, b),
+                        message=f"fingerprints differ in {bits} of 256 bits",
+                        value=bits,
+                        bound=policy.near_duplicate.max_hamming_bits,
+                    )
+                )
     same: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for u in utts:
         if basic(u.text):
             same[(u.split, u.speaker, basic(u.text))].append(u.id)
     for (split, speaker, text), ids in sorted(same.items()):
         if len(ids) > 1:
-            findings.append(Finding(code="duplicate_text", severity=policy.duplicate_text_same_speaker, utterance_ids=tuple(sorted(ids)),
-                                    message=f"speaker {speaker!r} says {text!r} {len(ids)} times in split {split!r}"))  # fmt: skip
+            findings.append(
+                Finding(
+                    code="duplicate_text",
+                    severity=policy.duplicate_text_same_speaker,
+                    utterance_ids=tuple(sorted(ids)),
+                    message=f"speaker {speaker!r} says {text!r} {len(ids)} times in split {split!r}",
+                )
+            )
     return findings
 
 
@@ -88,8 +113,14 @@ def transcript(utt: Utterance) -> list[Finding]:
         ]
     bad = [c for c in utt.text if unicodedata.category(c) == "Cc"]
     if bad:
-        return [Finding(code="control_characters", severity="error", utterance_ids=(utt.id,),
-                        message=f"{utt.id}: transcript holds control characters {sorted({hex(ord(c)) for c in bad})}; remove them")]  # fmt: skip
+        return [
+            Finding(
+                code="control_characters",
+                severity="error",
+                utterance_ids=(utt.id,),
+                message=f"{utt.id}: transcript holds control characters {sorted({hex(ord(c)) for c in bad})}; remove them",
+            )
+        ]
     return []
 
 

@@ -14,6 +14,7 @@ the search is linear in the corpus size instead of quadratic.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 import scipy.fft
@@ -82,7 +83,7 @@ def near_duplicate_pairs(codes: dict[str, bytes], max_bits: int) -> list[tuple[s
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
         starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1], [True]]))
-        for lo, hi in zip(starts[:-1], starts[1:]):
+        for lo, hi in itertools.pairwise(starts):
             if hi - lo >= 2:
                 _bucket_pairs(order[lo:hi], matrix, ids, max_bits, pairs)
     return sorted((a, b, d) for (a, b), d in pairs.items())
@@ -95,7 +96,7 @@ def _bucket_pairs(members: np.ndarray, matrix: np.ndarray, ids: list[str], max_b
     for start in range(0, len(members), rows):
         block = codes[start : start + rows]
         dist = _POPCOUNT[block[:, None, :] ^ codes[None, :, :]].sum(axis=2, dtype=np.int32)
-        for i, j in zip(*np.nonzero(dist <= max_bits)):
+        for i, j in zip(*np.nonzero(dist <= max_bits), strict=True):
             i_global, j_global = start + int(i), int(j)
             if i_global < j_global:
                 a, b = ids[members[i_global]], ids[members[j_global]]

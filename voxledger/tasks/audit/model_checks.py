@@ -34,8 +34,17 @@ def asr_agreement(utts: list[Utterance], facts: dict[str, FileFacts], policy: As
         hyp = model.transcribe(_wav16k(facts[u.id]))
         cer = score_text(u.text, hyp).cer
         if cer > policy.max_cer:
-            out.append(Finding(code="asr_disagreement", severity=policy.severity, utterance_ids=(u.id,), file=u.audio,
-                               message=f"{u.audio}: ASR heard {hyp!r} for {u.text!r} (CER {cer:.2f})", value=cer, bound=policy.max_cer))  # fmt: skip
+            out.append(
+                Finding(
+                    code="asr_disagreement",
+                    severity=policy.severity,
+                    utterance_ids=(u.id,),
+                    file=u.audio,
+                    message=f"{u.audio}: ASR heard {hyp!r} for {u.text!r} (CER {cer:.2f})",
+                    value=cer,
+                    bound=policy.max_cer,
+                )
+            )
     return out
 
 
@@ -47,6 +56,15 @@ def noise_screen(utts: list[Utterance], facts: dict[str, FileFacts], policy: Noi
     for u in utts:
         bak = predict_mos(_wav16k(facts[u.id])).predicted_bak
         if bak < policy.min_bak:
-            out.append(Finding(code="noisy_audio", severity=policy.severity, utterance_ids=(u.id,), file=u.audio,
-                               message=f"{u.audio}: predicted DNSMOS BAK {bak:.2f} below {policy.min_bak}", value=bak, bound=policy.min_bak))  # fmt: skip
+            out.append(
+                Finding(
+                    code="noisy_audio",
+                    severity=policy.severity,
+                    utterance_ids=(u.id,),
+                    file=u.audio,
+                    message=f"{u.audio}: predicted DNSMOS BAK {bak:.2f} below {policy.min_bak}",
+                    value=bak,
+                    bound=policy.min_bak,
+                )
+            )
     return out

@@ -70,15 +70,24 @@ def audit_corpus_fn(
                 if not store.intact(entry.sha256):
                     store.put_file(by_name[entry.path], expected_sha256=entry.sha256)
     receipt = build_receipt(
-        AuditReceipt, flow=flow, task="audit_corpus", started_at=started, key=key,
-        subjects=[artifact(home.blobs, "manifest", manifest_sha, MANIFEST_MEDIA_TYPE),
-                  artifact(home.blobs, "audio_tree", tree_sha, TREE_MEDIA_TYPE)],
-        inputs=[InputRef(role="policy", sha256=plan_rid, ref="receipt"),
-                *(InputRef(role="manifest_file", sha256=s, ref="artifact") for s in sorted(set(file_shas.values())))],
-        parameters=AuditParameters(corpus_name=corpus.utterances.name, policy_sha256=policy_sha,
-                                   manifest_sha256=manifest_sha, audio_tree_sha256=tree_sha),
+        AuditReceipt,
+        flow=flow,
+        task="audit_corpus",
+        started_at=started,
+        key=key,
+        subjects=[
+            artifact(home.blobs, "manifest", manifest_sha, MANIFEST_MEDIA_TYPE),
+            artifact(home.blobs, "audio_tree", tree_sha, TREE_MEDIA_TYPE),
+        ],
+        inputs=[
+            InputRef(role="policy", sha256=plan_rid, ref="receipt"),
+            *(InputRef(role="manifest_file", sha256=s, ref="artifact") for s in sorted(set(file_shas.values()))),
+        ],
+        parameters=AuditParameters(
+            corpus_name=corpus.utterances.name, policy_sha256=policy_sha, manifest_sha256=manifest_sha, audio_tree_sha256=tree_sha
+        ),
         result=result,
-    )  # fmt: skip
+    )
     return record(home, receipt)
 
 
@@ -94,15 +103,23 @@ def _check(
     done = [0]
 
     def measure(u: Any) -> FileFacts:
-        out = measure_file(corpus.root, u, policy, audio_roots=corpus.audio_roots, where=corpus.origins.get(u.id, ""),
-                           expected_sha256=digests.get(u.id), store=store, path=paths.get(u.id))  # fmt: skip
+        out = measure_file(
+            corpus.root,
+            u,
+            policy,
+            audio_roots=corpus.audio_roots,
+            where=corpus.origins.get(u.id, ""),
+            expected_sha256=digests.get(u.id),
+            store=store,
+            path=paths.get(u.id),
+        )
         done[0] += 1
         if progress is not None and (done[0] % 50 == 0 or done[0] == len(utts)):
             progress(f"audit: measured {done[0]}/{len(utts)} files")
         return out
 
     with ThreadPoolExecutor(max_workers=default_workers()) as pool:
-        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(measure, utts)))
+        facts: dict[str, FileFacts] = dict(zip([u.id for u in utts], pool.map(measure, utts), strict=True))
     # a segment is known by its recording's digest plus its sample range: two cuts of one
     # recording are not duplicates, the same cut listed twice is
     digests = {uid: segment_identity(d, facts[uid].samples) if facts[uid].samples else d for uid, d in digests.items()}  # type: ignore[arg-type]
@@ -111,8 +128,16 @@ def _check(
         for i in corpus.issues
     ]
     if not utts:  # nothing to train on is never a pass, whatever else the manifest held
-        findings.append(Finding(code="empty_corpus", severity="error", message=f"the corpus at {corpus.root} has no utterances: "
-                                "check the manifest path and its lines (issues above, if any, say why lines were dropped)"))  # fmt: skip
+        findings.append(
+            Finding(
+                code="empty_corpus",
+                severity="error",
+                message=(
+                    f"the corpus at {corpus.root} has no utterances: "
+                    "check the manifest path and its lines (issues above, if any, say why lines were dropped)"
+                ),
+            )
+        )
     findings += checks.leakage(utts, policy.leakage)
     findings += checks.duplicates(utts, digests, facts, policy)
     for u in utts:
@@ -125,10 +150,13 @@ def _check(
         by_code[f.code] = by_code.get(f.code, 0) + 1
         by_sev[f.severity] += 1
     return AuditResult(
-        verdict="fail" if by_sev["error"] else "pass", n_utterances=len(utts),
-        counts_by_code=dict(sorted(by_code.items())), counts_by_severity=by_sev,
-        findings=tuple(findings), stats=checks.corpus_stats(utts, facts),
-    )  # fmt: skip
+        verdict="fail" if by_sev["error"] else "pass",
+        n_utterances=len(utts),
+        counts_by_code=dict(sorted(by_code.items())),
+        counts_by_severity=by_sev,
+        findings=tuple(findings),
+        stats=checks.corpus_stats(utts, facts),
+    )
 
 
 def _optional_model_checks(utts: list, facts: dict[str, FileFacts], policy: AuditPolicy) -> list[Finding]:  # type: ignore[type-arg]

@@ -83,9 +83,15 @@ def _open_library() -> tuple[ctypes.CDLL, dict[str, Any]]:
     lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
     lib.espeak_Synth.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
-        ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
-    ]  # fmt: skip
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_uint,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
     data_path = espeakng_loader.get_data_path().encode()
     rate = lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path, INITIALIZE_PHONEME_EVENTS)
     if rate <= 0:

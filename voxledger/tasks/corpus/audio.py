@@ -71,5 +71,6 @@ def segment_identity(recording_sha256: str, rng: SampleRange) -> str:
     """Identity of a cut: the recording's digest plus its sample range (the digest alone when whole)."""
     if rng.whole:
         return recording_sha256
-    return canonical_digest({"recording_sha256": recording_sha256, "start_sample": rng.start, "stop_sample": rng.stop,
-                             "sample_rate_hz": rng.sample_rate_hz})  # fmt: skip
+    return canonical_digest(
+        {"recording_sha256": recording_sha256, "start_sample": rng.start, "stop_sample": rng.stop, "sample_rate_hz": rng.sample_rate_hz}
+    )

@@ -44,8 +44,7 @@ SPLIT_SENTENCES: dict[str, dict[str, int]] = {
 }
 CUT_ORDER = ("test", "target_dev", "dev", "target_train", "train")  # test prompts cut first
 GENERATOR = "voxledger.tasks.corpus.demo"
-_CODE_FILES = ("demo.py", "demo_flaws.py", "espeak.py", "_espeak_native.py", "sentences.py",
-               "data/harvard_sentences.txt")  # fmt: skip
+_CODE_FILES = ("demo.py", "demo_flaws.py", "espeak.py", "_espeak_native.py", "sentences.py", "data/harvard_sentences.txt")
 
 
 @dataclass(frozen=True)
@@ -215,8 +214,7 @@ def split_utterances(rows: list[dict[str, object]]) -> dict[str, int]:
     return {split: sum(row["split"] == split for row in rows) for split in SPLITS}
 
 
-def corpus_document(size: CorpusSize, flawed: bool, rows: list[dict[str, object]],
-                    splits: dict[str, list[int]]) -> dict[str, object]:  # fmt: skip
+def corpus_document(size: CorpusSize, flawed: bool, rows: list[dict[str, object]], splits: dict[str, list[int]]) -> dict[str, object]:
     """The ``corpus.json`` document: generator identity, size, voices and split sizes."""
     return {
         "generator": GENERATOR,
@@ -241,8 +239,7 @@ def _check_destination(out_dir: Path) -> None:
         raise CorpusError(f"{out_dir} exists and is not empty; remove it or choose another path")
 
 
-def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool = False
-                      ) -> DemoCorpusInfo:  # fmt: skip
+def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool = False) -> DemoCorpusInfo:
     """Build the demo corpus into ``out_dir`` atomically (a temporary sibling, then rename).
 
     Raises CorpusError if ``out_dir`` exists and is not an empty directory, ValueError for an
@@ -270,5 +267,4 @@ def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES,
-                          tuple(planted))  # fmt: skip
+    return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, tuple(planted))

@@ -61,8 +61,7 @@ def _spoken(row: dict[str, object]) -> Utterance:
 def _leak_target(root: Path, rows: list[dict[str, object]], sentences: list[int]) -> list[str]:
     target = next(v for v in VOICES if v.role == "target")
     text = harvard_sentences()
-    leaked = [Utterance(utterance_id(target.speaker, i), i, text[i], target, "train")
-              for i in sentences]  # fmt: skip
+    leaked = [Utterance(utterance_id(target.speaker, i), i, text[i], target, "train") for i in sentences]
     rows.extend(write_utterance(root, utt) for utt in leaked)
     return [utt.id for utt in leaked]
 
@@ -70,8 +69,7 @@ def _leak_target(root: Path, rows: list[dict[str, object]], sentences: list[int]
 def _duplicate(root: Path, rows: list[dict[str, object]], sentence: int) -> list[str]:
     source = _first(rows, "spk-b4", "dev")
     voice = next(v for v in VOICES if v.speaker == source["speaker"])
-    copy = Utterance(utterance_id(voice.speaker, sentence), sentence, harvard_sentences()[sentence],
-                     voice, "train")  # fmt: skip
+    copy = Utterance(utterance_id(voice.speaker, sentence), sentence, harvard_sentences()[sentence], voice, "train")
     shutil.copyfile(root / str(source["audio"]), root / "wavs" / f"{copy.id}.wav")
     shutil.copyfile(root / str(source["alignment"]), root / "alignments" / f"{copy.id}.json")
     pcm, _ = _read_pcm(root / str(source["audio"]))
@@ -95,8 +93,7 @@ def _native_rate(root: Path, row: dict[str, object]) -> None:
     write_wav(root / str(row["audio"]), to_pcm16(normalise(spoken.audio)), spoken.sample_rate_hz)
 
 
-def plant_problems(root: Path, rows: list[dict[str, object]], unused: list[int]
-                   ) -> list[PlantedProblem]:  # fmt: skip
+def plant_problems(root: Path, rows: list[dict[str, object]], unused: list[int]) -> list[PlantedProblem]:
     """Plant every problem into the corpus at ``root`` (rows are edited and extended in place);
     write ``planted.json``; return what was planted. ``unused`` are sentences in no split."""
     if len(unused) < 3:
@@ -119,7 +116,6 @@ def plant_problems(root: Path, rows: list[dict[str, object]], unused: list[int]
         PlantedProblem("sample_rate_mismatch", (str(resampled["id"]),), "error"),
         PlantedProblem("empty_transcript", (str(emptied["id"]),), "error"),
     ]
-    doc = [{"code": p.code, "utterance_ids": list(p.utterance_ids),
-            "expected_severity": p.expected_severity} for p in planted]  # fmt: skip
+    doc = [{"code": p.code, "utterance_ids": list(p.utterance_ids), "expected_severity": p.expected_severity} for p in planted]
     (root / "planted.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return planted

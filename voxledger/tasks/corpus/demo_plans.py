@@ -44,8 +44,11 @@ def _prompts(indices: list[int], target: str) -> list[dict[str, Any]]:
 
 def _references(prompts: list[dict[str, Any]], refs: list[int], target: str) -> dict[str, str]:
     """A frozen round-robin assignment of target_dev recordings to (prompt, seed)."""
-    return {f"{p['id']}:{s}": f"wavs/{utterance_id(target, refs[(k * len(SEEDS) + j) % len(refs)])}.wav"
-            for k, p in enumerate(prompts) for j, s in enumerate(SEEDS)}  # fmt: skip
+    return {
+        f"{p['id']}:{s}": f"wavs/{utterance_id(target, refs[(k * len(SEEDS) + j) % len(refs)])}.wav"
+        for k, p in enumerate(prompts)
+        for j, s in enumerate(SEEDS)
+    }
 
 
 def plans() -> dict[str, dict[str, Any]]:
@@ -56,39 +59,88 @@ def plans() -> dict[str, dict[str, Any]]:
     eval_prompts = _prompts(test[:EVAL_PROMPTS], target)
     gate_prompts = _prompts(test[EVAL_PROMPTS : EVAL_PROMPTS + GATE_PROMPTS], target)
     evaluation = {
-        "kind": "evaluation_plan", "name": "eval-demo", "seeds": list(SEEDS), "baseline": "base",
+        "kind": "evaluation_plan",
+        "name": "eval-demo",
+        "seeds": list(SEEDS),
+        "baseline": "base",
         "candidates": [
             {"name": "base", "backend": DEFAULT_BACKEND, "runtime": "base", "artifact": "input:base", "speaker": base_voice},
-            {"name": "adapter", "backend": DEFAULT_BACKEND, "runtime": "adapter", "artifact": "input:adapter", "base": "input:base", "speaker": target},
-            {"name": "merged", "backend": DEFAULT_BACKEND, "runtime": "merged", "artifact": "input:adapter", "base": "input:base", "speaker": target},
+            {
+                "name": "adapter",
+                "backend": DEFAULT_BACKEND,
+                "runtime": "adapter",
+                "artifact": "input:adapter",
+                "base": "input:base",
+                "speaker": target,
+            },
+            {
+                "name": "merged",
+                "backend": DEFAULT_BACKEND,
+                "runtime": "merged",
+                "artifact": "input:adapter",
+                "base": "input:base",
+                "speaker": target,
+            },
             {"name": "recordings", "backend": "recordings", "runtime": "recordings"},
         ],
-        "prompts": eval_prompts, "speaker_references": _references(eval_prompts, refs, target),
-    }  # fmt: skip
+        "prompts": eval_prompts,
+        "speaker_references": _references(eval_prompts, refs, target),
+    }
     promotion = {
-        "kind": "promotion_policy", "name": "promote-demo", "alias": "champion", "candidate_alias": "candidate",
-        "best_k": 2, "include_last": True, "baseline_speaker": base_voice,
-        "gate_plan": {"name": "gate-demo", "prompts": gate_prompts, "seeds": list(SEEDS), "speaker_references": _references(gate_prompts, refs, target),
-                      "metrics": {"mos": None}},
+        "kind": "promotion_policy",
+        "name": "promote-demo",
+        "alias": "champion",
+        "candidate_alias": "candidate",
+        "best_k": 2,
+        "include_last": True,
+        "baseline_speaker": base_voice,
+        "gate_plan": {
+            "name": "gate-demo",
+            "prompts": gate_prompts,
+            "seeds": list(SEEDS),
+            "speaker_references": _references(gate_prompts, refs, target),
+            "metrics": {"mos": None},
+        },
         "rules": [
-            {"metric": "content_gate_pass", "statistic": "challenger_mean", "op": ">=", "threshold": 0.5,
-             "why": "at least half of the gate prompts must say the text and nothing else"},
-            {"metric": "wer:whisper_en", "statistic": "delta_high", "op": "<=", "threshold": 0.15,
-             "why": "non-inferiority: the upper end of the 95% interval (t over the 20 prompts) of the WER increase stays below "
-                    "15 points; a loose margin for a tiny model, since 20 prompts cannot rule out 10 (upper ends 0.11-0.17 measured)"},
-            {"metric": "speaker_sim", "statistic": "delta_low", "op": ">=", "threshold": 0.05,
-             "why": "the lower end of the 95% interval shows the voice moved toward the target by at least 0.05"},
+            {
+                "metric": "content_gate_pass",
+                "statistic": "challenger_mean",
+                "op": ">=",
+                "threshold": 0.5,
+                "why": "at least half of the gate prompts must say the text and nothing else",
+            },
+            {
+                "metric": "wer:whisper_en",
+                "statistic": "delta_high",
+                "op": "<=",
+                "threshold": 0.15,
+                "why": (
+                    "non-inferiority: the upper end of the 95% interval (t over the 20 prompts) of the WER increase stays below "
+                    "15 points; a loose margin for a tiny model, since 20 prompts cannot rule out 10 (upper ends 0.11-0.17 measured)"
+                ),
+            },
+            {
+                "metric": "speaker_sim",
+                "statistic": "delta_low",
+                "op": ">=",
+                "threshold": 0.05,
+                "why": "the lower end of the 95% interval shows the voice moved toward the target by at least 0.05",
+            },
         ],
-    }  # fmt: skip
+    }
     return {"eval-demo.yaml": evaluation, "promote-demo.yaml": promotion}
 
 
 HEADERS = {
-    "eval-demo.yaml": "# voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA\n"
-                      "# Generated by `python -m voxledger.tasks.corpus.demo_plans --write`; edit the generator, not this file.\n",
-    "promote-demo.yaml": "# voxledger promote TRAINING_RUN --policy plans/promote-demo.yaml --corpus ./demo/corpus\n"
-                         "# Generated by `python -m voxledger.tasks.corpus.demo_plans --write`; edit the generator, not this file.\n",
-}  # fmt: skip
+    "eval-demo.yaml": (
+        "# voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA\n"
+        "# Generated by `python -m voxledger.tasks.corpus.demo_plans --write`; edit the generator, not this file.\n"
+    ),
+    "promote-demo.yaml": (
+        "# voxledger promote TRAINING_RUN --policy plans/promote-demo.yaml --corpus ./demo/corpus\n"
+        "# Generated by `python -m voxledger.tasks.corpus.demo_plans --write`; edit the generator, not this file.\n"
+    ),
+}
 
 
 def render() -> dict[str, str]:

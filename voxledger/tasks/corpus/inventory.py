@@ -21,9 +21,15 @@ from voxledger.tasks.corpus.sentences import harvard_sentences
 
 INVENTORY_FILE = "data/phoneme_inventory.json"
 ENGLISH_VOICES = (
-    "en", "en-us", "en-029", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd",
-    "en-gb-x-rp", "en-us-nyc",
-)  # fmt: skip
+    "en",
+    "en-us",
+    "en-029",
+    "en-gb-scotland",
+    "en-gb-x-gbclan",
+    "en-gb-x-gbcwmd",
+    "en-gb-x-rp",
+    "en-us-nyc",
+)
 STRESS_MARKS = ("'", ",")
 COVERAGE_TEXTS = (
     "Kit, dress, trap, lot, strut, foot, bath, cloth, nurse, fleece, face, palm, thought.",

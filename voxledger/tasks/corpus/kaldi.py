@@ -107,8 +107,15 @@ def _read_split(d: Path, root: Path, sink: RecordSink) -> None:
             sink.issue("manifest_invalid_record", file, line, f"utterance {uid!r} has no line in {', '.join(missing)}")
             continue
         speaker = spks[uid][0]
-        record: dict[str, object] = {"id": uid, "audio": _audio_path(wavs[rec][0], rel), "text": texts[uid][0], "speaker": speaker,
-                                     "recording_id": rec, "split": d.name, "instruction": maps["instruct"].get(uid, (None, 0))[0]}  # fmt: skip
+        record: dict[str, object] = {
+            "id": uid,
+            "audio": _audio_path(wavs[rec][0], rel),
+            "text": texts[uid][0],
+            "speaker": speaker,
+            "recording_id": rec,
+            "split": d.name,
+            "instruction": maps["instruct"].get(uid, (None, 0))[0],
+        }
         if start is not None:
             record |= {"start_s": start, "end_s": end}
         if uid in maps["utt2lang"]:

@@ -162,15 +162,31 @@ def materialise_pipes_fn(
                 try:
                     info = sf.info(str(raw_out))
                 except (sf.LibsndfileError, RuntimeError) as exc:
-                    raise CorpusError(f"{where}: {argv[0]} wrote {raw_out.stat().st_size} bytes that are not audio ({exc}); "
-                                      "make the command write WAV/FLAC to its standard output (e.g. sox ... -t wav -)") from exc  # fmt: skip
+                    raise CorpusError(
+                        f"{where}: {argv[0]} wrote {raw_out.stat().st_size} bytes that are not audio ({exc}); "
+                        "make the command write WAV/FLAC to its standard output (e.g. sox ... -t wav -)"
+                    ) from exc
                 final = raw_out.with_suffix(FORMAT_SUFFIX.get(info.format, ".audio"))
                 os.replace(raw_out, final)
                 digest = home.blobs.put_file(final)
-                records.append({"split": rel, "line": lineno, "recording_id": key, "argv": argv, "cwd": str(cwd), "program": program,
-                                "program_sha256": sha256_file(program), "output_sha256": digest, "output_bytes": final.stat().st_size,
-                                "format": info.format, "sample_rate_hz": info.samplerate, "channels": info.channels,
-                                "frames": info.frames, "seconds": round(seconds, 3)})  # fmt: skip
+                records.append(
+                    {
+                        "split": rel,
+                        "line": lineno,
+                        "recording_id": key,
+                        "argv": argv,
+                        "cwd": str(cwd),
+                        "program": program,
+                        "program_sha256": sha256_file(program),
+                        "output_sha256": digest,
+                        "output_bytes": final.stat().st_size,
+                        "format": info.format,
+                        "sample_rate_hz": info.samplerate,
+                        "channels": info.channels,
+                        "frames": info.frames,
+                        "seconds": round(seconds, 3),
+                    }
+                )
                 seconds_each.append(seconds)
                 lines.append(f"{key} materialised/{final.name}")
             (target / "wav.scp").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -183,12 +199,16 @@ def materialise_pipes_fn(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     receipt = build_receipt(
-        MaterialiseReceipt, flow=flow, task="materialise_pipes", started_at=started,
-        subjects=[artifact(home.blobs, "data_dir", tree_sha, TREE_MEDIA_TYPE),
-                  artifact(home.blobs, "commands", commands_sha, COMMANDS_MEDIA_TYPE)],
+        MaterialiseReceipt,
+        flow=flow,
+        task="materialise_pipes",
+        started_at=started,
+        subjects=[
+            artifact(home.blobs, "data_dir", tree_sha, TREE_MEDIA_TYPE),
+            artifact(home.blobs, "commands", commands_sha, COMMANDS_MEDIA_TYPE),
+        ],
         inputs=[InputRef(role="wav_scp", sha256=s, ref="artifact") for s in sorted(set(scp_digests))],
         parameters=MaterialiseParameters(source_name=src.name, timeout_s=timeout_s),
-        result=MaterialiseResult(n_commands=len(records), n_files=len(manifest.entries),
-                                 seconds=round(sum(seconds_each), 3)),
-    )  # fmt: skip
+        result=MaterialiseResult(n_commands=len(records), n_files=len(manifest.entries), seconds=round(sum(seconds_each), 3)),
+    )
     return MaterialiseOutcome(home.record(receipt), receipt, out_dir)

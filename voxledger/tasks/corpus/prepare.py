@@ -101,9 +101,16 @@ def derive(path: Path, utt: Utterance, source_sha256: str, t: PrepareTransform) 
     buf = io.BytesIO()
     sf.write(buf, pcm, t.sample_rate_hz, format="WAV", subtype=t.subtype)
     wav = buf.getvalue()
-    file = DerivedFile(utterance_id=utt.id, source_sha256=source_sha256, source_start_sample=rng.start, source_stop_sample=rng.stop,
-                       source_sample_rate_hz=rng.sample_rate_hz, source_channels=data.shape[1], gain_db=round(float(gain_db), 6),
-                       derived_sha256=sha256_hex(wav))  # fmt: skip
+    file = DerivedFile(
+        utterance_id=utt.id,
+        source_sha256=source_sha256,
+        source_start_sample=rng.start,
+        source_stop_sample=rng.stop,
+        source_sample_rate_hz=rng.sample_rate_hz,
+        source_channels=data.shape[1],
+        gain_db=round(float(gain_db), 6),
+        derived_sha256=sha256_hex(wav),
+    )
     return _Derived(file, wav, len(pcm), not rng.whole, y is not mono, data.shape[1] > 1, normalised, bool(limited))
 
 
@@ -113,22 +120,42 @@ def _derived_name(utt: Utterance) -> str:
 
 def _derived_utterance(utt: Utterance, d: _Derived, t: PrepareTransform) -> Utterance:
     extra = {**utt.extra, "source_audio_sha256": d.file.source_sha256}
-    return utt.model_copy(update={"audio": _derived_name(utt), "start_s": None, "end_s": None, "extra": extra,
-                                  "duration_s": round(d.frames / t.sample_rate_hz, 6), "sample_rate_hz": t.sample_rate_hz})  # fmt: skip
+    return utt.model_copy(
+        update={
+            "audio": _derived_name(utt),
+            "start_s": None,
+            "end_s": None,
+            "extra": extra,
+            "duration_s": round(d.frames / t.sample_rate_hz, 6),
+            "sample_rate_hz": t.sample_rate_hz,
+        }
+    )
 
 
 def _check_loaded(corpus: LoadedCorpus, paths: dict[str, Path]) -> None:
     problems = [f"{i.file}:{i.line}: {i.message}" for i in corpus.issues]
-    problems += [f"{corpus.origins.get(u.id, u.id)}: audio {u.audio!r} is missing or outside the corpus and audio roots"
-                 for u in corpus.utterances.utterances if u.id not in paths]  # fmt: skip
+    problems += [
+        f"{corpus.origins.get(u.id, u.id)}: audio {u.audio!r} is missing or outside the corpus and audio roots"
+        for u in corpus.utterances.utterances
+        if u.id not in paths
+    ]
     if problems:
         raise CorpusError(
             f"{len(problems)} utterance(s) cannot be prepared, first: {problems[0]}; run voxledger audit on the corpus and fix them"
         )
 
 
-def prepare_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, policy_name: str, out_dir: Path | None = None,
-                      audio_roots: tuple[Path, ...] = (), flow: str = "prepare_corpus", workers: int | None = None) -> PrepareOutcome:  # fmt: skip
+def prepare_corpus_fn(
+    home: Home,
+    corpus_path: Path,
+    policy: AuditPolicy,
+    *,
+    policy_name: str,
+    out_dir: Path | None = None,
+    audio_roots: tuple[Path, ...] = (),
+    flow: str = "prepare_corpus",
+    workers: int | None = None,
+) -> PrepareOutcome:
     """Prepare ``corpus_path`` for ``policy`` into ``out_dir`` (default ``<home>/corpora/<name>-<key>``).
 
     ``audio_roots`` only resolve paths; they are in no digest and no cache key.
@@ -159,21 +186,41 @@ def prepare_corpus_fn(home: Home, corpus_path: Path, policy: AuditPolicy, *, pol
     try:
         subjects, result = _run(home, corpus, digests, paths, transform, tmp, workers or workers_for(len(corpus.utterances.utterances)))
         receipt = build_receipt(
-            PrepareReceipt, flow=flow, task="prepare_corpus", started_at=started, key=key, subjects=subjects,
-            inputs=[InputRef(role="policy", sha256=plan_rid, ref="receipt"), InputRef(role="source_manifest", sha256=source_manifest, ref="artifact"),
-                    InputRef(role="source_audio_tree", sha256=source_tree, ref="artifact")],
-            parameters=PrepareParameters(corpus_name=corpus.utterances.name, policy_sha256=policy_sha, source_manifest_sha256=source_manifest,
-                                         source_audio_tree_sha256=source_tree, transform=transform),
+            PrepareReceipt,
+            flow=flow,
+            task="prepare_corpus",
+            started_at=started,
+            key=key,
+            subjects=subjects,
+            inputs=[
+                InputRef(role="policy", sha256=plan_rid, ref="receipt"),
+                InputRef(role="source_manifest", sha256=source_manifest, ref="artifact"),
+                InputRef(role="source_audio_tree", sha256=source_tree, ref="artifact"),
+            ],
+            parameters=PrepareParameters(
+                corpus_name=corpus.utterances.name,
+                policy_sha256=policy_sha,
+                source_manifest_sha256=source_manifest,
+                source_audio_tree_sha256=source_tree,
+                transform=transform,
+            ),
             result=result,
-        )  # fmt: skip
+        )
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return PrepareOutcome(home.record(receipt), receipt, False, out)
 
 
-def _run(home: Home, corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path], t: PrepareTransform, tmp: Path,
-         workers: int) -> tuple[list[Artifact], PrepareResult]:  # fmt: skip
+def _tree_entry(tmp: Path, utt: Utterance, file: DerivedFile) -> TreeEntry:
+    """The tree entry of one derived file written under ``tmp``."""
+    path = _derived_name(utt)
+    return TreeEntry(path=path, size_bytes=(tmp / path).stat().st_size, sha256=file.derived_sha256, executable=False)
+
+
+def _run(
+    home: Home, corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path], t: PrepareTransform, tmp: Path, workers: int
+) -> tuple[list[Artifact], PrepareResult]:
     utts = list(corpus.utterances.utterances)
     counts = dict.fromkeys(("cut", "resampled", "downmixed", "normalised", "limited"), 0)
     derived_utts: list[Utterance] = []
@@ -194,7 +241,7 @@ def _run(home: Home, corpus: LoadedCorpus, digests: dict[str, str], paths: dict[
         return d
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for u, d in zip(utts, pool.map(one, utts)):  # map keeps order; results are dropped as they are used
+        for u, d in zip(utts, pool.map(one, utts), strict=True):  # map keeps order; results are dropped as they are used
             derived_utts.append(_derived_utterance(u, d, t))
             files.append(d.file)
             frames += d.frames
@@ -203,9 +250,8 @@ def _run(home: Home, corpus: LoadedCorpus, digests: dict[str, str], paths: dict[
     derived = UtteranceSet(name=corpus.utterances.name, utterances=tuple(derived_utts))
     manifest_text = "".join(json.dumps(u.to_record(), ensure_ascii=False) + "\n" for u in derived_utts).encode("utf-8")
     (tmp / "manifest.jsonl").write_bytes(manifest_text)
-    tree = TreeManifest(entries=tuple(sorted((TreeEntry(path=_derived_name(u), size_bytes=(tmp / _derived_name(u)).stat().st_size,
-                                                        sha256=f.derived_sha256, executable=False) for u, f in zip(derived_utts, files)),
-                                             key=lambda e: e.path)))  # fmt: skip
+    entries = [_tree_entry(tmp, u, f) for u, f in zip(derived_utts, files, strict=True)]
+    tree = TreeManifest(entries=tuple(sorted(entries, key=lambda e: e.path)))
     shas = {
         "manifest": (home.blobs.put_bytes(canonical_bytes(derived)), MANIFEST_MEDIA_TYPE),
         "manifest_file": (home.blobs.put_bytes(manifest_text), MANIFEST_FILE_MEDIA_TYPE),
@@ -213,8 +259,15 @@ def _run(home: Home, corpus: LoadedCorpus, digests: dict[str, str], paths: dict[
         "derivations": (home.blobs.put_bytes("".join(f.model_dump_json() + "\n" for f in files).encode()), DERIVATIONS_MEDIA_TYPE),
     }
     subjects = [artifact(home.blobs, role, sha, media) for role, (sha, media) in shas.items()]
-    result = PrepareResult(n_utterances=len(utts), n_cut=counts["cut"], n_resampled=counts["resampled"], n_downmixed=counts["downmixed"],
-                           n_loudness_normalised=counts["normalised"], n_peak_limited=counts["limited"], hours=round(frames / t.sample_rate_hz / 3600, 6))  # fmt: skip
+    result = PrepareResult(
+        n_utterances=len(utts),
+        n_cut=counts["cut"],
+        n_resampled=counts["resampled"],
+        n_downmixed=counts["downmixed"],
+        n_loudness_normalised=counts["normalised"],
+        n_peak_limited=counts["limited"],
+        hours=round(frames / t.sample_rate_hz / 3600, 6),
+    )
     return subjects, result
 
 

@@ -39,7 +39,10 @@ def audio_digests(corpus: LoadedCorpus, cache: StatCache | None = None) -> tuple
 def audio_tree(corpus: LoadedCorpus, digests: dict[str, str], paths: dict[str, Path]) -> TreeManifest:
     """The audio files as a tree manifest, each named by ``tree_name`` of its manifest path."""
     entries = {
-        tree_name(u.audio): TreeEntry(path=tree_name(u.audio), size_bytes=paths[u.id].stat().st_size, sha256=digests[u.id], executable=False)
-        for u in corpus.utterances.utterances if u.id in digests
-    }  # fmt: skip
+        tree_name(u.audio): TreeEntry(
+            path=tree_name(u.audio), size_bytes=paths[u.id].stat().st_size, sha256=digests[u.id], executable=False
+        )
+        for u in corpus.utterances.utterances
+        if u.id in digests
+    }
     return TreeManifest(entries=tuple(entries[k] for k in sorted(entries)))

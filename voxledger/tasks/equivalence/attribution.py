@@ -18,9 +18,18 @@ from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.equivalence.compare import compare_stage
 
 
-def attribute_runtimes(backend_name: BackendName, ref: Any, cand: Any, text: str, speaker: str, seed: int,
-                       bands: EquivalenceBands | None = None, drift_windows: int = 8, dump_dir: Path | None = None,
-                       settings: dict[str, Any] | None = None) -> EquivalenceReport:  # fmt: skip
+def attribute_runtimes(
+    backend_name: BackendName,
+    ref: Any,
+    cand: Any,
+    text: str,
+    speaker: str,
+    seed: int,
+    bands: EquivalenceBands | None = None,
+    drift_windows: int = 8,
+    dump_dir: Path | None = None,
+    settings: dict[str, Any] | None = None,
+) -> EquivalenceReport:
     """Compare two loaded runtimes of one backend stage by stage, reference inputs fed forward.
 
     ``dump_dir`` receives ``ref/`` and ``cand/`` folders of ``<dump>.i32`` / ``<dump>.f32``
@@ -34,8 +43,10 @@ def attribute_runtimes(backend_name: BackendName, ref: Any, cand: Any, text: str
     for i, stage in enumerate(stages):
         fed = {earlier.name: r[earlier.name] for earlier in stages[:i]}
         c[stage.name] = backend.stage_outputs(cand, text, speaker, seed, settings, feed=fed)[stage.name]
-    results = [compare_stage(s.name, s.kind, r[s.name], c[s.name], bands, drift_windows=drift_windows if s.kind in FLOAT_KINDS else 0)
-               for s in stages]  # fmt: skip
+    results = [
+        compare_stage(s.name, s.kind, r[s.name], c[s.name], bands, drift_windows=drift_windows if s.kind in FLOAT_KINDS else 0)
+        for s in stages
+    ]
     if dump_dir is not None:
         for side, arrays in (("ref", r), ("cand", c)):
             (dump_dir / side).mkdir(parents=True, exist_ok=True)

@@ -33,10 +33,17 @@ def _as_dir(home: Home, ref: str, scratch: Path, name: str) -> tuple[Path, str]:
 
 
 def record_equivalence(
-    home: Home, reference: str, candidate: str, plan: EquivalencePlan, *,
-    plan_name: str, ref_runtime: RuntimeDescriptor, cand_runtime: RuntimeDescriptor,
-    flow: str = "equivalence", parents: tuple[InputRef, ...] = (),
-) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
+    home: Home,
+    reference: str,
+    candidate: str,
+    plan: EquivalencePlan,
+    *,
+    plan_name: str,
+    ref_runtime: RuntimeDescriptor,
+    cand_runtime: RuntimeDescriptor,
+    flow: str = "equivalence",
+    parents: tuple[InputRef, ...] = (),
+) -> StageOutcome[EquivalenceReceipt]:
     """Compare stage dumps (folders or stored trees) and record the result whatever its band."""
     started = utc_now()
     plan_rid, plan_sha = register_plan(home, plan, source_name=plan_name, flow=flow)
@@ -44,18 +51,32 @@ def record_equivalence(
         ref_dir, ref_sha = _as_dir(home, reference, Path(tmp), "ref")
         cand_dir, cand_sha = _as_dir(home, candidate, Path(tmp), "cand")
         report = compare_dirs(ref_dir, cand_dir, plan)
-    params = EquivalenceParameters(plan_sha256=plan_sha, reference=ref_runtime, candidate=cand_runtime,
-                                   reference_tree_sha256=ref_sha, candidate_tree_sha256=cand_sha)  # fmt: skip
+    params = EquivalenceParameters(
+        plan_sha256=plan_sha, reference=ref_runtime, candidate=cand_runtime, reference_tree_sha256=ref_sha, candidate_tree_sha256=cand_sha
+    )
     key = cache_key("equivalence", {"reference": ref_sha, "candidate": cand_sha}, plan_sha, params.model_dump(mode="json"))
+    error = None
+    if not report.passed:
+        off_green = ", ".join(f"{s.stage}={s.band}" for s in report.stages if s.band != "GREEN")
+        error = f"overall band {report.band}: {off_green}"
     receipt = build_receipt(
-        EquivalenceReceipt, flow=flow, task="compare_runtimes", started_at=started, key=key,
-        subjects=[], status="succeeded" if report.passed else "failed",
-        error=None if report.passed else f"overall band {report.band}: " + ", ".join(f"{s.stage}={s.band}" for s in report.stages if s.band != "GREEN"),
-        inputs=[InputRef(role="plan", sha256=plan_rid, ref="receipt"),
-                InputRef(role="reference_dumps", sha256=ref_sha, ref="artifact"),
-                InputRef(role="candidate_dumps", sha256=cand_sha, ref="artifact"), *parents],
-        parameters=params, report=report,
-    )  # fmt: skip
+        EquivalenceReceipt,
+        flow=flow,
+        task="compare_runtimes",
+        started_at=started,
+        key=key,
+        subjects=[],
+        status="succeeded" if report.passed else "failed",
+        error=error,
+        inputs=[
+            InputRef(role="plan", sha256=plan_rid, ref="receipt"),
+            InputRef(role="reference_dumps", sha256=ref_sha, ref="artifact"),
+            InputRef(role="candidate_dumps", sha256=cand_sha, ref="artifact"),
+            *parents,
+        ],
+        parameters=params,
+        report=report,
+    )
     return record(home, receipt)
 
 
@@ -63,17 +84,29 @@ def backend_of_checkpoint(home: Home, tree_sha256: str, role: str) -> BackendNam
     """The backend of the training run that checkpointed a tree; EquivalenceError when no recorded run did."""
     found = backends_of_checkpoint(home.catalog, tree_sha256)
     if not found:
-        raise EquivalenceError(f"{role} {tree_sha256}: no training run recorded in this home checkpointed this tree, so its backend is "
-                               "unknown; give a training run's checkpoint tree (`voxledger lineage` lists them)")  # fmt: skip
+        raise EquivalenceError(
+            f"{role} {tree_sha256}: no training run recorded in this home checkpointed this tree, so its backend is "
+            "unknown; give a training run's checkpoint tree (`voxledger lineage` lists them)"
+        )
     if len(found) > 1:
         raise EquivalenceError(f"{role} {tree_sha256} is a checkpoint of runs on backends {found}; one tree belongs to one backend")
     return cast(BackendName, found[0])
 
 
 def attribute_adapter(
-    home: Home, base: str, adapter: str, plan: EquivalencePlan, *, plan_name: str, ref_runtime: str, cand_runtime: str,
-    text: str, speaker: str | None, seed: int, flow: str = "equivalence",
-) -> StageOutcome[EquivalenceReceipt]:  # fmt: skip
+    home: Home,
+    base: str,
+    adapter: str,
+    plan: EquivalencePlan,
+    *,
+    plan_name: str,
+    ref_runtime: str,
+    cand_runtime: str,
+    text: str,
+    speaker: str | None,
+    seed: int,
+    flow: str = "equivalence",
+) -> StageOutcome[EquivalenceReceipt]:
     """Feed one runtime's stage outputs forward through another and record the comparison.
 
     BASE and ADAPTER are stored tree digests; the backend is the one of the training run that
@@ -90,8 +123,10 @@ def attribute_adapter(
             try:
                 materialize_tree(home.blobs, digest, work / role.lower())  # every file verified against its digest
             except BlobMissingError as exc:
-                raise EquivalenceError(f"{role} {digest}: {exc}; give a tree digest stored in this home (a training run's "
-                                       f"'best' or 'last' output, see `voxledger lineage`), or pass --home") from exc  # fmt: skip
+                raise EquivalenceError(
+                    f"{role} {digest}: {exc}; give a tree digest stored in this home (a training run's "
+                    f"'best' or 'last' output, see `voxledger lineage`), or pass --home"
+                ) from exc
         name = backend_of_checkpoint(home, adapter, "ADAPTER")
         backend = get_backend(name)
         backend.synthesis_stages()  # refuse a backend without a stage split before loading any model
@@ -104,6 +139,12 @@ def attribute_adapter(
         cand = backend.load_for_inference(work / "base", work / "adapter", cand_runtime)
         attribute_runtimes(name, ref, cand, text, spk, seed, dump_dir=work / "dumps")
         return record_equivalence(
-            home, str(work / "dumps" / "ref"), str(work / "dumps" / "cand"), plan, plan_name=plan_name,
-            ref_runtime=RuntimeDescriptor(name=ref_runtime), cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"), flow=flow,
-        )  # fmt: skip
+            home,
+            str(work / "dumps" / "ref"),
+            str(work / "dumps" / "cand"),
+            plan,
+            plan_name=plan_name,
+            ref_runtime=RuntimeDescriptor(name=ref_runtime),
+            cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"),
+            flow=flow,
+        )

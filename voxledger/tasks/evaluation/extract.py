@@ -79,13 +79,23 @@ class Extractors:
             if e.gated and not gate(m).passed:
                 continue
             for metric, value in e.measure(m, key, spec).items():
-                out.append(Observation(candidate=gen.candidate, prompt_id=prompt.id, category=prompt.category, seed=gen.seed,
-                                       metric=metric, value=float(value), extractor_sha256=self.ids[key]))  # fmt: skip
+                out.append(
+                    Observation(
+                        candidate=gen.candidate,
+                        prompt_id=prompt.id,
+                        category=prompt.category,
+                        seed=gen.seed,
+                        metric=metric,
+                        value=float(value),
+                        extractor_sha256=self.ids[key],
+                    )
+                )
         return out
 
 
-def extract_all(home: Home, plan: EvaluationPlan, gens: list[Generation], corpus: Path, journal: Journal,
-                progress: Callable[[str], None] | None = None) -> list[Observation]:  # fmt: skip
+def extract_all(
+    home: Home, plan: EvaluationPlan, gens: list[Generation], corpus: Path, journal: Journal, progress: Callable[[str], None] | None = None
+) -> list[Observation]:
     """Observations for every valid generation; rows already journaled are not recomputed."""
     prompts = {p.id: p for p in plan.prompts}
     seen: dict[tuple[str, str, int], list[Observation]] = {}
@@ -101,8 +111,15 @@ def extract_all(home: Home, plan: EvaluationPlan, gens: list[Generation], corpus
             continue  # measured before, on these very bytes
         wav, _ = sf.read(io.BytesIO(home.blobs.get_bytes(g.audio_sha256 or "")), dtype="float32")
         obs = ex.observe(g, prompts[g.prompt_id], wav)
-        journal.append({"candidate": g.candidate, "prompt_id": g.prompt_id, "seed": g.seed, "audio_sha256": g.audio_sha256,
-                        "observations": [o.model_dump(mode="json") for o in obs]})  # fmt: skip
+        journal.append(
+            {
+                "candidate": g.candidate,
+                "prompt_id": g.prompt_id,
+                "seed": g.seed,
+                "audio_sha256": g.audio_sha256,
+                "observations": [o.model_dump(mode="json") for o in obs],
+            }
+        )
         seen[key] = obs
         if progress:
             progress(f"measuring {i}/{len(gens)}: {g.candidate} {g.prompt_id} seed {g.seed}")

@@ -49,9 +49,13 @@ def _peak_rss_mb() -> float:
 
 
 def generate_all(
-    home: Home, plan: EvaluationPlan, resolved: dict[str, ResolvedCandidate], corpus: Path, journal: Journal,
+    home: Home,
+    plan: EvaluationPlan,
+    resolved: dict[str, ResolvedCandidate],
+    corpus: Path,
+    journal: Journal,
     progress: Callable[[str], None] | None = None,
-) -> list[Generation]:  # fmt: skip
+) -> list[Generation]:
     """Generate every missing row; rows already in the journal are kept, never redone."""
     done = {(r["candidate"], r["prompt_id"], r["seed"]): Generation.model_validate(r) for r in journal.rows()}
     for key, row in list(done.items()):  # a journaled clip is re-used only if its bytes still verify
@@ -111,11 +115,27 @@ def _one(home: Home, synth: Callable[[Any, int], tuple[np.ndarray, int]], cand: 
             raise EvaluationError("backend returned empty audio")
     except Exception as exc:  # noqa: BLE001 (any backend failure becomes an invalid row, never a crash)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return Generation(candidate=cand.name, prompt_id=prompt.id, seed=seed, valid=False, wall_s=time.perf_counter() - t0,
-                          peak_rss_mb=_peak_rss_mb(), error=detail[:500])  # fmt: skip
+        return Generation(
+            candidate=cand.name,
+            prompt_id=prompt.id,
+            seed=seed,
+            valid=False,
+            wall_s=time.perf_counter() - t0,
+            peak_rss_mb=_peak_rss_mb(),
+            error=detail[:500],
+        )
     wall = time.perf_counter() - t0
     digest = home.blobs.put_bytes(wav_bytes(wav16))
     duration = wav16.size / SAMPLE_RATE_HZ
-    return Generation(candidate=cand.name, prompt_id=prompt.id, seed=seed, valid=True, audio_sha256=digest,
-                      sample_rate_hz=SAMPLE_RATE_HZ, duration_s=duration, wall_s=wall,
-                      rtf=wall / duration if cand.runtime != "recordings" else None, peak_rss_mb=_peak_rss_mb())  # fmt: skip
+    return Generation(
+        candidate=cand.name,
+        prompt_id=prompt.id,
+        seed=seed,
+        valid=True,
+        audio_sha256=digest,
+        sample_rate_hz=SAMPLE_RATE_HZ,
+        duration_s=duration,
+        wall_s=wall,
+        rtf=wall / duration if cand.runtime != "recordings" else None,
+        peak_rss_mb=_peak_rss_mb(),
+    )

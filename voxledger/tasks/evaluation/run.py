@@ -19,7 +19,7 @@ from voxledger.schemas.evaluation import (
     Generation,
     Observation,
     ResolvedCandidate,
-)  # fmt: skip
+)
 from voxledger.stores.home import Home
 from voxledger.stores.queries import alias_target
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
@@ -54,18 +54,29 @@ def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str
 
 
 def evaluate_plan_fn(
-    home: Home, plan: EvaluationPlan, *, plan_name: str, corpus: Path, bindings: dict[str, str] | None = None,
-    flow: str = "evaluate_plan", progress: Callable[[str], None] | None = None, parents: tuple[InputRef, ...] = (),
-) -> StageOutcome[EvaluationReceipt]:  # fmt: skip
+    home: Home,
+    plan: EvaluationPlan,
+    *,
+    plan_name: str,
+    corpus: Path,
+    bindings: dict[str, str] | None = None,
+    flow: str = "evaluate_plan",
+    progress: Callable[[str], None] | None = None,
+    parents: tuple[InputRef, ...] = (),
+) -> StageOutcome[EvaluationReceipt]:
     """Run a frozen plan: the plan receipt is recorded before any generation."""
     started = utc_now()
     bindings = bindings or {}
     plan_rid, plan_sha = register_plan(home, plan, source_name=plan_name, flow=flow)
     resolved = {
-        c.name: ResolvedCandidate(name=c.name, runtime=c.runtime, artifact_sha256=resolve_ref(home, c.artifact, bindings, f"candidate {c.name}"),
-                                  base_sha256=resolve_ref(home, c.base, bindings, f"candidate {c.name} base"))
+        c.name: ResolvedCandidate(
+            name=c.name,
+            runtime=c.runtime,
+            artifact_sha256=resolve_ref(home, c.artifact, bindings, f"candidate {c.name}"),
+            base_sha256=resolve_ref(home, c.base, bindings, f"candidate {c.name} base"),
+        )
         for c in plan.candidates
-    }  # fmt: skip
+    }
     refs = sorted({*plan.speaker_references.values(), *(p.recording for p in plan.prompts if p.recording)})
     missing = [r for r in refs if not (corpus / r).is_file()]
     if missing:
@@ -90,13 +101,28 @@ def evaluate_plan_fn(
                 inputs.append(InputRef(role=role, sha256=sha, ref="artifact"))
     inputs += [InputRef(role="reference_audio", sha256=d, ref="artifact") for d in sorted(set(ref_digests.values()))]
     receipt = build_receipt(
-        EvaluationReceipt, flow=flow, task="evaluate_plan", started_at=started, key=key, inputs=inputs,
-        subjects=[artifact(home.blobs, "generations", gen_sha, "application/json"),
-                  artifact(home.blobs, "observations", obs_sha, "application/json"), *_audio_subjects(home, gens)],
-        parameters=EvaluationParameters(plan_sha256=plan_sha, plan_name=plan.name, candidates=tuple(resolved.values()),
-                                        extractors=extractor_ids(plan), extractor_specs=extractor_specs(plan), n_generations=len(gens), n_observations=len(obs)),
+        EvaluationReceipt,
+        flow=flow,
+        task="evaluate_plan",
+        started_at=started,
+        key=key,
+        inputs=inputs,
+        subjects=[
+            artifact(home.blobs, "generations", gen_sha, "application/json"),
+            artifact(home.blobs, "observations", obs_sha, "application/json"),
+            *_audio_subjects(home, gens),
+        ],
+        parameters=EvaluationParameters(
+            plan_sha256=plan_sha,
+            plan_name=plan.name,
+            candidates=tuple(resolved.values()),
+            extractors=extractor_ids(plan),
+            extractor_specs=extractor_specs(plan),
+            n_generations=len(gens),
+            n_observations=len(obs),
+        ),
         result=result,
-    )  # fmt: skip
+    )
     return record(home, receipt)
 
 
@@ -133,10 +159,17 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
                 errors = sum(o.value for o in metrics[metric])
                 words = sum(o.value for o in metrics.get(f"ref_words:{norm}", []))
                 micro[norm] = errors / words if words else 0.0
-        summaries.append(CandidateSummary(
-            candidate=c.name, n_rows=len(rows), invalid_rate=sum(not g.valid for g in rows) / max(1, len(rows)),
-            content_gate_fail_rate=(1 - sum(gate) / len(gate)) if gate else 1.0, overall=overall, by_category=dict(cats), micro_wer=micro,
-        ))  # fmt: skip
+        summaries.append(
+            CandidateSummary(
+                candidate=c.name,
+                n_rows=len(rows),
+                invalid_rate=sum(not g.valid for g in rows) / max(1, len(rows)),
+                content_gate_fail_rate=(1 - sum(gate) / len(gate)) if gate else 1.0,
+                overall=overall,
+                by_category=dict(cats),
+                micro_wer=micro,
+            )
+        )
     comparisons, not_compared = [], {}
     base = by[plan.baseline]
     for c in plan.candidates:
@@ -157,6 +190,15 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
                 not_compared[label] = "no shared (prompt, seed) pairs"
                 continue
             delta, test, n = paired_delta(cand, ref, st, what=label)
-            comparisons.append(Comparison(candidate=c.name, baseline=plan.baseline, metric=metric, delta=delta, test=test,
-                                          n_pairs=n, lower_is_better=lower_is_better(metric)))  # fmt: skip
+            comparisons.append(
+                Comparison(
+                    candidate=c.name,
+                    baseline=plan.baseline,
+                    metric=metric,
+                    delta=delta,
+                    test=test,
+                    n_pairs=n,
+                    lower_is_better=lower_is_better(metric),
+                )
+            )
     return EvaluationResult(summaries=tuple(summaries), comparisons=tuple(comparisons), not_compared=not_compared)

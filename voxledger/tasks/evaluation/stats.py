@@ -32,8 +32,10 @@ def check_values(values: list[float], clusters: list[str], what: str) -> None:
         raise EvaluationError(f"{what}: no values to summarise; an interval needs at least one prompt")
     bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
     if bad:
-        raise EvaluationError(f"{what}: {len(bad)} non-finite value(s), first {values[bad[0]]} at index {bad[0]}; "
-                              "an extractor must record a failure as an invalid row, not as NaN or inf")  # fmt: skip
+        raise EvaluationError(
+            f"{what}: {len(bad)} non-finite value(s), first {values[bad[0]]} at index {bad[0]}; "
+            "an extractor must record a failure as an invalid row, not as NaN or inf"
+        )
 
 
 def prompt_means(values: list[float], clusters: list[str], what: str = "values") -> np.ndarray:

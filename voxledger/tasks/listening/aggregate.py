@@ -29,7 +29,7 @@ from voxledger.schemas.listening_receipts import (
     SubmissionParameters,
     SubmissionReceipt,
     SubmissionRejection,
-)  # fmt: skip
+)
 from voxledger.stores.home import Home
 from voxledger.stores.receipts import receipt_document
 from voxledger.tasks.listening import stats
@@ -78,8 +78,12 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
     protocol = ListeningProtocol.model_validate_json(home.blobs.get_bytes(ps.parameters.protocol_sha256))
     packets = load_packets(home.blobs, ps)
     files = [(p.name, _read(p)) for p in submissions]
-    key = cache_key("aggregate", {"packet_set": packet_set_id, **{f"submission:{i}": sha256_hex(d) for i, (_, d) in enumerate(files)}},
-                    ps.parameters.protocol_sha256, {})  # fmt: skip
+    key = cache_key(
+        "aggregate",
+        {"packet_set": packet_set_id, **{f"submission:{i}": sha256_hex(d) for i, (_, d) in enumerate(files)}},
+        ps.parameters.protocol_sha256,
+        {},
+    )
     hit = reuse(home, key, AggregateReceipt)
     if hit is not None:
         subs = tuple(i.sha256 for i in hit.receipt.inputs if i.role == "submission")
@@ -87,8 +91,10 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
     blinding, key_bytes = open_sealed_key(home, ps.parameters.key_commitment_sha256)
     verdicts = _verify_all(home, packet_set_id, files, packets, home_secret(home), protocol, {e.pseudonym: e for e in blinding.entries})
     if not verdicts.accepted:
-        raise PacketError(f"no submission accepted ({len(verdicts.rejections)} refused): "
-                          + "; ".join(f"{r.file}: {r.reason}" for r in verdicts.rejections))  # fmt: skip
+        raise PacketError(
+            f"no submission accepted ({len(verdicts.rejections)} refused): "
+            + "; ".join(f"{r.file}: {r.reason}" for r in verdicts.rejections)
+        )
     result, rows = _result(protocol, packets, verdicts, blinding)
     # everything above only read; from here on blobs, then receipts, then one catalog commit
     key_sha = home.blobs.put_bytes(key_bytes)
@@ -97,15 +103,26 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
     known, fresh = _submission_receipts(home, packet_set_id, verdicts.accepted, flow)
     sub_ids = tuple(known.get(c.sha256) or _receipt_id(fresh[c.sha256]) for c in verdicts.accepted)
     receipt = build_receipt(
-        AggregateReceipt, flow=flow, task="aggregate_ratings", started_at=started, key=key,
+        AggregateReceipt,
+        flow=flow,
+        task="aggregate_ratings",
+        started_at=started,
+        key=key,
         subjects=[artifact(home.blobs, "ratings", rows_sha, RATINGS_MEDIA_TYPE), artifact(home.blobs, "ratings_csv", csv_sha, "text/csv")],
-        inputs=[InputRef(role="packet_set", sha256=packet_set_id, ref="receipt"),
-                InputRef(role="blinding_key", sha256=key_sha, ref="artifact"),
-                *(InputRef(role="submission", sha256=s, ref="receipt") for s in sorted(set(sub_ids)))],
-        parameters=AggregateParameters(packet_set_receipt_sha256=packet_set_id, protocol_sha256=ps.parameters.protocol_sha256,
-                                       key_commitment_sha256=key_sha, screening=protocol.screening, statistics=protocol.statistics),
+        inputs=[
+            InputRef(role="packet_set", sha256=packet_set_id, ref="receipt"),
+            InputRef(role="blinding_key", sha256=key_sha, ref="artifact"),
+            *(InputRef(role="submission", sha256=s, ref="receipt") for s in sorted(set(sub_ids))),
+        ],
+        parameters=AggregateParameters(
+            packet_set_receipt_sha256=packet_set_id,
+            protocol_sha256=ps.parameters.protocol_sha256,
+            key_commitment_sha256=key_sha,
+            screening=protocol.screening,
+            statistics=protocol.statistics,
+        ),
         result=result,
-    )  # fmt: skip
+    )
     ids = home.record_many([*fresh.values(), receipt])
     if ids[:-1] != [_receipt_id(r) for r in fresh.values()]:
         raise ReceiptError("submission receipt ids changed while recording; run the aggregation again")
@@ -146,8 +163,13 @@ class Verdicts:
 
 def screening_cells(packet: Packet, key: dict[str, KeyEntry]) -> dict[tuple[str, str, str], str]:
     """(trial, stimulus, criterion) -> role of every gold, attention and hidden-reference rating the packet asks for."""
-    return {(t.id, s, crit): key[s].role for t in packet.manifest.trials for crit in t.criteria for s in rated_stimuli(t)
-            if s in key and key[s].role in SCREENING_ROLES}  # fmt: skip
+    return {
+        (t.id, s, crit): key[s].role
+        for t in packet.manifest.trials
+        for crit in t.criteria
+        for s in rated_stimuli(t)
+        if s in key and key[s].role in SCREENING_ROLES
+    }
 
 
 def _missing_screening(c: Checked, key: dict[str, KeyEntry]) -> list[str]:
@@ -159,8 +181,15 @@ def _missing_screening(c: Checked, key: dict[str, KeyEntry]) -> list[str]:
     ]
 
 
-def _verify_all(home: Home, packet_set_id: str, files: list[tuple[str, bytes]], packets: dict[str, Packet], secret: bytes,
-                protocol: ListeningProtocol, key: dict[str, KeyEntry]) -> Verdicts:  # fmt: skip
+def _verify_all(
+    home: Home,
+    packet_set_id: str,
+    files: list[tuple[str, bytes]],
+    packets: dict[str, Packet],
+    secret: bytes,
+    protocol: ListeningProtocol,
+    key: dict[str, KeyEntry],
+) -> Verdicts:
     out = Verdicts()
     prior = _prior_submissions(home, packet_set_id)
     by_sha: dict[str, str] = {}
@@ -172,8 +201,10 @@ def _verify_all(home: Home, packet_set_id: str, files: list[tuple[str, bytes]], 
             c = check_submission(name, data, packets, secret, protocol.checks)
             missing = _missing_screening(c, key)
             if missing and protocol.checks.missing_screening == "refuse":
-                raise PacketError(f"missing screening items: {len(missing)} absent or refused ({', '.join(missing[:6])}); "
-                                  "the page always exports them, so this file was edited or is incomplete")  # fmt: skip
+                raise PacketError(
+                    f"missing screening items: {len(missing)} absent or refused ({', '.join(missing[:6])}); "
+                    "the page always exports them, so this file was edited or is incomplete"
+                )
             earlier = next((a for a in out.accepted if a.packet.packet_sha256 == c.packet.packet_sha256), None)
             if earlier is not None or prior.get(c.packet.packet_sha256, sha) != sha:
                 where = earlier.name if earlier else f"an earlier aggregation ({prior[c.packet.packet_sha256][:12]})"
@@ -205,14 +236,29 @@ def _submission_receipts(
             continue
         sub_sha = home.blobs.put_bytes(c.data)
         fresh[c.sha256] = build_receipt(
-            SubmissionReceipt, flow=flow, task="verify_submission", started_at=started, key=key,
+            SubmissionReceipt,
+            flow=flow,
+            task="verify_submission",
+            started_at=started,
+            key=key,
             subjects=[artifact(home.blobs, "submission", sub_sha, "application/json")],
-            inputs=[InputRef(role="packet_set", sha256=packet_set_id, ref="receipt"), InputRef(role="packet", sha256=c.packet.tree_sha256, ref="artifact")],
+            inputs=[
+                InputRef(role="packet_set", sha256=packet_set_id, ref="receipt"),
+                InputRef(role="packet", sha256=c.packet.tree_sha256, ref="artifact"),
+            ],
             parameters=SubmissionParameters(
-                packet_set_receipt_sha256=packet_set_id, rater_id=c.packet.rater_id, packet_sha256=c.packet.packet_sha256,
-                submission_sha256=c.sha256, session_id=c.submission.session_id, accepted_rows=len(c.accepted),
-                rejected_rows=tuple(c.rejected), plays=c.plays, listening_s=c.listening_s, log_check=c.log_check),
-        )  # fmt: skip
+                packet_set_receipt_sha256=packet_set_id,
+                rater_id=c.packet.rater_id,
+                packet_sha256=c.packet.packet_sha256,
+                submission_sha256=c.sha256,
+                session_id=c.submission.session_id,
+                accepted_rows=len(c.accepted),
+                rejected_rows=tuple(c.rejected),
+                plays=c.plays,
+                listening_s=c.listening_s,
+                log_check=c.log_check,
+            ),
+        )
     return known, fresh
 
 
@@ -222,10 +268,24 @@ def _unblind(c: Checked, key: dict[str, KeyEntry]) -> list[RatingRow]:
         e = key[r.stimulus]
         trial = c.packet.trials[r.trial]
         a = key[trial.stimuli[0]] if trial.task == "ab" else None
-        rows.append(RatingRow(
-            rater_id=c.packet.rater_id, stimulus=r.stimulus, trial=r.trial, role=e.role, task=trial.task, criterion=r.criterion,
-            candidate=e.candidate, prompt_id=e.prompt_id, category=e.category, score=r.score, audio_sha256=e.audio_sha256,
-            versus_candidate=a.candidate if a else None, versus_audio_sha256=a.audio_sha256 if a else None, included=True))  # fmt: skip
+        rows.append(
+            RatingRow(
+                rater_id=c.packet.rater_id,
+                stimulus=r.stimulus,
+                trial=r.trial,
+                role=e.role,
+                task=trial.task,
+                criterion=r.criterion,
+                candidate=e.candidate,
+                prompt_id=e.prompt_id,
+                category=e.category,
+                score=r.score,
+                audio_sha256=e.audio_sha256,
+                versus_candidate=a.candidate if a else None,
+                versus_audio_sha256=a.audio_sha256 if a else None,
+                included=True,
+            )
+        )
     return rows
 
 
@@ -244,8 +304,15 @@ def _attrition(packets: dict[str, Packet], accepted: list[Checked]) -> Attrition
         refused = {(r.trial, r.stimulus, r.criterion) for r in c.rejected}
         for cell in expected:
             if cell not in got:
-                cells.append(MissingCell(rater_id=packet.rater_id, trial=cell[0], stimulus=cell[1], criterion=cell[2],
-                                         reason="row refused" if cell in refused else "not rated"))  # fmt: skip
+                cells.append(
+                    MissingCell(
+                        rater_id=packet.rater_id,
+                        trial=cell[0],
+                        stimulus=cell[1],
+                        criterion=cell[2],
+                        reason="row refused" if cell in refused else "not rated",
+                    )
+                )
     return Attrition(missing_raters=tuple(missing_raters), missing_cells=total + len(cells), cells=tuple(cells))
 
 
@@ -271,14 +338,21 @@ def _result(
     spec = protocol.statistics
     directions = {c.name: c.direction for c in protocol.criteria}
     result = AggregateResult(
-        submissions_accepted=len(accepted), rejections=tuple(verdicts.rejections), rejected_rows=sum(len(c.rejected) for c in accepted),
-        screening=tuple(screening), attrition=_attrition(packets, accepted),
-        scores=tuple(stats.candidate_scores(kept, spec)), deltas=tuple(stats.paired_deltas(kept, spec, directions)),
+        submissions_accepted=len(accepted),
+        rejections=tuple(verdicts.rejections),
+        rejected_rows=sum(len(c.rejected) for c in accepted),
+        screening=tuple(screening),
+        attrition=_attrition(packets, accepted),
+        scores=tuple(stats.candidate_scores(kept, spec)),
+        deltas=tuple(stats.paired_deltas(kept, spec, directions)),
         bradley_terry=tuple(stats.bradley_terry(kept, c.name, spec) for c in protocol.criteria if c.task == "ab" and _has_ab(kept, c.name)),
         agreement=tuple(_labelled(stats.agreement(kept, c.name, c.task), c.task) for c in protocol.criteria),
-        agreement_candidates_only=tuple(stats.agreement([r for r in kept if r.role == "stimulus"], c.name, c.task) for c in protocol.criteria),
-        bias=tuple(stats.rater_bias(rows, included)), rating_rows=len(rows),
-    )  # fmt: skip
+        agreement_candidates_only=tuple(
+            stats.agreement([r for r in kept if r.role == "stimulus"], c.name, c.task) for c in protocol.criteria
+        ),
+        bias=tuple(stats.rater_bias(rows, included)),
+        rating_rows=len(rows),
+    )
     return result, rows
 
 

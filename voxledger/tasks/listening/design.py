@@ -171,8 +171,11 @@ class _Builder:
                 break
             ref = self.by_prompt[with_ref[int(self.rng.integers(len(with_ref)))]][self.ref]
             crits = tuple(c.name for c in self.protocol.criteria if c.task == "acr" and c.applies_to(ref.category))
-            slot = self.slot("gold", ref, expected=check.scale.max) if i % 2 == 0 else \
-                self.slot("gold", ref, source=f"gold_bad:{ref.prompt_id}", candidate=GOLD_BAD, expected=check.scale.min)  # fmt: skip
+            slot = (
+                self.slot("gold", ref, expected=check.scale.max)
+                if i % 2 == 0
+                else self.slot("gold", ref, source=f"gold_bad:{ref.prompt_id}", candidate=GOLD_BAD, expected=check.scale.min)
+            )
             out.append(TrialPlan("acr", crits, (slot,)))
         for _ in range(self.protocol.design.attention_checks):
             value = int(self.rng.integers(check.scale.min, check.scale.max + 1))
@@ -196,9 +199,11 @@ class _Builder:
                 names = names[turn:] + names[:turn]
                 anchor_src = f"anchor:{p}:{crit.low_anchor_cutoff_hz:g}"
                 slots = tuple(
-                    self.slot("low_anchor", ref, source=anchor_src, candidate=LOW_ANCHOR) if n == LOW_ANCHOR
-                    else self.slot("hidden_reference" if n == self.ref else "stimulus", cands[n]) for n in names
-                )  # fmt: skip
+                    self.slot("low_anchor", ref, source=anchor_src, candidate=LOW_ANCHOR)
+                    if n == LOW_ANCHOR
+                    else self.slot("hidden_reference" if n == self.ref else "stimulus", cands[n])
+                    for n in names
+                )
                 out.append(
                     TrialPlan("mushra", (crit.name,), slots, self.slot("open_reference", ref), [(n, i) for i, n in enumerate(names)])
                 )
@@ -243,10 +248,15 @@ def balance_audit(incidence: np.ndarray, k: int, trials: dict[str, list[TrialPla
     )
     sizes = [len(v) for v in trials.values()]
     return BalanceAudit(
-        prompts=n_prompts, raters=n_raters, raters_per_prompt=k,
-        raters_per_prompt_min=int(per_prompt.min()), raters_per_prompt_max=int(per_prompt.max()),
-        prompts_per_rater_min=int(per_rater.min()), prompts_per_rater_max=int(per_rater.max()),
-        trials_per_rater_min=min(sizes), trials_per_rater_max=max(sizes),
+        prompts=n_prompts,
+        raters=n_raters,
+        raters_per_prompt=k,
+        raters_per_prompt_min=int(per_prompt.min()),
+        raters_per_prompt_max=int(per_prompt.max()),
+        prompts_per_rater_min=int(per_rater.min()),
+        prompts_per_rater_max=int(per_rater.max()),
+        trials_per_rater_min=min(sizes),
+        trials_per_rater_max=max(sizes),
         prompt_pair_concurrence_min=int(concurrence.min()) if concurrence.size else 0,
         prompt_pair_concurrence_max=int(concurrence.max()) if concurrence.size else 0,
         prompt_pair_concurrence_ideal=round(ideal, 4),
@@ -254,4 +264,4 @@ def balance_audit(incidence: np.ndarray, k: int, trials: dict[str, list[TrialPla
         rater_pair_overlap_max=int(overlap.max()) if overlap.size else 0,
         positions=positions,
         position_spread_max=max((max(p.counts) - min(p.counts) for p in positions), default=0),
-    )  # fmt: skip
+    )

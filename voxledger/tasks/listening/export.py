@@ -26,7 +26,7 @@ from voxledger.schemas.listening import (
     PacketManifest,
     PacketTrial,
     StimulusSet,
-)  # fmt: skip
+)
 from voxledger.schemas.listening_receipts import PacketRef, PacketSetParameters, PacketSetReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
@@ -87,24 +87,45 @@ def export_packets(
         writer.write(rater, plans)
     leaks = check_leaks(writer.files, protocol.sample_rate_hz, protocol.blinding)
     if leaks.leaks and protocol.blinding.on_leak == "fail":
-        raise PacketError(f"blinding leak: {'; '.join(leaks.leaks)}. Nothing was recorded; delete {out_dir}, "
-                          "fix the stimuli or the blinding settings, or set blinding.on_leak: warn to record it instead")  # fmt: skip
-    commitment = seal_key(home, BlindingKey(
-        packet_set_id=writer.set_id, nonce=secrets.token_hex(32), protocol_sha256=protocol_sha,
-        evaluation_plan_sha256=stimuli.evaluation_plan_sha256, entries=tuple(writer.entries)))  # fmt: skip
+        raise PacketError(
+            f"blinding leak: {'; '.join(leaks.leaks)}. Nothing was recorded; delete {out_dir}, "
+            "fix the stimuli or the blinding settings, or set blinding.on_leak: warn to record it instead"
+        )
+    commitment = seal_key(
+        home,
+        BlindingKey(
+            packet_set_id=writer.set_id,
+            nonce=secrets.token_hex(32),
+            protocol_sha256=protocol_sha,
+            evaluation_plan_sha256=stimuli.evaluation_plan_sha256,
+            entries=tuple(writer.entries),
+        ),
+    )
     csv_sha = home.blobs.put_bytes(writer.csv_bytes())
     (out_dir / "trials.csv").write_bytes(home.blobs.get_bytes(csv_sha))
+    packet_subjects = [artifact(home.blobs, f"packet:{p.rater_id}", p.tree_sha256, TREE_MEDIA_TYPE) for p in writer.packets]
+    csv_subject = artifact(home.blobs, "trials_csv", csv_sha, "text/csv")
+    attention_subjects = [
+        artifact(home.blobs, "attention_audio", r.source_sha256, "audio/wav")
+        for src, r in sorted(renderer.sources.items())
+        if src.startswith("attention:")
+    ]
+    audio_inputs = [InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli})]
+    parameters = _parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment)
     receipt = build_receipt(
-        PacketSetReceipt, flow=flow, task="export_packets", started_at=started, key=key,
-        subjects=[*(artifact(home.blobs, f"packet:{p.rater_id}", p.tree_sha256, TREE_MEDIA_TYPE) for p in writer.packets),
-                  artifact(home.blobs, "trials_csv", csv_sha, "text/csv"),
-                  *(artifact(home.blobs, "attention_audio", r.source_sha256, "audio/wav")
-                    for src, r in sorted(renderer.sources.items()) if src.startswith("attention:"))],
-        inputs=[InputRef(role="protocol", sha256=plan_rid, ref="receipt"),
-                InputRef(role="stimuli", sha256=stimuli_sha, ref="artifact"),
-                *(InputRef(role="stimulus_audio", sha256=d, ref="artifact") for d in sorted({s.audio_sha256 for s in stimuli.stimuli}))],
-        parameters=_parameters(writer, design, renderer, protocol_sha, stimuli, stimuli_sha, commitment).model_copy(update={"leak_check": leaks}),
-    )  # fmt: skip
+        PacketSetReceipt,
+        flow=flow,
+        task="export_packets",
+        started_at=started,
+        key=key,
+        subjects=[*packet_subjects, csv_subject, *attention_subjects],
+        inputs=[
+            InputRef(role="protocol", sha256=plan_rid, ref="receipt"),
+            InputRef(role="stimuli", sha256=stimuli_sha, ref="artifact"),
+            *audio_inputs,
+        ],
+        parameters=parameters.model_copy(update={"leak_check": leaks}),
+    )
     return PacketSetOutcome(home.record(receipt), receipt, False, writer.dirs)
 
 
@@ -118,11 +139,17 @@ def _parameters(
     commitment: str,
 ) -> PacketSetParameters:
     return PacketSetParameters(
-        packet_set_id=writer.set_id, protocol_sha256=protocol_sha, evaluation_plan_sha256=stimuli.evaluation_plan_sha256,
-        stimuli_sha256=stimuli_sha, key_commitment_sha256=commitment,
-        candidates=tuple(sorted({s.candidate for s in stimuli.stimuli})), packets=tuple(writer.packets),
-        balance=design.audit, loudness=renderer.report, skipped=design.skipped,
-    )  # fmt: skip
+        packet_set_id=writer.set_id,
+        protocol_sha256=protocol_sha,
+        evaluation_plan_sha256=stimuli.evaluation_plan_sha256,
+        stimuli_sha256=stimuli_sha,
+        key_commitment_sha256=commitment,
+        candidates=tuple(sorted({s.candidate for s in stimuli.stimuli})),
+        packets=tuple(writer.packets),
+        balance=design.audit,
+        loudness=renderer.report,
+        skipped=design.skipped,
+    )
 
 
 def _materialize(home: Home, receipt: PacketSetReceipt, out_dir: Path) -> dict[str, Path]:
@@ -168,16 +195,27 @@ class _PacketWriter:
                 audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
                 entries.append(self._entry(name, rater, tid, slot, sha256_hex(data)))
                 names[slot_key] = name
-            trials.append(PacketTrial(id=tid, task=plan.task, criteria=plan.criteria,
-                                      stimuli=tuple(names[str(i)] for i in range(len(plan.slots))), reference=names.get("ref")))  # fmt: skip
+            trials.append(
+                PacketTrial(
+                    id=tid,
+                    task=plan.task,
+                    criteria=plan.criteria,
+                    stimuli=tuple(names[str(i)] for i in range(len(plan.slots))),
+                    reference=names.get("ref"),
+                )
+            )
         if len({a.id for a in audio}) != len(audio):
             raise PacketError(f"pseudonym collision in packet {rater}; raise blinding.pseudonym_hex_chars")
         manifest = PacketManifest(
-            packet_set_id=self.set_id, rater_id=rater, protocol_sha256=self.protocol_sha, title=self.protocol.title,
-            instructions=self.protocol.instructions, trials=tuple(trials),
+            packet_set_id=self.set_id,
+            rater_id=rater,
+            protocol_sha256=self.protocol_sha,
+            title=self.protocol.title,
+            instructions=self.protocol.instructions,
+            trials=tuple(trials),
             criteria=tuple(PacketCriterion(name=c.name, task=c.task, question=c.question, scale=c.scale) for c in self.protocol.criteria),
             audio=tuple(sorted(audio, key=lambda a: a.id)),
-        )  # fmt: skip
+        )
         body = canonical_bytes(manifest)
         packet_sha = sha256_hex(body)
         (folder / "packet.json").write_bytes(body)
@@ -194,9 +232,18 @@ class _PacketWriter:
 
     def _entry(self, name: str, rater: str, tid: str, slot: Slot, rendered_sha: str) -> KeyEntry:
         source_sha = self.renderer.sources[slot.source].source_sha256
-        return KeyEntry(pseudonym=name, rater_id=rater, trial_id=tid, role=slot.role, candidate=slot.candidate,
-                        prompt_id=slot.prompt_id, category=slot.category, audio_sha256=source_sha,
-                        rendered_sha256=rendered_sha, expected=slot.expected)  # fmt: skip
+        return KeyEntry(
+            pseudonym=name,
+            rater_id=rater,
+            trial_id=tid,
+            role=slot.role,
+            candidate=slot.candidate,
+            prompt_id=slot.prompt_id,
+            category=slot.category,
+            audio_sha256=source_sha,
+            rendered_sha256=rendered_sha,
+            expected=slot.expected,
+        )
 
     def csv_bytes(self) -> bytes:
         buf = io.StringIO()

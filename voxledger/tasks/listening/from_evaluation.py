@@ -32,10 +32,17 @@ def stimuli_from_evaluation(home: Home, evaluation_rid: str) -> StimulusSet:
     prompts = {p.id: p for p in plan.prompts}
     seed = plan.seeds[0]
     stimuli = [
-        Stimulus(prompt_id=g["prompt_id"], category=prompts[g["prompt_id"]].category, text=prompts[g["prompt_id"]].text,
-                 candidate=g["candidate"], seed=seed, audio_sha256=g["audio_sha256"])
-        for g in gens if g["valid"] and g["seed"] == seed and runtimes[g["candidate"]] not in SKIPPED_RUNTIMES
-    ]  # fmt: skip
+        Stimulus(
+            prompt_id=g["prompt_id"],
+            category=prompts[g["prompt_id"]].category,
+            text=prompts[g["prompt_id"]].text,
+            candidate=g["candidate"],
+            seed=seed,
+            audio_sha256=g["audio_sha256"],
+        )
+        for g in gens
+        if g["valid"] and g["seed"] == seed and runtimes[g["candidate"]] not in SKIPPED_RUNTIMES
+    ]
     if not stimuli:
         raise PacketError(f"evaluation {evaluation_rid} has no valid audio for seed {seed}: nothing to listen to")
     return StimulusSet(evaluation_plan_sha256=doc["parameters"]["plan_sha256"], stimuli=tuple(stimuli))

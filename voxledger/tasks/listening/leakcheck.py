@@ -34,8 +34,16 @@ SILENCE_DBFS = -60.0  # a 10 ms frame below this RMS counts as silence for the s
 LINK_CORRELATION = 0.9  # an item this correlated with a labelled reference can be linked to it
 # differences finer than these are noise (dither, noise floor), not a channel: values are compared
 # after rounding to them, so sub-resolution jitter ties instead of "separating" a handful of files
-RESOLUTION = {"dc_lsb": 1.0, "leading_silence_s": 0.01, "leading_zeros": 20.0, "duration_s": 0.01,
-              "reference_correlation": 0.05, "trailing_silence_s": 0.01, "rms_dbfs": 0.25, "peak_dbfs": 0.25}  # fmt: skip
+RESOLUTION = {
+    "dc_lsb": 1.0,
+    "leading_silence_s": 0.01,
+    "leading_zeros": 20.0,
+    "duration_s": 0.01,
+    "reference_correlation": 0.05,
+    "trailing_silence_s": 0.01,
+    "rms_dbfs": 0.25,
+    "peak_dbfs": 0.25,
+}
 MIN_FILES = 6  # fewer files of a candidate than this: the AUC is recorded but gates nothing
 
 
@@ -81,11 +89,18 @@ def _features(f: PacketFile, rate: int, corr: float) -> StimulusFeatures:
     rms = float(np.sqrt(np.mean((x / 32768) ** 2)))
     peak = float(np.max(np.abs(x)) / 32768)
     return StimulusFeatures(
-        pseudonym=f.pseudonym, candidate=f.candidate, prompt_id=f.prompt_id, dc_lsb=round(float(x.mean()), 3),
-        leading_silence_s=_silence_s(f.pcm, rate, False), trailing_silence_s=_silence_s(f.pcm, rate, True),
-        leading_zeros=int(np.sum(f.pcm[: rate // 100] == 0)), rms_dbfs=round(20 * np.log10(max(rms, 1e-12)), 3),
-        peak_dbfs=round(20 * np.log10(max(peak, 1e-12)), 3), duration_s=round(f.pcm.size / rate, 4), reference_correlation=round(corr, 5),
-    )  # fmt: skip
+        pseudonym=f.pseudonym,
+        candidate=f.candidate,
+        prompt_id=f.prompt_id,
+        dc_lsb=round(float(x.mean()), 3),
+        leading_silence_s=_silence_s(f.pcm, rate, False),
+        trailing_silence_s=_silence_s(f.pcm, rate, True),
+        leading_zeros=int(np.sum(f.pcm[: rate // 100] == 0)),
+        rms_dbfs=round(20 * np.log10(max(rms, 1e-12)), 3),
+        peak_dbfs=round(20 * np.log10(max(peak, 1e-12)), 3),
+        duration_s=round(f.pcm.size / rate, 4),
+        reference_correlation=round(corr, 5),
+    )
 
 
 def auc(a: list[float], b: list[float]) -> float:
@@ -136,9 +151,18 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
         by_cand[ft.candidate].append(ft)
     worst, leaks = [], []
     for name in (*GATED, *INTRINSIC):
-        pairs = [FeatureSeparation(feature=name, a=a, b=b, gated=name in GATED, n_a=len(by_cand[a]), n_b=len(by_cand[b]),
-                                   auc=round(auc(_values(by_cand[a], name), _values(by_cand[b], name)), 4))
-                 for a, b in combinations(sorted(by_cand), 2)]  # fmt: skip
+        pairs = [
+            FeatureSeparation(
+                feature=name,
+                a=a,
+                b=b,
+                gated=name in GATED,
+                n_a=len(by_cand[a]),
+                n_b=len(by_cand[b]),
+                auc=round(auc(_values(by_cand[a], name), _values(by_cand[b], name)), 4),
+            )
+            for a, b in combinations(sorted(by_cand), 2)
+        ]
         if not pairs:
             continue
         top = max(pairs, key=lambda p: p.auc)
@@ -146,7 +170,12 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
         if top.gated and top.auc > blinding.leak_auc_max and min(top.n_a, top.n_b) >= MIN_FILES:
             leaks.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f} > {blinding.leak_auc_max:g})")
     return LeakCheck(
-        auc_max=blinding.leak_auc_max, action=blinding.on_leak, passed=not leaks, worst=tuple(worst), leaks=tuple(leaks),
-        hidden_reference_correlation_max=round(max(hidden), 5) if hidden else None, reference_links=linked,
+        auc_max=blinding.leak_auc_max,
+        action=blinding.on_leak,
+        passed=not leaks,
+        worst=tuple(worst),
+        leaks=tuple(leaks),
+        hidden_reference_correlation_max=round(max(hidden), 5) if hidden else None,
+        reference_links=linked,
         features=tuple(sorted(feats, key=lambda f: f.pseudonym)),
-    )  # fmt: skip
+    )

@@ -65,14 +65,23 @@ def check_log(log: tuple[LogEvent, ...], durations_s: dict[str, float], heard: s
     flags = []
     if short:
         worst = min(short, key=lambda p: (p.end_ms - p.start_ms) / durations_s[p.stimulus])  # type: ignore[index]
-        flags.append(f"play_time: {len(short)} of {len(finished)} plays ended sooner than the audio lasts "
-                     f"(shortest: {(worst.end_ms - worst.start_ms) / 1000:.3f} s for a {durations_s[worst.stimulus]:.2f} s sample)")  # type: ignore[index]  # fmt: skip
+        worst_s = durations_s[worst.stimulus]  # type: ignore[index]
+        flags.append(
+            f"play_time: {len(short)} of {len(finished)} plays ended sooner than the audio lasts "
+            f"(shortest: {(worst.end_ms - worst.start_ms) / 1000:.3f} s for a {worst_s:.2f} s sample)"
+        )
     if orphans:
         flags.append(f"orphan_ended: {orphans} ended event(s) without a play of that sample")
     if listening_s < required_s:
         flags.append(f"total_listening: {listening_s:.3f} s of playback for {len(heard)} samples lasting {required_s + slack:.3f} s")
     return LogCheck(
-        plausible=not flags, flags=tuple(flags), plays=len(intervals), plays_finished=len(finished), plays_too_short=len(short),
-        ended_without_play=orphans, listening_s=round(listening_s, 3), required_listening_s=round(required_s, 3),
+        plausible=not flags,
+        flags=tuple(flags),
+        plays=len(intervals),
+        plays_finished=len(finished),
+        plays_too_short=len(short),
+        ended_without_play=orphans,
+        listening_s=round(listening_s, 3),
+        required_listening_s=round(required_s, 3),
         shortest_play_fraction=round(min(fractions), 4) if fractions else None,
-    )  # fmt: skip
+    )

@@ -60,16 +60,20 @@ class AudioRenderer:
         padded = {src: au.pad(a, lengths[src]) for src, (a, _) in loaded.items()}  # measured as heard
         loudness = {src: au.integrated_loudness(a, self.rate) for src, a in padded.items()}
         b = protocol.blinding
-        self.applied_lufs = au.common_target(list(loudness.values()), [au.peak_dbfs(a) for a in padded.values()],
-                                             b.target_loudness_lufs, b.peak_ceiling_dbfs)  # fmt: skip
+        self.applied_lufs = au.common_target(
+            list(loudness.values()), [au.peak_dbfs(a) for a in padded.values()], b.target_loudness_lufs, b.peak_ceiling_dbfs
+        )
         self.sources = {src: Rendered(au.set_loudness(a, loudness[src], self.applied_lufs), loaded[src][1]) for src, a in padded.items()}
         out_lufs = [au.integrated_loudness(r.audio, self.rate) for r in self.sources.values()]
         self.report = LoudnessReport(
-            target_lufs=b.target_loudness_lufs, applied_lufs=round(self.applied_lufs, 3),
-            input_lufs_min=round(min(loudness.values()), 3), input_lufs_max=round(max(loudness.values()), 3),
-            output_lufs_spread=round(max(out_lufs) - min(out_lufs), 4), pad_to=b.pad_to,
+            target_lufs=b.target_loudness_lufs,
+            applied_lufs=round(self.applied_lufs, 3),
+            input_lufs_min=round(min(loudness.values()), 3),
+            input_lufs_max=round(max(loudness.values()), 3),
+            output_lufs_spread=round(max(out_lufs) - min(out_lufs), 4),
+            pad_to=b.pad_to,
             durations_s=tuple(sorted({round(n / self.rate, 4) for n in lengths.values()})),
-        )  # fmt: skip
+        )
 
     def _stimulus(self, prompt: str, candidate: str) -> tuple[np.ndarray, str]:
         s = self.stimuli[(prompt, candidate)]

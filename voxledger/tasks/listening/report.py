@@ -43,8 +43,11 @@ def format_agreement(a: Agreement, *, candidates_only: bool) -> str:
 
 def summary_lines(result: AggregateResult) -> list[str]:
     """The statistics of an aggregate as printable lines (after the score table)."""
-    lines = [f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {format_p(d.p_value)}"
-             + (f", favours {d.better}" if d.better else "") for d in result.deltas]  # fmt: skip
+    lines = [
+        f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {format_p(d.p_value)}"
+        + (f", favours {d.better}" if d.better else "")
+        for d in result.deltas
+    ]
     lines += [format_bradley_terry(bt) for bt in result.bradley_terry]
     lines += [format_agreement(a, candidates_only=False) for a in result.agreement]
     lines += [format_agreement(a, candidates_only=True) for a in result.agreement_candidates_only]

@@ -60,7 +60,12 @@ def screen_rater(
             f"(allowed {rules.mushra_anchor_max_fraction:.0%})"
         )
     return RaterScreening(
-        rater_id=rater_id, included=not reasons, reasons=tuple(reasons), gold_failures=gold_fail, attention_failures=att_fail,
-        rating_variance=None if variance is None else round(variance, 6), mushra_reference_low_fraction=None if low is None else round(low, 6),
+        rater_id=rater_id,
+        included=not reasons,
+        reasons=tuple(reasons),
+        gold_failures=gold_fail,
+        attention_failures=att_fail,
+        rating_variance=None if variance is None else round(variance, 6),
+        mushra_reference_low_fraction=None if low is None else round(low, 6),
         mushra_anchor_high_fraction=None if high is None else round(high, 6),
-    )  # fmt: skip
+    )

@@ -33,7 +33,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from voxledger.schemas.errors import EvaluationError
-from voxledger.schemas.listening import MIN_LISTENING_PROMPTS, MIN_RATERS, Statistics
+from voxledger.schemas.listening import MIN_LISTENING_PROMPTS, MIN_RATERS, Statistics, TaskType
 from voxledger.schemas.listening_receipts import (
     Agreement,
     BradleyTerry,
@@ -94,8 +94,11 @@ def crossed_mean(values: list[float], raters: list[str], prompts: list[str], con
     n_r, n_p = len(set(raters)), len(set(prompts))
     est = CrossedEstimate(mean=float(y.mean()), n=y.size, raters=n_r, prompts=n_p)
     if n_r < MIN_RATERS or n_p < MIN_LISTENING_PROMPTS:
-        return _with_note(est, f"{n_r} rater(s) x {n_p} prompt(s); the two-way clustered interval needs at least "
-                               f"{MIN_RATERS} raters and {MIN_LISTENING_PROMPTS} prompts")  # fmt: skip
+        return _with_note(
+            est,
+            f"{n_r} rater(s) x {n_p} prompt(s); the two-way clustered interval needs at least "
+            f"{MIN_RATERS} raters and {MIN_LISTENING_PROMPTS} prompts",
+        )
     resid = y - y.mean()
     v_r, v_p = _cluster_var(resid, r), _cluster_var(resid, p)
     v = v_r + v_p - _cluster_var(resid, np.char.add(np.char.add(r.astype(str), "\x1f"), p.astype(str)))
@@ -105,8 +108,17 @@ def crossed_mean(values: list[float], raters: list[str], prompts: list[str], con
     se, df = math.sqrt(v), min(n_r, n_p) - 1
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     t = est.mean / se
-    return CrossedEstimate(mean=est.mean, n=est.n, raters=n_r, prompts=n_p, low=est.mean - half, high=est.mean + half,
-                           t=t, df=df, p_value=float(2 * stats.t.sf(abs(t), df)))  # fmt: skip
+    return CrossedEstimate(
+        mean=est.mean,
+        n=est.n,
+        raters=n_r,
+        prompts=n_p,
+        low=est.mean - half,
+        high=est.mean + half,
+        t=t,
+        df=df,
+        p_value=float(2 * stats.t.sf(abs(t), df)),
+    )
 
 
 def _with_note(est: CrossedEstimate, note: str) -> CrossedEstimate:
@@ -122,7 +134,7 @@ def _columns(cells: list[Cell]) -> tuple[list[float], list[str], list[str]]:
 
 def candidate_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateScore]:
     """Mean and crossed interval per (criterion, candidate); for A/B the mean CMOS advantage."""
-    groups: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    groups: dict[tuple[str, TaskType, str], list[Cell]] = defaultdict(list)
     for r in rows:
         if r.task == "ab" and r.versus_candidate:  # a CMOS credits B with +score and A with -score
             groups[(r.criterion, r.task, r.candidate)].append((r.score, r.rater_id, r.prompt_id))
@@ -132,15 +144,28 @@ def candidate_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateS
     out = []
     for (criterion, task, cand), cells in sorted(groups.items()):
         e = crossed_mean(*_columns(cells), spec.confidence)
-        out.append(CandidateScore(criterion=criterion, task=task, candidate=cand, ratings=e.n, raters=e.raters, prompts=e.prompts,  # type: ignore[arg-type]
-                                  mean=_round(e.mean) or 0.0, ci_low=_round(e.low), ci_high=_round(e.high), df=e.df, note=e.note))  # fmt: skip
+        out.append(
+            CandidateScore(
+                criterion=criterion,
+                task=task,
+                candidate=cand,
+                ratings=e.n,
+                raters=e.raters,
+                prompts=e.prompts,
+                mean=_round(e.mean) or 0.0,
+                ci_low=_round(e.low),
+                ci_high=_round(e.high),
+                df=e.df,
+                note=e.note,
+            )
+        )
     return out
 
 
-def _paired(rows: list[RatingRow]) -> dict[tuple[str, str, str, str], list[Cell]]:
+def _paired(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], list[Cell]]:
     """(criterion, task, a, b) -> [(b - a, rater, prompt)]."""
-    out: dict[tuple[str, str, str, str], list[Cell]] = defaultdict(list)
-    cells: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(dict)
+    out: dict[tuple[str, TaskType, str, str], list[Cell]] = defaultdict(list)
+    cells: dict[tuple[str, TaskType, str, str], dict[str, float]] = defaultdict(dict)
     for r in rows:
         if r.task == "ab" and r.versus_candidate:
             a, b = sorted((r.versus_candidate, r.candidate))
@@ -161,9 +186,25 @@ def paired_deltas(rows: list[RatingRow], spec: Statistics, directions: Mapping[s
         higher = b if e.low is not None and e.low > 0 else a if e.high is not None and e.high < 0 else None
         lower_better = task != "ab" and directions.get(criterion) == "lower_better"
         better = None if higher is None else ({a: b, b: a}[higher] if lower_better else higher)
-        out.append(PairedDelta(criterion=criterion, task=task, a=a, b=b, pairs=e.n, raters=e.raters, prompts=e.prompts,  # type: ignore[arg-type]
-                               mean_delta=_round(e.mean) or 0.0, ci_low=_round(e.low), ci_high=_round(e.high), t_statistic=_round(e.t),
-                               df=e.df, p_value=_round(e.p_value), better=better, note=e.note))  # fmt: skip
+        out.append(
+            PairedDelta(
+                criterion=criterion,
+                task=task,
+                a=a,
+                b=b,
+                pairs=e.n,
+                raters=e.raters,
+                prompts=e.prompts,
+                mean_delta=_round(e.mean) or 0.0,
+                ci_low=_round(e.low),
+                ci_high=_round(e.high),
+                t_statistic=_round(e.t),
+                df=e.df,
+                p_value=_round(e.p_value),
+                better=better,
+                note=e.note,
+            )
+        )
     return out
 
 
@@ -194,11 +235,11 @@ def identifiability(names: list[str], wins: np.ndarray) -> str | None:
     games = wins + wins.T
     n_weak, weak = connected_components(csr_matrix(games > 0), directed=False)
     if n_weak > 1:
-        parts = [[n for n, c in zip(names, weak) if c == k] for k in range(n_weak)]
+        parts = [[n for n, c in zip(names, weak, strict=True) if c == k] for k in range(n_weak)]
         return f"the comparison graph is disconnected ({parts}): strengths of unlinked groups cannot be compared"
     n_strong, strong = connected_components(csr_matrix(wins > 0), directed=True, connection="strong")
     if n_strong > 1:
-        parts = [[n for n, c in zip(names, strong) if c == k] for k in range(n_strong)]
+        parts = [[n for n, c in zip(names, strong, strict=True) if c == k] for k in range(n_strong)]
         return f"separable data: {parts} won or lost every comparison across these groups, so the maximum-likelihood strengths do not exist"
     return None
 
@@ -213,17 +254,23 @@ def bradley_terry(rows: list[RatingRow], criterion: str, spec: Statistics) -> Br
         )
     games, total_wins = wins + wins.T, wins.sum(axis=1)
     p = np.full(len(names), 1.0 / len(names))
-    converged, it = False, 0
+    converged, iterations = False, spec.bt_max_iterations
     for it in range(1, spec.bt_max_iterations + 1):
         new = total_wins / (games / (p[:, None] + p[None, :])).sum(axis=1)
         new = new / new.sum()
         if np.max(np.abs(new - p)) < spec.bt_tolerance:
-            converged, p = True, new
+            converged, p, iterations = True, new, it
             break
         p = new
     note = None if converged else f"no convergence to {spec.bt_tolerance:g} in {spec.bt_max_iterations} iterations"
-    return BradleyTerry(criterion=criterion, strengths={n: round(float(p[i]), 6) for i, n in enumerate(names)},
-                        comparisons=comparisons, iterations=it, converged=converged, note=note)  # fmt: skip
+    return BradleyTerry(
+        criterion=criterion,
+        strengths={n: round(float(p[i]), 6) for i, n in enumerate(names)},
+        comparisons=comparisons,
+        iterations=iterations,
+        converged=converged,
+        note=note,
+    )
 
 
 def _units(rows: list[RatingRow], criterion: str) -> dict[tuple[str, ...], dict[str, float]]:

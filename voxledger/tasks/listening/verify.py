@@ -87,8 +87,15 @@ def load_packets(blobs: LocalBlobStore, receipt: PacketSetReceipt) -> dict[str, 
             raise PacketError(f"stored packet.json of rater {ref.rater_id} does not hash to {ref.packet_sha256}")
         manifest = PacketManifest.model_validate_json(data)
         durations = {a.id: wav_duration_s(blobs.get_bytes(entries[a.file])) for a in manifest.audio if a.file in entries}
-        out[ref.packet_sha256] = Packet(ref.rater_id, ref.packet_sha256, ref.tree_sha256, manifest,
-                                        {t.id: t for t in manifest.trials}, {c.name: c.scale for c in manifest.criteria}, durations)  # fmt: skip
+        out[ref.packet_sha256] = Packet(
+            ref.rater_id,
+            ref.packet_sha256,
+            ref.tree_sha256,
+            manifest,
+            {t.id: t for t in manifest.trials},
+            {c.name: c.scale for c in manifest.criteria},
+            durations,
+        )
     return out
 
 

@@ -40,8 +40,12 @@ def _text(m: Measurement, key: str, spec: BaseModel) -> Values:
 
     n = key.split(":", 1)[1]
     score = score_text(m.text, _hypothesis(m), spec)  # type: ignore[arg-type]
-    return {f"wer:{n}": score.wer, f"cer:{n}": score.cer, f"word_errors:{n}": score.substitutions + score.deletions + score.insertions,
-            f"ref_words:{n}": score.hits + score.substitutions + score.deletions}  # fmt: skip
+    return {
+        f"wer:{n}": score.wer,
+        f"cer:{n}": score.cer,
+        f"word_errors:{n}": score.substitutions + score.deletions + score.insertions,
+        f"ref_words:{n}": score.hits + score.substitutions + score.deletions,
+    }
 
 
 def _anchors(m: Measurement, key: str, spec: BaseModel) -> Values:
@@ -90,23 +94,65 @@ def register_builtins() -> None:
 
     if "validity" in EXTRACTORS:
         return
-    register(ExtractorDef("validity", lambda s: {"validity": s.validity}, (
-        MetricDef("duration_s", "duration (s)", "neither"), MetricDef("silence_fraction", "silence fraction", "lower"),
-        MetricDef("clipping_fraction", "clipping fraction", "lower"), MetricDef("expected_duration_ratio", "duration / expected", "neither"),
-    ), _validity))  # fmt: skip
-    register(ExtractorDef("text", lambda s: {f"text:{t.normaliser}": t for t in s.text}, (
-        MetricDef("wer:", "WER", "lower", shown=True), MetricDef("cer:", "CER", "lower", shown=True),
-        MetricDef("word_errors:", "word errors", "lower", count=True), MetricDef("ref_words:", "reference words", "neither", count=True),
-    ), _text, depends=_asr_dep))  # fmt: skip
+    register(
+        ExtractorDef(
+            "validity",
+            lambda s: {"validity": s.validity},
+            (
+                MetricDef("duration_s", "duration (s)", "neither"),
+                MetricDef("silence_fraction", "silence fraction", "lower"),
+                MetricDef("clipping_fraction", "clipping fraction", "lower"),
+                MetricDef("expected_duration_ratio", "duration / expected", "neither"),
+            ),
+            _validity,
+        )
+    )
+    register(
+        ExtractorDef(
+            "text",
+            lambda s: {f"text:{t.normaliser}": t for t in s.text},
+            (
+                MetricDef("wer:", "WER", "lower", shown=True),
+                MetricDef("cer:", "CER", "lower", shown=True),
+                MetricDef("word_errors:", "word errors", "lower", count=True),
+                MetricDef("ref_words:", "reference words", "neither", count=True),
+            ),
+            _text,
+            depends=_asr_dep,
+        )
+    )
     register(ExtractorDef("anchors", lambda s: {"asr": s.asr}, (MetricDef("anchor_hit_rate", "anchor hit rate", "higher"),), _anchors))
-    register(ExtractorDef("content_gate", lambda s: {"content_gate": s.content_gate},
-                          (MetricDef("content_gate_pass", "content gate pass", "higher", shown=True),), _content_gate, depends=_asr_dep))  # fmt: skip
-    register(ExtractorDef("speaker", lambda s: _optional("speaker", s.speaker),
-                          (MetricDef("speaker_sim", "speaker similarity", "higher", shown=True),), _speaker, gated=True))  # fmt: skip
-    register(ExtractorDef("mos", lambda s: _optional("mos", s.mos), (
-        MetricDef("predicted_mos_ovrl", "predicted MOS (OVRL)", "higher", shown=True), MetricDef("predicted_mos_sig", "predicted MOS (SIG)", "higher"),
-        MetricDef("predicted_mos_bak", "predicted MOS (BAK)", "higher"),
-    ), _mos, gated=True))  # fmt: skip
+    register(
+        ExtractorDef(
+            "content_gate",
+            lambda s: {"content_gate": s.content_gate},
+            (MetricDef("content_gate_pass", "content gate pass", "higher", shown=True),),
+            _content_gate,
+            depends=_asr_dep,
+        )
+    )
+    register(
+        ExtractorDef(
+            "speaker",
+            lambda s: _optional("speaker", s.speaker),
+            (MetricDef("speaker_sim", "speaker similarity", "higher", shown=True),),
+            _speaker,
+            gated=True,
+        )
+    )
+    register(
+        ExtractorDef(
+            "mos",
+            lambda s: _optional("mos", s.mos),
+            (
+                MetricDef("predicted_mos_ovrl", "predicted MOS (OVRL)", "higher", shown=True),
+                MetricDef("predicted_mos_sig", "predicted MOS (SIG)", "higher"),
+                MetricDef("predicted_mos_bak", "predicted MOS (BAK)", "higher"),
+            ),
+            _mos,
+            gated=True,
+        )
+    )
     register(ExtractorDef("rtf", lambda s: {"validity": s.validity}, (MetricDef("rtf", "real-time factor", "lower", shown=True),), _rtf))
 
 

@@ -28,9 +28,13 @@ from voxledger.stores.trees import check_relative
 
 FILE_MODE = 0o644
 _KINDS = {
-    tarfile.SYMTYPE: "a symlink", tarfile.LNKTYPE: "a hard link", tarfile.CHRTYPE: "a character device",
-    tarfile.BLKTYPE: "a block device", tarfile.FIFOTYPE: "a FIFO", tarfile.DIRTYPE: "a directory",
-}  # fmt: skip
+    tarfile.SYMTYPE: "a symlink",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+    tarfile.DIRTYPE: "a directory",
+}
 
 
 def _info(name: str, size: int) -> tarfile.TarInfo:

@@ -169,15 +169,25 @@ def build_manifest_and_members(store: LocalBlobStore, request: PackageRequest) -
     rate_hz, settings = backend.inference_settings()
     b = p["bound"]
     manifest = PackageManifest(
-        name=f"{p['effective_config']['plan']['name']}-{config['new_speaker']}", backend=p["backend"],
+        name=f"{p['effective_config']['plan']['name']}-{config['new_speaker']}",
+        backend=p["backend"],
         components=ComponentDigests(base_model_sha256=b["base_sha256"], note=backend.component_note()),
-        binding=PackageBinding(training_run=request.training_run, checkpoint_receipt=ckpt_rid, checkpoint_tree_sha256=request.checkpoint_tree_sha256,
-                               audit_receipt=b["audit_receipt"], evaluation_receipts=tuple(sorted(request.evaluation_receipts)),
-                               promotion_receipt=request.promotion_receipt, plan_sha256=b["plan_sha256"], data_manifest_sha256=b["manifest_sha256"],
-                               audio_tree_sha256=b["audio_tree_sha256"], features_sha256=b["features_sha256"]),
+        binding=PackageBinding(
+            training_run=request.training_run,
+            checkpoint_receipt=ckpt_rid,
+            checkpoint_tree_sha256=request.checkpoint_tree_sha256,
+            audit_receipt=b["audit_receipt"],
+            evaluation_receipts=tuple(sorted(request.evaluation_receipts)),
+            promotion_receipt=request.promotion_receipt,
+            plan_sha256=b["plan_sha256"],
+            data_manifest_sha256=b["manifest_sha256"],
+            audio_tree_sha256=b["audio_tree_sha256"],
+            features_sha256=b["features_sha256"],
+        ),
         inference=InferenceSettings(speaker=config["new_speaker"], sample_rate_hz=rate_hz, settings=settings, tools=_tool_versions()),
-        code=code_identity(), members=tuple(sorted(members, key=lambda m: m.path)),
-    )  # fmt: skip
+        code=code_identity(),
+        members=tuple(sorted(members, key=lambda m: m.path)),
+    )
     return manifest, sources
 
 

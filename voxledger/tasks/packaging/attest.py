@@ -135,8 +135,11 @@ def sign_statement(statement: dict[str, Any], key_path: Path) -> dict[str, Any]:
     private = _load_key(key_path, private=True)
     payload = canonical_bytes(statement)
     sig = private.sign(pae(PAYLOAD_TYPE, payload))
-    return {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
-            "signatures": [{"keyid": key_id(private.public_key()), "sig": base64.b64encode(sig).decode()}]}  # fmt: skip
+    return {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode(),
+        "signatures": [{"keyid": key_id(private.public_key()), "sig": base64.b64encode(sig).decode()}],
+    }
 
 
 def verify_envelope(envelope: dict[str, Any], pub_path: Path, package_sha256: str) -> dict[str, Any]:

@@ -77,8 +77,20 @@ def reload_in_fresh_process(
     """Run ``probe_package`` in a new interpreter; return its stages and wall time."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "stages.npz"
-        cmd = [sys.executable, "-m", "voxledger.tasks.packaging.probe", str(package), str(base_dir), str(out),
-               "--text", text, "--seed", str(seed), "--threads", str(threads)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "voxledger.tasks.packaging.probe",
+            str(package),
+            str(base_dir),
+            str(out),
+            "--text",
+            text,
+            "--seed",
+            str(seed),
+            "--threads",
+            str(threads),
+        ]
         started = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
         wall = time.perf_counter() - started

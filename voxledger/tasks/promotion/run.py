@@ -20,7 +20,7 @@ from voxledger.schemas.promotion import (
     PromotionReceipt,
     PromotionResult,
     RuleValue,
-)  # fmt: skip
+)
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import latest_alias_move, promotion_that_moved
@@ -58,9 +58,16 @@ def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPol
 
 def gate_plan_for(template: GatePlan, incumbent: Candidate, challengers: list[Candidate]) -> EvaluationPlan:
     """The gate plan's prompts, seeds, metrics and statistics with this round's candidates."""
-    return EvaluationPlan(name=f"{template.name}:gate", prompts=template.prompts, seeds=template.seeds, candidates=(incumbent, *challengers),
-                          baseline=incumbent.name, speaker_references=template.speaker_references, metrics=template.metrics,
-                          statistics=template.statistics)  # fmt: skip
+    return EvaluationPlan(
+        name=f"{template.name}:gate",
+        prompts=template.prompts,
+        seeds=template.seeds,
+        candidates=(incumbent, *challengers),
+        baseline=incumbent.name,
+        speaker_references=template.speaker_references,
+        metrics=template.metrics,
+        statistics=template.statistics,
+    )
 
 
 def judge(
@@ -81,8 +88,12 @@ def judge(
     if value is None:
         return RuleValue(**rule.model_dump(exclude={"why"}), value=None, passed=False, detail=reason)
     ok = value <= rule.threshold if rule.op == "<=" else value >= rule.threshold
-    return RuleValue(**rule.model_dump(exclude={"why"}), value=value, passed=ok,
-                     detail=f"{rule.statistic}({rule.metric}) = {value:.4f} {'meets' if ok else 'fails'} {rule.op} {rule.threshold}")  # fmt: skip
+    return RuleValue(
+        **rule.model_dump(exclude={"why"}),
+        value=value,
+        passed=ok,
+        detail=f"{rule.statistic}({rule.metric}) = {value:.4f} {'meets' if ok else 'fails'} {rule.op} {rule.threshold}",
+    )
 
 
 def _already_promoted(
@@ -128,9 +139,14 @@ class PromotionRound:
 
 
 def prepare_promotion(
-    home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, flow: str = "promote_adapter",
+    home: Home,
+    training_run_rid: str,
+    policy: PromotionPolicy,
+    *,
+    policy_name: str,
+    flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
-) -> PromotionRound | StageOutcome[PromotionReceipt]:  # fmt: skip
+) -> PromotionRound | StageOutcome[PromotionReceipt]:
     """The round to judge, or the stored promotion when this exact round was judged before (verified).
 
     Raises PlanError before any work when a rule names a metric the registry does not know.
@@ -155,10 +171,16 @@ def prepare_promotion(
     challengers = select_challengers(home, run, policy)
     speaker = str(run.parameters.effective_config["plan"].get("new_speaker") or policy.baseline_speaker)  # type: ignore[union-attr]
     cands = [
-        Candidate(name=f"epoch{c.parameters.epoch}", backend=backend, runtime="adapter", artifact=f"input:epoch{c.parameters.epoch}",
-                  base="input:base", speaker=speaker)
+        Candidate(
+            name=f"epoch{c.parameters.epoch}",
+            backend=backend,
+            runtime="adapter",
+            artifact=f"input:epoch{c.parameters.epoch}",
+            base="input:base",
+            speaker=speaker,
+        )
         for _, c in challengers
-    ]  # fmt: skip
+    ]
     bindings = {f"epoch{c.parameters.epoch}": c.subject("checkpoint").sha256 for _, c in challengers}
     if base_sha:
         bindings["base"] = base_sha
@@ -180,23 +202,50 @@ def prepare_promotion(
     # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
     gate_name = f"{policy_name}#gate@{plan_digest(gate)[:16]}"
     return PromotionRound(
-        training_run_rid, policy, policy_rid, policy_sha, base_sha, champion, tuple(challengers), tuple(cands), incumbent,
-        incumbent_sha, bindings, key, gate, gate_name, started,
-    )  # fmt: skip
+        training_run_rid=training_run_rid,
+        policy=policy,
+        policy_rid=policy_rid,
+        policy_sha=policy_sha,
+        base_sha=base_sha,
+        champion=champion,
+        challengers=tuple(challengers),
+        candidates=tuple(cands),
+        incumbent=incumbent,
+        incumbent_sha=incumbent_sha,
+        bindings=bindings,
+        key=key,
+        gate=gate,
+        gate_name=gate_name,
+        started=started,
+    )
 
 
 def promote_adapter_fn(
-    home: Home, training_run_rid: str, policy: PromotionPolicy, *, policy_name: str, corpus: Path, flow: str = "promote_adapter",
+    home: Home,
+    training_run_rid: str,
+    policy: PromotionPolicy,
+    *,
+    policy_name: str,
+    corpus: Path,
+    flow: str = "promote_adapter",
     progress: Callable[[str], None] | None = None,
-) -> StageOutcome[PromotionReceipt]:  # fmt: skip
+) -> StageOutcome[PromotionReceipt]:
     """Evaluate best-k + last against the champion (or the base model) and move aliases: the three
     steps (``prepare_promotion``, the gate evaluation, ``decide_promotion``) in one call. The
     ``promote`` flow runs the same steps as separate Prefect tasks."""
     prepared = prepare_promotion(home, training_run_rid, policy, policy_name=policy_name, flow=flow, progress=progress)
     if isinstance(prepared, StageOutcome):
         return prepared
-    ev = evaluate_plan_fn(home, prepared.gate, plan_name=prepared.gate_name, corpus=corpus, bindings=prepared.bindings, flow=flow,
-                          progress=progress, parents=prepared.gate_parents())  # fmt: skip
+    ev = evaluate_plan_fn(
+        home,
+        prepared.gate,
+        plan_name=prepared.gate_name,
+        corpus=corpus,
+        bindings=prepared.bindings,
+        flow=flow,
+        progress=progress,
+        parents=prepared.gate_parents(),
+    )
     return decide_promotion(home, prepared, ev, flow=flow)
 
 
@@ -209,28 +258,65 @@ def decide_promotion(
     comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
     means = {(s.candidate, m): iv.mean for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
     decisions = []
-    for (rid, ck), cand in zip(rnd.challengers, rnd.candidates):
+    for (rid, ck), cand in zip(rnd.challengers, rnd.candidates, strict=True):
         rules = tuple(judge(r, cand.name, comparisons, means) for r in policy.rules)
-        decisions.append(ChallengerDecision(name=cand.name, checkpoint_receipt=rid, tree_sha256=ck.subject("checkpoint").sha256,
-                                            epoch=ck.parameters.epoch, cv_loss=ck.parameters.cv_loss, rules=rules,
-                                            passed=all(r.passed for r in rules)))  # fmt: skip
+        decisions.append(
+            ChallengerDecision(
+                name=cand.name,
+                checkpoint_receipt=rid,
+                tree_sha256=ck.subject("checkpoint").sha256,
+                epoch=ck.parameters.epoch,
+                cv_loss=ck.parameters.cv_loss,
+                rules=rules,
+                passed=all(r.passed for r in rules),
+            )
+        )
     passing = sorted((d for d in decisions if d.passed), key=lambda d: (d.cv_loss, d.epoch))
     best_cv = min(decisions, key=lambda d: (d.cv_loss, d.epoch))
     previous_candidate = alias_state(home, policy.candidate_alias)
-    moves = [AliasMove(alias=policy.candidate_alias, target_sha256=best_cv.tree_sha256, previous_sha256=previous_candidate.target_sha256 if previous_candidate else None,
-                       base_sha256=base_sha, reason=f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})")]  # fmt: skip
+    moves = [
+        AliasMove(
+            alias=policy.candidate_alias,
+            target_sha256=best_cv.tree_sha256,
+            previous_sha256=previous_candidate.target_sha256 if previous_candidate else None,
+            base_sha256=base_sha,
+            reason=f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})",
+        )
+    ]
     promoted = passing[0] if passing else None
     if promoted is not None:
-        moves.append(AliasMove(alias=policy.alias, target_sha256=promoted.tree_sha256, previous_sha256=champion.target_sha256 if champion else None,
-                               base_sha256=base_sha, reason=f"{promoted.name} passed all {len(policy.rules)} gates against {incumbent.runtime} incumbent"))  # fmt: skip
+        moves.append(
+            AliasMove(
+                alias=policy.alias,
+                target_sha256=promoted.tree_sha256,
+                previous_sha256=champion.target_sha256 if champion else None,
+                base_sha256=base_sha,
+                reason=f"{promoted.name} passed all {len(policy.rules)} gates against {incumbent.runtime} incumbent",
+            )
+        )
     failed = "; ".join(f"{d.name}: " + ", ".join(r.detail for r in d.rules if not r.passed) for d in decisions if not d.passed)
     receipt = build_receipt(
-        PromotionReceipt, flow=flow, task="decide_promotion", started_at=rnd.started, key=rnd.key,
-        status="succeeded" if promoted else "failed", error=None if promoted else f"no challenger passed every gate: {failed}",
-        inputs=[InputRef(role="training_run", sha256=training_run_rid, ref="receipt"), InputRef(role="policy", sha256=policy_rid, ref="receipt"),
-                InputRef(role="evaluation", sha256=ev.receipt_id, ref="receipt"), *(InputRef(role=f"challenger:{d.name}", sha256=d.checkpoint_receipt, ref="receipt") for d in decisions)],
-        parameters=PromotionParameters(policy_sha256=rnd.policy_sha, training_run=training_run_rid, evaluation=ev.receipt_id, incumbent=incumbent.runtime,
-                                       incumbent_sha256=rnd.incumbent_sha or ("0" * 64), serving_base_sha256=base_sha),
+        PromotionReceipt,
+        flow=flow,
+        task="decide_promotion",
+        started_at=rnd.started,
+        key=rnd.key,
+        status="succeeded" if promoted else "failed",
+        error=None if promoted else f"no challenger passed every gate: {failed}",
+        inputs=[
+            InputRef(role="training_run", sha256=training_run_rid, ref="receipt"),
+            InputRef(role="policy", sha256=policy_rid, ref="receipt"),
+            InputRef(role="evaluation", sha256=ev.receipt_id, ref="receipt"),
+            *(InputRef(role=f"challenger:{d.name}", sha256=d.checkpoint_receipt, ref="receipt") for d in decisions),
+        ],
+        parameters=PromotionParameters(
+            policy_sha256=rnd.policy_sha,
+            training_run=training_run_rid,
+            evaluation=ev.receipt_id,
+            incumbent=incumbent.runtime,
+            incumbent_sha256=rnd.incumbent_sha or ("0" * 64),
+            serving_base_sha256=base_sha,
+        ),
         result=PromotionResult(challengers=tuple(decisions), promoted=promoted.name if promoted else None, moves=tuple(moves)),
-    )  # fmt: skip
+    )
     return record(home, receipt)

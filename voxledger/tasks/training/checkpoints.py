@@ -74,9 +74,16 @@ class Checkpoint:
 
 
 def write_checkpoint(
-    root: Path, step: int, *, trainable: dict[str, torch.Tensor], optimizer: dict[str, Any],
-    progress: dict[str, Any], bound: TrainingInputs, keep: set[int], keep_last: int,
-) -> Path:  # fmt: skip
+    root: Path,
+    step: int,
+    *,
+    trainable: dict[str, torch.Tensor],
+    optimizer: dict[str, Any],
+    progress: dict[str, Any],
+    bound: TrainingInputs,
+    keep: set[int],
+    keep_last: int,
+) -> Path:
     """Atomically write checkpoint ``step`` under ``root``; prune older ones (keep-last-N + ``keep``)."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:08d}"

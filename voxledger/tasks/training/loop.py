@@ -67,12 +67,22 @@ def _progress_line(state: LoopState, n_batches: int, max_epochs: int, total_step
     mean_s = sums["wall"] / max(1.0, sums["steps"])
     eta_s = int(mean_s * max(0, total_steps - state.global_step))
     loss = sums["loss"] / max(1.0, sums["steps"])
-    return (f"training: epoch {state.epoch + 1}/{max_epochs} step {state.batch}/{n_batches} "
-            f"({state.global_step}/{total_steps} overall) loss {loss:.4f} ETA {eta_s // 60}m{eta_s % 60:02d}s")  # fmt: skip
+    return (
+        f"training: epoch {state.epoch + 1}/{max_epochs} step {state.batch}/{n_batches} "
+        f"({state.global_step}/{total_steps} overall) loss {loss:.4f} ETA {eta_s // 60}m{eta_s % 60:02d}s"
+    )
 
 
-def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], plan: TrainingPlan, bound: TrainingInputs,
-             ckpt_dir: Path, on_epoch_end: EpochHook, progress: Callable[[str], None] | None = None) -> LoopResult:  # fmt: skip
+def run_loop(
+    backend: Backend,
+    model: torch.nn.Module,
+    cv_batches: list[Any],
+    plan: TrainingPlan,
+    bound: TrainingInputs,
+    ckpt_dir: Path,
+    on_epoch_end: EpochHook,
+    progress: Callable[[str], None] | None = None,
+) -> LoopResult:
     """Train ``model`` under ``plan``; resume from the newest guarded checkpoint in ``ckpt_dir``.
 
     ``on_epoch_end(epoch, model, record)`` exports and records the epoch checkpoint and returns
@@ -98,8 +108,16 @@ def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], pl
 
     def checkpoint() -> None:
         keep = {int(h["global_step"]) for h in state.history if h["epoch"] == state.best_epoch}
-        write_checkpoint(ckpt_dir, state.global_step, trainable=backend.trainable_state(model), optimizer=optimizer.state_dict(),
-                         progress=state.__dict__, bound=bound, keep=keep, keep_last=plan.keep_last)  # fmt: skip
+        write_checkpoint(
+            ckpt_dir,
+            state.global_step,
+            trainable=backend.trainable_state(model),
+            optimizer=optimizer.state_dict(),
+            progress=state.__dict__,
+            bound=bound,
+            keep=keep,
+            keep_last=plan.keep_last,
+        )
 
     while state.stop_reason is None:
         batches = backend.epoch_batches(state.epoch, plan.seed)[:steps_per_epoch]
@@ -128,11 +146,18 @@ def run_loop(backend: Backend, model: torch.nn.Module, cv_batches: list[Any], pl
         s = state.sums
         n = max(1.0, s["steps"])
         record = EpochRecord(
-            epoch=state.epoch, steps=int(s["steps"]), global_step=state.global_step, train_loss=s["loss"] / n, cv_loss=cv,
-            grad_norm_mean=s["grad"] / n, lr_end=lr_at(max(0, state.global_step - 1), plan, total_steps),
-            frames_per_s=s["frames"] / max(s["wall"], 1e-9), utterances_per_s=s["utts"] / max(s["wall"], 1e-9),
-            wall_s=s["wall"], checkpoint_overhead_s=s["ckpt"],
-        )  # fmt: skip
+            epoch=state.epoch,
+            steps=int(s["steps"]),
+            global_step=state.global_step,
+            train_loss=s["loss"] / n,
+            cv_loss=cv,
+            grad_norm_mean=s["grad"] / n,
+            lr_end=lr_at(max(0, state.global_step - 1), plan, total_steps),
+            frames_per_s=s["frames"] / max(s["wall"], 1e-9),
+            utterances_per_s=s["utts"] / max(s["wall"], 1e-9),
+            wall_s=s["wall"],
+            checkpoint_overhead_s=s["ckpt"],
+        )
         t1 = time.perf_counter()
         state.epoch_receipts.append(on_epoch_end(state.epoch, model, record))
         export_s = time.perf_counter() - t1

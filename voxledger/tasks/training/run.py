@@ -23,7 +23,7 @@ from voxledger.schemas.training import (
     TrainingResult,
     TrainingRunParameters,
     TrainingRunReceipt,
-)  # fmt: skip
+)
 from voxledger.stores.home import Home
 from voxledger.stores.identity import code_identity
 from voxledger.stores.trees import (
@@ -58,8 +58,16 @@ def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
     return receipt
 
 
-def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, plan_sha: str, base_sha: str | None, backend_sha: str,
-                backend: Any = None) -> TrainingInputs:  # fmt: skip
+def bind_inputs(
+    home: Home,
+    corpus: Path,
+    audit: AuditReceipt,
+    audit_rid: str,
+    plan_sha: str,
+    base_sha: str | None,
+    backend_sha: str,
+    backend: Any = None,
+) -> TrainingInputs:
     """Re-hash the corpus and refuse it if it is not exactly what the audit saw."""
     loaded = load_corpus(corpus)
     manifest_sha = canonical_digest(loaded.utterances)
@@ -72,9 +80,16 @@ def bind_inputs(home: Home, corpus: Path, audit: AuditReceipt, audit_rid: str, p
         if now != then:
             raise TrainingError(f"corpus {corpus} changed since audit {audit_rid}: {name} is {now}, the audit saw {then}; audit it again")
     features = _features_tree(home, loaded, backend)
-    return TrainingInputs(audit_receipt=audit_rid, plan_sha256=plan_sha, base_sha256=base_sha, manifest_sha256=manifest_sha,
-                          audio_tree_sha256=tree_sha, features_sha256=features, code_sha256=code_identity().source_sha256,
-                          backend_sha256=backend_sha)  # fmt: skip
+    return TrainingInputs(
+        audit_receipt=audit_rid,
+        plan_sha256=plan_sha,
+        base_sha256=base_sha,
+        manifest_sha256=manifest_sha,
+        audio_tree_sha256=tree_sha,
+        features_sha256=features,
+        code_sha256=code_identity().source_sha256,
+        backend_sha256=backend_sha,
+    )
 
 
 def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
@@ -96,23 +111,33 @@ def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
         return home.blobs.put_bytes(manifest_bytes(TreeManifest(entries=entries)))
     rel = sorted({str(u.extra["alignment"]) for u in loaded.utterances.utterances if "alignment" in u.extra})
     paths = [loaded.root / r for r in rel]
-    missing = [r for r, p in zip(rel, paths) if not p.is_file()]
+    missing = [r for r, p in zip(rel, paths, strict=True) if not p.is_file()]
     if missing:
         raise TrainingError(f"corpus {loaded.root}: {len(missing)} alignment file(s) missing, e.g. {missing[:3]}")
     digests = hash_files(paths, cache=home.stat_cache)
     tree = TreeManifest(
-        entries=tuple(TreeEntry(path=r, size_bytes=p.stat().st_size, sha256=digests[p], executable=False) for r, p in zip(rel, paths))
+        entries=tuple(
+            TreeEntry(path=r, size_bytes=p.stat().st_size, sha256=digests[p], executable=False) for r, p in zip(rel, paths, strict=True)
+        )
     )
-    for e, p in zip(tree.entries, paths):
+    for e, p in zip(tree.entries, paths, strict=True):
         if not home.blobs.has(e.sha256):
             home.blobs.put_file(p, expected_sha256=e.sha256)
     return home.blobs.put_bytes(manifest_bytes(tree))
 
 
 def train_adapter_fn(
-    home: Home, corpus: Path, audit_rid: str, plan: TrainingPlan, *, plan_name: str, base_sha: str | None = None,
-    run_dir: Path | None = None, flow: str = "train_adapter", progress: Callable[[str], None] | None = None,
-) -> StageOutcome[TrainingRunReceipt]:  # fmt: skip
+    home: Home,
+    corpus: Path,
+    audit_rid: str,
+    plan: TrainingPlan,
+    *,
+    plan_name: str,
+    base_sha: str | None = None,
+    run_dir: Path | None = None,
+    flow: str = "train_adapter",
+    progress: Callable[[str], None] | None = None,
+) -> StageOutcome[TrainingRunReceipt]:
     """Train under ``plan`` from an audited corpus; resume a crashed run; record every receipt."""
     started = utc_now()
     audit = passing_audit(home, audit_rid)
@@ -144,8 +169,11 @@ def train_adapter_fn(
             base_dir = Path(tmp) / "base"
             materialize_tree(home.blobs, base_sha, base_dir)  # every file verified against its digest
         setup = backend.setup(corpus, plan, base_dir)
-        parents = [InputRef(role="audit", sha256=audit_rid, ref="receipt"), InputRef(role="plan", sha256=plan_rid, ref="receipt"),
-                   InputRef(role="features", sha256=bound.features_sha256, ref="artifact")]  # fmt: skip
+        parents = [
+            InputRef(role="audit", sha256=audit_rid, ref="receipt"),
+            InputRef(role="plan", sha256=plan_rid, ref="receipt"),
+            InputRef(role="features", sha256=bound.features_sha256, ref="artifact"),
+        ]
         if base_sha:
             parents.append(InputRef(role="base_model", sha256=base_sha, ref="artifact"))
 
@@ -158,11 +186,22 @@ def train_adapter_fn(
             if found:
                 return found
             receipt = build_receipt(
-                CheckpointReceipt, flow=flow, task="checkpoint_epoch", started_at=utc_now(), key=key, inputs=parents,
+                CheckpointReceipt,
+                flow=flow,
+                task="checkpoint_epoch",
+                started_at=utc_now(),
+                key=key,
+                inputs=parents,
                 subjects=[artifact(home.blobs, "checkpoint", tree_sha, TREE_MEDIA_TYPE)],
-                parameters=CheckpointParameters(run_key=run_key, epoch=epoch, global_step=record.global_step,
-                                                cv_loss=record.cv_loss, train_loss=record.train_loss, bound=bound),
-            )  # fmt: skip
+                parameters=CheckpointParameters(
+                    run_key=run_key,
+                    epoch=epoch,
+                    global_step=record.global_step,
+                    cv_loss=record.cv_loss,
+                    train_loss=record.train_loss,
+                    bound=bound,
+                ),
+            )
             return home.record(receipt)
 
         result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
@@ -171,16 +210,31 @@ def train_adapter_fn(
     best = ckpts[st.best_epoch].subject("checkpoint")
     last = ckpts[-1].subject("checkpoint")
     receipt = build_receipt(
-        TrainingRunReceipt, flow=flow, task="train_adapter", started_at=started, key=run_key,
+        TrainingRunReceipt,
+        flow=flow,
+        task="train_adapter",
+        started_at=started,
+        key=run_key,
         subjects=[best.model_copy(update={"role": "best"}), last.model_copy(update={"role": "last"})],
         inputs=[*parents, *(InputRef(role=f"checkpoint:{i}", sha256=r, ref="receipt") for i, r in enumerate(st.epoch_receipts))],
-        parameters=TrainingRunParameters(run_key=run_key, backend=plan.backend, mode=plan.mode, bound=bound,
-                                         effective_config={"plan": json.loads(canonical_bytes(plan)), **setup.effective_config}),
-        result=TrainingResult(epochs=tuple(EpochRecord.model_validate(h) for h in st.history), best_epoch=st.best_epoch,
-                              best_cv_loss=float(st.best_cv or 0.0), stop_reason=st.stop_reason or "max_epochs",  # type: ignore[arg-type]
-                              total_steps=st.global_step, resumed_at_steps=tuple(st.resumed_at),
-                              trainable_parameters=result.trainable_parameters, total_parameters=result.total_parameters),
-    )  # fmt: skip
+        parameters=TrainingRunParameters(
+            run_key=run_key,
+            backend=plan.backend,
+            mode=plan.mode,
+            bound=bound,
+            effective_config={"plan": json.loads(canonical_bytes(plan)), **setup.effective_config},
+        ),
+        result=TrainingResult(
+            epochs=tuple(EpochRecord.model_validate(h) for h in st.history),
+            best_epoch=st.best_epoch,
+            best_cv_loss=float(st.best_cv or 0.0),
+            stop_reason=st.stop_reason or "max_epochs",  # type: ignore[arg-type]
+            total_steps=st.global_step,
+            resumed_at_steps=tuple(st.resumed_at),
+            trainable_parameters=result.trainable_parameters,
+            total_parameters=result.total_parameters,
+        ),
+    )
     return record(home, receipt)
 
 

@@ -89,8 +89,10 @@ class CosyVoice3Backend:
     def preflight(self) -> upstream.UpstreamIdentity:
         """Check and digest the checkout and model folder (once per backend object)."""
         if self.config.python is not None:
-            raise TrainingError(f"{ENV_PYTHON}={self.config.python}: running upstream through a separate interpreter is not implemented; "
-                                "unset it to run upstream in this environment (the backend fixes the known incompatibilities)")  # fmt: skip
+            raise TrainingError(
+                f"{ENV_PYTHON}={self.config.python}: running upstream through a separate interpreter is not implemented; "
+                "unset it to run upstream in this environment (the backend fixes the known incompatibilities)"
+            )
         if self._identity is None:
             self._identity = upstream.preflight(self.config)
         return self._identity
@@ -115,8 +117,10 @@ class CosyVoice3Backend:
         opts = CosyVoice3Options.from_plan_model(plan.name, plan.model)
         identity = self.preflight()
         if opts.expect_upstream_sha256 and opts.expect_upstream_sha256 != identity.identity_sha256:
-            raise TrainingError(f"plan {plan.name} expects upstream {opts.expect_upstream_sha256}, the checkout and model folder "
-                                f"digest to {identity.identity_sha256}; point at the expected files or update the plan")  # fmt: skip
+            raise TrainingError(
+                f"plan {plan.name} expects upstream {opts.expect_upstream_sha256}, the checkout and model folder "
+                f"digest to {identity.identity_sha256}; point at the expected files or update the plan"
+            )
         prep = prepare_corpus(corpus_root, plan.train_splits + plan.cv_splits, plan.speakers, self.config, opts.system_prompt)
         llm, configs = upstream.build_llm(self.config)
         weights, weights_sha = self._base_weights(base_dir)
@@ -140,25 +144,36 @@ class CosyVoice3Backend:
         self._prompt = (audio, "prompt" + Path(rel).suffix.lower())
         self._train, self._frames_per_batch = train.examples, plan.frames_per_batch
         self._meta = {
-            "format": FORMAT, "new_speaker": plan.new_speaker, "lora": plan.lora.model_dump(mode="json"),
-            "options": opts.model_dump(mode="json"), "base_weights_sha256": weights_sha,
-            "lm_dtype": str(compat.LM_DTYPE).removeprefix("torch."), "upstream_patches": list(compat.PATCHES),
+            "format": FORMAT,
+            "new_speaker": plan.new_speaker,
+            "lora": plan.lora.model_dump(mode="json"),
+            "options": opts.model_dump(mode="json"),
+            "base_weights_sha256": weights_sha,
+            "lm_dtype": str(compat.LM_DTYPE).removeprefix("torch."),
+            "upstream_patches": list(compat.PATCHES),
             "upstream": {"identity_sha256": identity.identity_sha256, **identity.model_dump(mode="json")},
             "prompt": {"utt": prompt.utt, "text": prompt.text, "file": self._prompt[1], "duration_s": prompt.duration_s},
-        }  # fmt: skip
+        }
         cv_batches = [
             data.collate([cv.examples[i] for i in idx])
             for idx in data.batch_indices(cv.examples, plan.frames_per_batch, 0, 0, shuffle=False)
         ]
         effective = {
-            "cosyvoice3": self._meta, "device": str(self._device), "frames_per_batch": plan.frames_per_batch,
-            "lora_target_regex": lora.target_regex(plan.lora.targets), "adapted_modules": adapted,
+            "cosyvoice3": self._meta,
+            "device": str(self._device),
+            "frames_per_batch": plan.frames_per_batch,
+            "lora_target_regex": lora.target_regex(plan.lora.targets),
+            "adapted_modules": adapted,
             "base_weights": weights.name if base_dir is None else f"base/{weights.name}",
-            "prepared_sha256": prep.digest, "prepared_utterances": prep.utterances,
-            "train_utterances": len(train.examples), "cv_utterances": len(cv.examples),
-            "dropped": {"train": train.dropped, "cv": cv.dropped}, "mix_ratio": list(getattr(llm, "mix_ratio", [])),
-            "max_epochs": plan.max_epochs, "upstream_yaml_max_epoch_ignored": configs.get("train_conf", {}).get("max_epoch"),
-        }  # fmt: skip
+            "prepared_sha256": prep.digest,
+            "prepared_utterances": prep.utterances,
+            "train_utterances": len(train.examples),
+            "cv_utterances": len(cv.examples),
+            "dropped": {"train": train.dropped, "cv": cv.dropped},
+            "mix_ratio": list(getattr(llm, "mix_ratio", [])),
+            "max_epochs": plan.max_epochs,
+            "upstream_yaml_max_epoch_ignored": configs.get("train_conf", {}).get("max_epoch"),
+        }
         return TrainingSetup(model=llm, effective_config=effective, n_train_utterances=len(train.examples), cv_batches=cv_batches)
 
     def epoch_batches(self, epoch: int, seed: int) -> list[dict[str, Any]]:
@@ -238,8 +253,10 @@ class CosyVoice3Backend:
         llm = cosy.model.llm
         weights, sha = self._base_weights(base_dir)
         if runtime in ("adapter", "merged") and sha != meta["base_weights_sha256"]:  # type: ignore[index]
-            raise DigestMismatchError(f"{artifact_dir} was trained on LLM weights {meta['base_weights_sha256']}, "  # type: ignore[index]
-                                      f"but {weights} has sha256 {sha}; load it with the base it was trained on")  # fmt: skip
+            raise DigestMismatchError(
+                f"{artifact_dir} was trained on LLM weights {meta['base_weights_sha256']}, "  # type: ignore[index]
+                f"but {weights} has sha256 {sha}; load it with the base it was trained on"
+            )
         if runtime == "merged_export":
             weights = artifact_dir / MERGED_FILE
         # upstream loaded llm.pt into a partly bf16 module (rounding it): one dtype first, then load again
@@ -254,15 +271,22 @@ class CosyVoice3Backend:
                 lora.merge_in_place(llm)
         llm.eval()
         prompt = meta["prompt"] if meta else None
-        return synth.CosyVoice3Loaded(cosy=cosy, runtime=runtime, prompt_wav=artifact_dir / prompt["file"] if prompt else None,
-                                      prompt_text=prompt["text"] if prompt else None, meta=meta,
-                                      system_prompt=meta["options"]["system_prompt"] if meta else DEFAULT_SYSTEM_PROMPT)  # fmt: skip
+        return synth.CosyVoice3Loaded(
+            cosy=cosy,
+            runtime=runtime,
+            prompt_wav=artifact_dir / prompt["file"] if prompt else None,
+            prompt_text=prompt["text"] if prompt else None,
+            meta=meta,
+            system_prompt=meta["options"]["system_prompt"] if meta else DEFAULT_SYSTEM_PROMPT,
+        )
 
     def export_merged(self, loaded: synth.CosyVoice3Loaded, out_dir: Path) -> None:
         """Write ``llm.safetensors`` (adapters folded in; exactly ``llm.pt``'s keys), the prompt and its config."""
         if loaded.meta is None or loaded.prompt_wav is None or loaded.runtime == "base":
-            raise TrainingError(f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
-                                f"merged_export (got runtime {loaded.runtime!r})")  # fmt: skip
+            raise TrainingError(
+                f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
+                f"merged_export (got runtime {loaded.runtime!r})"
+            )
         out_dir.mkdir(parents=True, exist_ok=True)
         save_deterministic(lora.merged_state_dict(loaded.cosy.model.llm), out_dir / MERGED_FILE, metadata={"format": MERGED_FORMAT})
         self._write_prompt(out_dir, {**loaded.meta, "format": MERGED_FORMAT}, (loaded.prompt_wav.read_bytes(), loaded.prompt_wav.name))
@@ -303,8 +327,15 @@ class CosyVoice3Backend:
     def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
         raise _no_stage_split()
 
-    def stage_outputs(self, loaded: synth.CosyVoice3Loaded, text: str, speaker: str, seed: int, settings: dict[str, Any],
-                      feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def stage_outputs(
+        self,
+        loaded: synth.CosyVoice3Loaded,
+        text: str,
+        speaker: str,
+        seed: int,
+        settings: dict[str, Any],
+        feed: dict[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
         raise _no_stage_split()
 
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:

@@ -61,5 +61,7 @@ def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: boo
         if not report.findings:
             click.echo("no findings")
     if report.errors:
-        raise TrainingError(f"cosyvoice3 preflight: {len(report.errors)} error(s) ({', '.join(sorted({f.id for f in report.errors}))}); "
-                            "fix them before training")  # fmt: skip
+        raise TrainingError(
+            f"cosyvoice3 preflight: {len(report.errors)} error(s) ({', '.join(sorted({f.id for f in report.errors}))}); "
+            "fix them before training"
+        )

@@ -58,8 +58,15 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
 def _forward_one_step(self: Any, xs: torch.Tensor, masks: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
     past = 0 if cache is None else int(cache.get_seq_length())
     full = torch.ones((xs.shape[0], past + xs.shape[1]), dtype=torch.bool, device=xs.device)
-    outs = self.model(inputs_embeds=xs, attention_mask=full, output_hidden_states=True, return_dict=True, use_cache=True,
-                      logits_to_keep=1, **{_cache_kwarg(self.model): cache})  # fmt: skip
+    outs = self.model(
+        inputs_embeds=xs,
+        attention_mask=full,
+        output_hidden_states=True,
+        return_dict=True,
+        use_cache=True,
+        logits_to_keep=1,
+        **{_cache_kwarg(self.model): cache},
+    )
     new_cache = getattr(outs, "cache", None)
     return outs.hidden_states[-1], outs.past_key_values if new_cache is None else new_cache
 

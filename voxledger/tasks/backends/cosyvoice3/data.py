@@ -87,8 +87,9 @@ def _drop_reason(ex: Example, opts: CosyVoice3Options) -> str | None:
     return None
 
 
-def load_examples(files: tuple[Path, ...], tokenizer: Any, allowed_special: Any, opts: CosyVoice3Options,
-                  speakers: tuple[str, ...] | None = None) -> LoadedExamples:  # fmt: skip
+def load_examples(
+    files: tuple[Path, ...], tokenizer: Any, allowed_special: Any, opts: CosyVoice3Options, speakers: tuple[str, ...] | None = None
+) -> LoadedExamples:
     """Read parquet rows, tokenize, filter; ``speakers`` restricts to those voices (counted)."""
     kept: list[Example] = []
     dropped: Counter[str] = Counter()
@@ -102,12 +103,16 @@ def load_examples(files: tuple[Path, ...], tokenizer: Any, allowed_special: Any,
                 dropped[f"sample_rate_below_{MIN_SAMPLE_RATE_HZ}_hz"] += 1
                 continue
             ex = Example(
-                utt=row["utt"], speaker=row["spk"], text=row["text"], duration_s=info.frames / info.samplerate,
+                utt=row["utt"],
+                speaker=row["spk"],
+                text=row["text"],
+                duration_s=info.frames / info.samplerate,
                 text_token=tuple(tokenizer.encode(row["text"], allowed_special=allowed_special)),
                 instruct_token=tuple(tokenizer.encode(row["instruct"], allowed_special=allowed_special)),
-                speech_token=tuple(row["speech_token"]), utt_embedding=np.asarray(row["utt_embedding"], dtype=np.float32),
+                speech_token=tuple(row["speech_token"]),
+                utt_embedding=np.asarray(row["utt_embedding"], dtype=np.float32),
                 spk_embedding=np.asarray(row["spk_embedding"], dtype=np.float32),
-            )  # fmt: skip
+            )
             reason = _drop_reason(ex, opts)
             if reason is None:
                 kept.append(ex)
@@ -146,8 +151,11 @@ def collate(examples: list[Example]) -> dict[str, Any]:
     """Upstream's padded batch dict for ``CosyVoice3LM.forward(batch, device)``."""
     exs = sorted(examples, key=lambda e: -e.duration_s)
     batch: dict[str, Any] = {"utts": [e.utt for e in exs], "text": [e.text for e in exs]}
-    for name, seqs in (("text_token", [e.text_token for e in exs]), ("speech_token", [e.speech_token for e in exs]),
-                       ("instruct_token", [e.instruct_token for e in exs])):  # fmt: skip
+    for name, seqs in (
+        ("text_token", [e.text_token for e in exs]),
+        ("speech_token", [e.speech_token for e in exs]),
+        ("instruct_token", [e.instruct_token for e in exs]),
+    ):
         batch[name], batch[f"{name}_len"] = _padded(seqs)
     batch["utt_embedding"] = F.normalize(torch.from_numpy(np.stack([e.utt_embedding for e in exs])), dim=1)
     batch["spk_embedding"] = F.normalize(torch.from_numpy(np.stack([e.spk_embedding for e in exs])), dim=1)

@@ -96,10 +96,18 @@ def _files(config: CosyVoice3Config) -> list[EnvFinding]:
     found = [EnvFinding(id="missing-file", severity="error", message=m, fix="see the message") for m in upstream.missing_files(config)]
     # (missing_files also reports a set onnx_path: upstream's online-feature switch)
     if config.checkout_dir.is_dir():
-        found += [EnvFinding(id="source-drift", severity="warning", message=m,
-                             fix=f"use upstream commit {manifest.load_manifest().upstream['commit']}, or re-read the manifest's facts "
-                                 "from your commit before trusting the backend's fixes on it")
-                  for m in manifest.check_sources(config.checkout_dir)]  # fmt: skip
+        found += [
+            EnvFinding(
+                id="source-drift",
+                severity="warning",
+                message=m,
+                fix=(
+                    f"use upstream commit {manifest.load_manifest().upstream['commit']}, or re-read the manifest's facts "
+                    "from your commit before trusting the backend's fixes on it"
+                ),
+            )
+            for m in manifest.check_sources(config.checkout_dir)
+        ]
     return found
 
 
@@ -109,8 +117,14 @@ def _weights(config: CosyVoice3Config) -> list[EnvFinding]:
     expected = str(m.model_folder["weight_dtypes"][f"{upstream.TOKENIZER_DIR}/model.safetensors"])  # type: ignore[index]
     declared = upstream.qwen_config_dtype(qwen)
     if declared is not None and declared != expected:
-        return [EnvFinding(id="qwen-dtype", severity="warning", message=f"{qwen / 'config.json'} declares dtype {declared}; the released "
-                           f"CosyVoice-BlankEN is {expected}", fix="check that this is the Fun-CosyVoice3-0.5B model folder")]  # fmt: skip
+        return [
+            EnvFinding(
+                id="qwen-dtype",
+                severity="warning",
+                message=f"{qwen / 'config.json'} declares dtype {declared}; the released CosyVoice-BlankEN is {expected}",
+                fix="check that this is the Fun-CosyVoice3-0.5B model folder",
+            )
+        ]
     return []
 
 
@@ -119,8 +133,16 @@ def _imports() -> list[EnvFinding]:
     why: dict[str, str] = m.imports["why"]  # type: ignore[assignment]
     pip: dict[str, str] = m.imports["pip_names"]  # type: ignore[assignment]
     modules: list[str] = m.imports["python_modules"]  # type: ignore[assignment]
-    return [EnvFinding(id="missing-module", severity="error", message=f"module {name} is not installed ({why.get(name, 'upstream import')})",
-                       fix=f"pip install {pip.get(name, name)}") for name in modules if importlib.util.find_spec(name) is None]  # fmt: skip
+    return [
+        EnvFinding(
+            id="missing-module",
+            severity="error",
+            message=f"module {name} is not installed ({why.get(name, 'upstream import')})",
+            fix=f"pip install {pip.get(name, name)}",
+        )
+        for name in modules
+        if importlib.util.find_spec(name) is None
+    ]
 
 
 def _incompatibilities(versions: dict[str, str | None]) -> list[EnvFinding]:
@@ -136,20 +158,41 @@ def _incompatibilities(versions: dict[str, str | None]) -> list[EnvFinding]:
 
 
 def _interpreter(python: Path) -> tuple[dict[str, str | None] | None, list[EnvFinding]]:
-    not_done = EnvFinding(id="interpreter-not-implemented", severity="error",
-                          message=f"running upstream through a separate interpreter ({python}) is not implemented; the backend refuses "
-                                  "to train or synthesise while one is configured",
-                          fix="unset VOXLEDGER_COSYVOICE_PYTHON and run in this environment (the backend's fixes cover the known "
-                              "incompatibilities), or run upstream's own scripts with that interpreter outside voxledger")  # fmt: skip
+    not_done = EnvFinding(
+        id="interpreter-not-implemented",
+        severity="error",
+        message=(
+            f"running upstream through a separate interpreter ({python}) is not implemented; the backend refuses "
+            "to train or synthesise while one is configured"
+        ),
+        fix=(
+            "unset VOXLEDGER_COSYVOICE_PYTHON and run in this environment (the backend's fixes cover the known "
+            "incompatibilities), or run upstream's own scripts with that interpreter outside voxledger"
+        ),
+    )
     try:
         versions = interpreter_versions(python)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        return None, [not_done, EnvFinding(id="interpreter-unusable", severity="error", message=f"cannot run {python}: {exc}",
-                                           fix="point --python / VOXLEDGER_COSYVOICE_PYTHON at a Python executable")]  # fmt: skip
+        return None, [
+            not_done,
+            EnvFinding(
+                id="interpreter-unusable",
+                severity="error",
+                message=f"cannot run {python}: {exc}",
+                fix="point --python / VOXLEDGER_COSYVOICE_PYTHON at a Python executable",
+            ),
+        ]
     pins = manifest.load_manifest().upstream_pins
     off = {k: (versions.get(k), v) for k, v in pins.items() if (versions.get(k) or "").split("+")[0] != v}
-    drift = [EnvFinding(id="interpreter-pins", severity="warning", message=f"{python}: {k} {got} where upstream pins {want}",
-                        fix=f"install {k}=={want} in that interpreter") for k, (got, want) in sorted(off.items())]  # fmt: skip
+    drift = [
+        EnvFinding(
+            id="interpreter-pins",
+            severity="warning",
+            message=f"{python}: {k} {got} where upstream pins {want}",
+            fix=f"install {k}=={want} in that interpreter",
+        )
+        for k, (got, want) in sorted(off.items())
+    ]
     return versions, [not_done, *drift]
 
 
@@ -161,5 +204,6 @@ def check_environment(config: CosyVoice3Config, python: Path | None = None) -> E
     if python is not None:
         interpreter, extra = _interpreter(python)
         findings += extra
-    return EnvironmentReport(manifest_commit=manifest.load_manifest().upstream["commit"], versions=versions, interpreter=interpreter,
-                             findings=tuple(findings))  # fmt: skip
+    return EnvironmentReport(
+        manifest_commit=manifest.load_manifest().upstream["commit"], versions=versions, interpreter=interpreter, findings=tuple(findings)
+    )

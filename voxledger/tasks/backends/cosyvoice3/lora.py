@@ -20,8 +20,15 @@ from voxledger.schemas.errors import PlanError, TrainingError
 from voxledger.schemas.training import LoraSettings
 
 ADAPTER = "default"
-PARENTS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
-           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}  # fmt: skip
+PARENTS = {
+    "q_proj": "self_attn",
+    "k_proj": "self_attn",
+    "v_proj": "self_attn",
+    "o_proj": "self_attn",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "down_proj": "mlp",
+}
 LAYER_PREFIX = r"llm\.model\.model\.layers\.\d+"
 
 

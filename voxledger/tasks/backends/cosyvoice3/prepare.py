@@ -67,8 +67,10 @@ def _select(corpus_root: Path, splits: tuple[str, ...], speakers: tuple[str, ...
     utts = [u for u in loaded.utterances.utterances if u.split in splits and (speakers is None or u.speaker in speakers)]
     bad = [u.id for u in utts if any(len(v.split()) != 1 for v in (u.id, u.speaker)) or "\n" in u.text or "\n" in (u.instruction or "")]
     if bad:
-        raise CorpusError(f"corpus {corpus_root}: utterances {bad[:5]} have whitespace in the id or speaker, or a newline in the "
-                          "text/instruction; Kaldi files cannot hold them: rename or fix them")  # fmt: skip
+        raise CorpusError(
+            f"corpus {corpus_root}: utterances {bad[:5]} have whitespace in the id or speaker, or a newline in the "
+            "text/instruction; Kaldi files cannot hold them: rename or fix them"
+        )
     empty = [s for s in splits if not any(u.split == s for u in utts)]
     if empty:
         raise CorpusError(f"corpus {corpus_root}: no utterances in split(s) {empty} for speakers {speakers}")
@@ -80,8 +82,9 @@ def _code_digest() -> str:
     return canonical_digest([sha256_hex((here / n).read_bytes()) for n in ("prepare.py", "features.py")])
 
 
-def prepare_corpus(corpus_root: Path, splits: tuple[str, ...], speakers: tuple[str, ...] | None, config: CosyVoice3Config,
-                   system_prompt: str) -> PreparedData:  # fmt: skip
+def prepare_corpus(
+    corpus_root: Path, splits: tuple[str, ...], speakers: tuple[str, ...] | None, config: CosyVoice3Config, system_prompt: str
+) -> PreparedData:
     """Prepare (or reuse) the upstream training data of ``splits``, restricted to ``speakers``.
 
     Raises:
@@ -100,9 +103,17 @@ def prepare_corpus(corpus_root: Path, splits: tuple[str, ...], speakers: tuple[s
         [u.split, u.id, u.audio, digests[paths[u.id]], " ".join(u.text.split()), u.speaker, instruct_text(u.instruction, system_prompt)]
         for u in utts
     ]
-    key = canonical_digest({"format": PREP_FORMAT, "features": features.FEATURES_VERSION, "code": _code_digest(), "rows": rows,
-                            "campplus": digests[config.campplus_path], "tokenizer": digests[config.speech_tokenizer_path],
-                            "providers": fx.providers})  # fmt: skip
+    key = canonical_digest(
+        {
+            "format": PREP_FORMAT,
+            "features": features.FEATURES_VERSION,
+            "code": _code_digest(),
+            "rows": rows,
+            "campplus": digests[config.campplus_path],
+            "tokenizer": digests[config.speech_tokenizer_path],
+            "providers": fx.providers,
+        }
+    )
     out = config.cache_dir / "prep" / key
     if (out / DONE).is_file():
         cached = _reuse(out, key)
@@ -137,9 +148,13 @@ def _write_split(d: Path, root: Path, utts: list[Utterance], fx: features.Featur
         spk2utt.setdefault(u.speaker, []).append(u.id)
     texts = {u.id: " ".join(u.text.split()) for u in utts}
     instructs = {u.id: instruct_text(u.instruction, system_prompt) for u in utts}
-    kaldi = {"wav.scp": [f"{u.id} {(root / u.audio).absolute()}" for u in utts], "text": [f"{u.id} {texts[u.id]}" for u in utts],
-             "utt2spk": [f"{u.id} {u.speaker}" for u in utts], "spk2utt": [f"{s} {' '.join(ids)}" for s, ids in sorted(spk2utt.items())],
-             "instruct": [f"{u.id} {instructs[u.id]}" for u in utts]}  # fmt: skip
+    kaldi = {
+        "wav.scp": [f"{u.id} {(root / u.audio).absolute()}" for u in utts],
+        "text": [f"{u.id} {texts[u.id]}" for u in utts],
+        "utt2spk": [f"{u.id} {u.speaker}" for u in utts],
+        "spk2utt": [f"{s} {' '.join(ids)}" for s, ids in sorted(spk2utt.items())],
+        "instruct": [f"{u.id} {instructs[u.id]}" for u in utts],
+    }
     for name, lines in kaldi.items():
         (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     utt_emb, tokens = {}, {}
@@ -151,14 +166,19 @@ def _write_split(d: Path, root: Path, utts: list[Utterance], fx: features.Featur
     for n, start in enumerate(range(0, len(utts), UTTS_PER_PARQUET)):
         chunk = utts[start : start + UTTS_PER_PARQUET]
         audio = {u.id: (root / u.audio).read_bytes() for u in chunk}  # one chunk's audio in memory at a time
-        table = pa.table({
-            "utt": [u.id for u in chunk], "audio_data": pa.array([audio[u.id] for u in chunk], pa.binary()),
-            "wav": [u.audio for u in chunk], "text": [texts[u.id] for u in chunk], "spk": [u.speaker for u in chunk],
-            "utt_embedding": pa.array([utt_emb[u.id].tolist() for u in chunk], pa.list_(pa.float32())),
-            "spk_embedding": pa.array([spk_emb[u.speaker].tolist() for u in chunk], pa.list_(pa.float32())),
-            "speech_token": pa.array([tokens[u.id] for u in chunk], pa.list_(pa.int32())),
-            "instruct": [instructs[u.id] for u in chunk],
-        })  # fmt: skip
+        table = pa.table(
+            {
+                "utt": [u.id for u in chunk],
+                "audio_data": pa.array([audio[u.id] for u in chunk], pa.binary()),
+                "wav": [u.audio for u in chunk],
+                "text": [texts[u.id] for u in chunk],
+                "spk": [u.speaker for u in chunk],
+                "utt_embedding": pa.array([utt_emb[u.id].tolist() for u in chunk], pa.list_(pa.float32())),
+                "spk_embedding": pa.array([spk_emb[u.speaker].tolist() for u in chunk], pa.list_(pa.float32())),
+                "speech_token": pa.array([tokens[u.id] for u in chunk], pa.list_(pa.int32())),
+                "instruct": [instructs[u.id] for u in chunk],
+            }
+        )
         pq.write_table(table, d / f"parquet_{n:09d}.tar")
 
 

@@ -145,9 +145,13 @@ def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[st
     wav = torch.cat(segments, dim=1)[0].numpy() if segments else np.zeros(0, dtype=np.float32)
     if errors:
         where = getattr(errors[0], "__notes__", ["in a background thread"])[-1]
-        raise SynthesisError(f"CosyVoice3's LLM thread failed for {text!r}: {errors[0]!r} {where} (the {wav.size / rate:.3f} s "
-                             "wav it still returned was discarded)") from errors[0]  # fmt: skip
+        raise SynthesisError(
+            f"CosyVoice3's LLM thread failed for {text!r}: {errors[0]!r} {where} (the {wav.size / rate:.3f} s "
+            "wav it still returned was discarded)"
+        ) from errors[0]
     if wav.size < MIN_WAV_S * rate:
-        raise SynthesisError(f"CosyVoice3 produced {wav.size / rate:.3f} s of audio for {text!r} (< {MIN_WAV_S} s): "
-                             "the LLM emitted (almost) no speech tokens")  # fmt: skip
+        raise SynthesisError(
+            f"CosyVoice3 produced {wav.size / rate:.3f} s of audio for {text!r} (< {MIN_WAV_S} s): "
+            "the LLM emitted (almost) no speech tokens"
+        )
     return np.ascontiguousarray(wav, dtype=np.float32), rate

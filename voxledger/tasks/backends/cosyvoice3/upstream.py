@@ -36,9 +36,14 @@ from voxledger.tasks.backends.cosyvoice3.config import (
 from voxledger.tasks.backends.cosyvoice3.manifest import load_manifest
 
 CHECKOUT_FILES = (
-    "cosyvoice/__init__.py", "cosyvoice/cli/cosyvoice.py", "cosyvoice/cli/model.py", "cosyvoice/cli/frontend.py",
-    "cosyvoice/llm/llm.py", "cosyvoice/tokenizer/tokenizer.py", "third_party/Matcha-TTS/matcha/__init__.py",
-)  # fmt: skip
+    "cosyvoice/__init__.py",
+    "cosyvoice/cli/cosyvoice.py",
+    "cosyvoice/cli/model.py",
+    "cosyvoice/cli/frontend.py",
+    "cosyvoice/llm/llm.py",
+    "cosyvoice/tokenizer/tokenizer.py",
+    "third_party/Matcha-TTS/matcha/__init__.py",
+)
 SOURCE_ROOTS = ("cosyvoice", "third_party/Matcha-TTS/matcha")
 _MANIFEST = load_manifest()
 ONNX_FILES = ("campplus.onnx", "speech_tokenizer_v3.onnx")  # configurable paths (`CosyVoice3Config`), checked apart
@@ -68,22 +73,28 @@ def missing_files(config: CosyVoice3Config) -> list[str]:
     """Every missing file of the checkout and model folder (and a set ``onnx_path``), each with its fix."""
     problems: list[str] = []
     fetch = "clone it with `git clone --recursive https://github.com/FunAudioLLM/CosyVoice` (or run `git submodule update --init --recursive` in it)"
-    get_model = (f"download Fun-CosyVoice3-0.5B into {config.model_dir} (default <checkout>/{DEFAULT_MODEL_SUBDIR}) "
-                 f"or point {ENV_MODEL} at it")  # fmt: skip
+    get_model = (
+        f"download Fun-CosyVoice3-0.5B into {config.model_dir} (default <checkout>/{DEFAULT_MODEL_SUBDIR}) or point {ENV_MODEL} at it"
+    )
     if not config.checkout_dir.is_dir():
         return [f"CosyVoice checkout {config.checkout_dir} is not a folder; {fetch}"]
     problems += [f"{config.checkout_dir / f} is missing; {fetch}" for f in CHECKOUT_FILES if not (config.checkout_dir / f).is_file()]
     if not config.model_dir.is_dir():
         return [*problems, f"model folder {config.model_dir} is not a folder; {get_model}"]
     problems += [f"{config.model_dir / f} is missing; {get_model}" for f in MODEL_FILES if not (config.model_dir / f).is_file()]
-    problems += [f"{config.model_dir / TOKENIZER_DIR / f} is missing (Qwen2 tokenizer / weights); {get_model}"
-                 for f in TOKENIZER_FILES if not (config.model_dir / TOKENIZER_DIR / f).is_file()]  # fmt: skip
+    problems += [
+        f"{config.model_dir / TOKENIZER_DIR / f} is missing (Qwen2 tokenizer / weights); {get_model}"
+        for f in TOKENIZER_FILES
+        if not (config.model_dir / TOKENIZER_DIR / f).is_file()
+    ]
     for what, path in (("campplus speaker-embedding ONNX", config.campplus_path), ("speech tokenizer ONNX", config.speech_tokenizer_path)):
         if not path.is_file():
             problems.append(f"{what} {path} is missing; it ships with Fun-CosyVoice3-0.5B ({get_model})")
     if os.environ.get("onnx_path"):
-        problems.append("environment variable onnx_path is set: upstream then extracts speech tokens online inside the "
-                        "model; voxledger precomputes them, so unset onnx_path")  # fmt: skip
+        problems.append(
+            "environment variable onnx_path is set: upstream then extracts speech tokens online inside the "
+            "model; voxledger precomputes them, so unset onnx_path"
+        )
     return problems
 
 
@@ -130,8 +141,12 @@ def preflight(config: CosyVoice3Config) -> UpstreamIdentity:
     sources, count = source_digest(config.checkout_dir)
     files = _identity_files(config)
     digests = hash_files(list(files.values()), cache=StatCache(config.cache_dir / "stat-cache.sqlite"))
-    return UpstreamIdentity(checkout_commit=git_commit(config.checkout_dir), sources_sha256=sources, source_files=count,
-                            files_sha256={name: digests[path] for name, path in sorted(files.items())})  # fmt: skip
+    return UpstreamIdentity(
+        checkout_commit=git_commit(config.checkout_dir),
+        sources_sha256=sources,
+        source_files=count,
+        files_sha256={name: digests[path] for name, path in sorted(files.items())},
+    )
 
 
 def import_upstream(checkout: Path) -> Any:
@@ -148,8 +163,9 @@ def import_upstream(checkout: Path) -> Any:
 
     where = Path(cosyvoice.__file__).resolve().parent
     if where != root / "cosyvoice":
-        raise TrainingError(f"module cosyvoice is already imported from {where}, not from the configured checkout {root}; "
-                            "use one checkout per process")  # fmt: skip
+        raise TrainingError(
+            f"module cosyvoice is already imported from {where}, not from the configured checkout {root}; use one checkout per process"
+        )
     return cosyvoice
 
 
@@ -189,8 +205,10 @@ def check_lm_dtype(llm: torch.nn.Module, where: str) -> None:
     """Raise unless every LM parameter is `LM_DTYPE` (the backend's one dtype policy)."""
     found = lm_dtypes(llm)
     if found != {LM_DTYPE}:
-        raise TrainingError(f"{where}: the CosyVoice3 LM holds parameters of dtypes {sorted(map(str, found))}; the backend keeps "
-                            f"it in {LM_DTYPE} (cast it with compat.to_lm_dtype before loading weights)")  # fmt: skip
+        raise TrainingError(
+            f"{where}: the CosyVoice3 LM holds parameters of dtypes {sorted(map(str, found))}; the backend keeps "
+            f"it in {LM_DTYPE} (cast it with compat.to_lm_dtype before loading weights)"
+        )
 
 
 def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -207,8 +225,10 @@ def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]
 
     llm = configs["llm"]
     if not isinstance(llm, CosyVoice3LM):
-        raise TrainingError(f"{config.model_dir / 'cosyvoice3.yaml'}: 'llm' is a {type(llm).__name__}, not CosyVoice3LM; "
-                            "use the Fun-CosyVoice3-0.5B model folder")  # fmt: skip
+        raise TrainingError(
+            f"{config.model_dir / 'cosyvoice3.yaml'}: 'llm' is a {type(llm).__name__}, not CosyVoice3LM; "
+            "use the Fun-CosyVoice3-0.5B model folder"
+        )
     to_lm_dtype(llm)
     check_lm_dtype(llm, f"{config.model_dir / 'cosyvoice3.yaml'}")
     return llm, configs
@@ -233,6 +253,8 @@ def load_llm_strict(llm: torch.nn.Module, state: dict[str, torch.Tensor], source
     expected = set(llm.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        raise TrainingError(f"{source} does not fit the CosyVoice3LM of the model yaml: {len(missing)} missing keys "
-                            f"{missing[:5]}, {len(unexpected)} unexpected keys {unexpected[:5]}")  # fmt: skip
+        raise TrainingError(
+            f"{source} does not fit the CosyVoice3LM of the model yaml: {len(missing)} missing keys "
+            f"{missing[:5]}, {len(unexpected)} unexpected keys {unexpected[:5]}"
+        )
     llm.load_state_dict(state, strict=True)

@@ -56,8 +56,16 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,150}$")
 # 95-100% of boundaries within 1 frame. Cepstra kept: 5 -> 0.43/0.46/0.51 (f4/f3/m3, 12 sentences),
 # 6 -> 0.51/0.55/0.52, 8 -> 0.58/0.62/0.55, 13 -> 1.29/1.31/0.55: higher orders follow the pitch
 # harmonics of the higher voices; 6 keeps a little more spectral detail for real speech than 5.
-MEASURED = {"en-us+rob": 0.33, "en-us@130wpm": 0.38, "en-us@300wpm": 0.34, "en-us+m3@110wpm": 0.52,
-            "en-us+f4": 0.50, "en-us+f3@230wpm": 0.52, "en+m7": 0.40, "en+f2": 0.46}  # fmt: skip
+MEASURED = {
+    "en-us+rob": 0.33,
+    "en-us@130wpm": 0.38,
+    "en-us@300wpm": 0.34,
+    "en-us+m3@110wpm": 0.52,
+    "en-us+f4": 0.50,
+    "en-us+f3@230wpm": 0.52,
+    "en+m7": 0.40,
+    "en+f2": 0.46,
+}
 
 
 def frame_durations(end_samples: list[int], n_frames: int) -> np.ndarray:
@@ -92,8 +100,15 @@ class Durations:
 
     def to_bytes(self, utterance_id: str) -> bytes:
         """Canonical JSON of this file (the unit the features tree stores)."""
-        doc = {"format": FORMAT, "utterance": utterance_id, "source": self.source, "sample_rate_hz": SAMPLE_RATE_HZ,
-               "hop_length": 256, "phonemes": list(self.phonemes), "frames": [int(f) for f in self.frames]}  # fmt: skip
+        doc = {
+            "format": FORMAT,
+            "utterance": utterance_id,
+            "source": self.source,
+            "sample_rate_hz": SAMPLE_RATE_HZ,
+            "hop_length": 256,
+            "phonemes": list(self.phonemes),
+            "frames": [int(f) for f in self.frames],
+        }
         return canonical_bytes(doc)
 
 

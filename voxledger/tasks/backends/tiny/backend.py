@@ -54,8 +54,10 @@ ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 OPTIM_KEYS = ("peak_lr", "warmup_steps", "final_lr_fraction", "weight_decay", "max_grad_norm")
 PLAN_NOTES = {
-    "full": "Full training of the tiny TTS on {speakers} (language {language!r}); recipe measured on the demo "
-    "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng.",
+    "full": (
+        "Full training of the tiny TTS on {speakers} (language {language!r}); recipe measured on the demo "
+        "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng."
+    ),
     "lora": "LoRA on q/k/v/o plus a new speaker row for the target voice {target!r}.",
 }
 COMPONENT_NOTE = (
@@ -112,9 +114,14 @@ class TinyBackend:
         self._train = TinyDataset(train_utts, config, self._norm, plan.frames_per_batch)
         cv_set = TinyDataset(cv_utts, config, self._norm, plan.frames_per_batch)
         sources = sorted({e.durations.source for e in (*train, *cv)})
-        effective = {"model": config.model_dump(mode="json"), "frames_per_batch": plan.frames_per_batch,
-                     "train_utterances": len(train), "cv_utterances": len(cv), "duration_sources": sources,
-                     "precision_effective": tt.effective_precision(plan.precision)}  # fmt: skip
+        effective = {
+            "model": config.model_dump(mode="json"),
+            "frames_per_batch": plan.frames_per_batch,
+            "train_utterances": len(train),
+            "cv_utterances": len(cv),
+            "duration_sources": sources,
+            "precision_effective": tt.effective_precision(plan.precision),
+        }
         return TrainingSetup(
             model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed)
         )
@@ -248,13 +255,19 @@ class TinyBackend:
     def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
         return stages.STAGES
 
-    def stage_outputs(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any],
-                      feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def stage_outputs(
+        self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any], feed: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         return stages.stage_outputs(loaded, text, speaker, seed, settings, feed)
 
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
         recipe = tt.BASE_RECIPE if mode == "full" else tt.LORA_RECIPE
         lora = {k: recipe[k] for k in ("r", "alpha", "dropout")} if mode == "lora" else None
-        return PlanRecipe(frames_per_batch=int(recipe["frames_per_batch"]), precision=str(recipe["precision"]),
-                          optim={k: recipe[k] for k in OPTIM_KEYS}, lora=lora, note=PLAN_NOTES[mode])  # fmt: skip
+        return PlanRecipe(
+            frames_per_batch=int(recipe["frames_per_batch"]),
+            precision=str(recipe["precision"]),
+            optim={k: recipe[k] for k in OPTIM_KEYS},
+            lora=lora,
+            note=PLAN_NOTES[mode],
+        )

@@ -141,9 +141,11 @@ def load_examples(corpus_dir: str | Path, splits: tuple[str, ...], speakers: tup
     loaded = load_corpus(Path(corpus_dir))
     chosen = [u for u in loaded.utterances.utterances if u.split in splits and (speakers is None or u.speaker in speakers)]
     if not chosen:
-        raise CorpusError(f"{loaded.root}: no utterances in splits {list(splits)}"
-                          + (f" for speakers {list(speakers)}" if speakers is not None else "")
-                          + f" (splits present: {sorted(loaded.utterances.splits())})")  # fmt: skip
+        raise CorpusError(
+            f"{loaded.root}: no utterances in splits {list(splits)}"
+            + (f" for speakers {list(speakers)}" if speakers is not None else "")
+            + f" (splits present: {sorted(loaded.utterances.splits())})"
+        )
     examples = []
     for u in chosen:
         mel = log_mel(read_audio_16k(loaded, u))
@@ -160,8 +162,9 @@ def to_utterance(example: CorpusExample, config: TinyTTSConfig) -> TinyUtterance
     frames = example.durations.frames
     if int(frames.sum()) != len(example.mel):
         raise CorpusError(f"{example.id}: durations cover {int(frames.sum())} frames, the audio has {len(example.mel)}")
-    return TinyUtterance(id=example.id, speaker=example.speaker, phoneme_ids=np.asarray(ids, dtype=np.int64),
-                         durations=frames, mel=example.mel)  # fmt: skip
+    return TinyUtterance(
+        id=example.id, speaker=example.speaker, phoneme_ids=np.asarray(ids, dtype=np.int64), durations=frames, mel=example.mel
+    )
 
 
 def load_utterances(corpus_dir: str | Path, splits: tuple[str, ...], config: TinyTTSConfig) -> list[TinyUtterance]:
@@ -221,7 +224,7 @@ class TinyDataset:
         phonemes = torch.full((len(utts), n_ph), PAD_ID, dtype=torch.long)
         durations = torch.zeros((len(utts), n_ph), dtype=torch.long)
         mels = torch.zeros((len(utts), n_fr, self._mels[0].shape[1]))
-        for row, (i, u) in enumerate(zip(indices, utts)):
+        for row, (i, u) in enumerate(zip(indices, utts, strict=True)):
             phonemes[row, : len(u.phoneme_ids)] = torch.from_numpy(u.phoneme_ids)
             durations[row, : len(u.durations)] = torch.from_numpy(u.durations)
             mels[row, : u.n_frames] = self._mels[i]

@@ -24,8 +24,9 @@ STAGES: tuple[SynthesisStage, ...] = (
 )
 
 
-def stage_outputs(loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any],
-                  feed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+def stage_outputs(
+    loaded: Any, text: str, speaker: str, seed: int, settings: dict[str, Any], feed: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """Durations (int32), mel (float32, frames x 80) and pcm (float32) of one utterance.
 
     Durations are ``feed['durations']`` when given, else espeak's timing when

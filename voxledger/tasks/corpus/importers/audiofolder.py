@@ -94,8 +94,14 @@ def _read(sink: RecordSink, src: Path, path: Path, split: str) -> None:
             text_col, speaker_col = columns
             rel = label(path.parent / str(row["file_name"]), src)
             extra = {k: v for k, v in row.items() if k not in ("file_name", text_col, speaker_col)}
-            record = {**extra, "id": Path(str(row["file_name"])).stem, "audio": rel, "text": str(row.get(text_col) or ""),
-                      "speaker": str(row[speaker_col]) if speaker_col and row.get(speaker_col) else src.name, "split": split}  # fmt: skip
+            record = {
+                **extra,
+                "id": Path(str(row["file_name"])).stem,
+                "audio": rel,
+                "text": str(row.get(text_col) or ""),
+                "speaker": str(row[speaker_col]) if speaker_col and row.get(speaker_col) else src.name,
+                "split": split,
+            }
             sink.add(record, where, lineno)
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{where}: not UTF-8 at byte {exc.start}; re-encode the file as UTF-8") from None

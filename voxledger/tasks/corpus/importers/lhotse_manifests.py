@@ -71,15 +71,24 @@ def _audio(recording: Any, where: str, root: Path) -> str:
     sources = recording.sources
     if len(sources) != 1 or sources[0].type != "file":
         kinds = ", ".join(s.type for s in sources)
-        raise CorpusError(f"{where}: recording {recording.id!r} has sources ({kinds}); voxledger reads one audio file per recording: "
-                          "write each recording to a file first (lhotse: recording.to_file / CutSet.save_audios)")  # fmt: skip
+        raise CorpusError(
+            f"{where}: recording {recording.id!r} has sources ({kinds}); voxledger reads one audio file per recording: "
+            "write each recording to a file first (lhotse: recording.to_file / CutSet.save_audios)"
+        )
     source = str(sources[0].source)
     return source if source.startswith("/") else label(root / source, root)
 
 
 def _record(sup: Any, audio: str, start: float, rec_duration: float, split: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": sup.id, "audio": audio, "text": sup.text or "", "speaker": sup.speaker or "", "recording_id": sup.recording_id,
-                              "split": split, "duration_s": round(sup.duration, 6)}  # fmt: skip
+    record: dict[str, Any] = {
+        "id": sup.id,
+        "audio": audio,
+        "text": sup.text or "",
+        "speaker": sup.speaker or "",
+        "recording_id": sup.recording_id,
+        "split": split,
+        "duration_s": round(sup.duration, 6),
+    }
     if sup.language:
         record["language"] = sup.language
     if sup.gender:
@@ -133,6 +142,8 @@ def _guard(items: Iterable[Any], path: Path, root: Path) -> Iterable[Any]:
         except StopIteration:
             return
         except (KeyError, TypeError, ValueError, OSError) as exc:
-            raise CorpusError(f"{label(path, root)}:{lineno}: lhotse cannot read this line ({type(exc).__name__}: {exc}); "
-                              "check it against lhotse's manifest format") from None  # fmt: skip
+            raise CorpusError(
+                f"{label(path, root)}:{lineno}: lhotse cannot read this line ({type(exc).__name__}: {exc}); "
+                "check it against lhotse's manifest format"
+            ) from None
         yield item

@@ -56,8 +56,9 @@ def _line(sink: RecordSink, raw: bytes, name: str, lineno: int, speaker: str, sp
         return
     cols = text.split("|")
     if len(cols) < 2:
-        raise CorpusError(f"{name}:{lineno}: expected 'id|text' or 'id|text|normalised text' columns, got {text[:60]!r}; "
-                          "separate the columns with '|'")  # fmt: skip
+        raise CorpusError(
+            f"{name}:{lineno}: expected 'id|text' or 'id|text|normalised text' columns, got {text[:60]!r}; separate the columns with '|'"
+        )
     uid = cols[0].strip()
     transcript = cols[2] if len(cols) > 2 and cols[2].strip() else cols[1]
     sink.add({"id": uid, "audio": f"wavs/{uid}.wav", "text": transcript.strip(), "speaker": speaker, "split": split}, name, lineno)
