@@ -302,7 +302,7 @@ def query(ctx: click.Context, sql: str, as_json: bool) -> None:
         cols = [d[0] for d in cur.description]
         rows = cur.fetchall()
     if as_json:
-        emit_json([dict(zip(cols, r)) for r in rows])
+        emit_json([dict(zip(cols, r, strict=True)) for r in rows])
         return
     table = Table(*cols)
     for r in rows:

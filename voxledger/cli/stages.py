@@ -45,8 +45,15 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
     base = resolve_node(ctx, base_sha) if base_sha else None
     out = run_flow(ctx, train_flow, str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json)
     r = out.receipt
-    summary = {"receipt": out.receipt_id, "cached": out.cached, "best": r.subject("best").sha256, "last": r.subject("last").sha256,
-               "best_epoch": r.result.best_epoch, "epochs": len(r.result.epochs), "stop_reason": r.result.stop_reason}  # fmt: skip
+    summary = {
+        "receipt": out.receipt_id,
+        "cached": out.cached,
+        "best": r.subject("best").sha256,
+        "last": r.subject("last").sha256,
+        "best_epoch": r.result.best_epoch,
+        "epochs": len(r.result.epochs),
+        "stop_reason": r.result.stop_reason,
+    }
     if as_json:
         emit_json(summary)
         return
@@ -170,8 +177,14 @@ def _print_report(doc: dict[str, Any]) -> None:
         if c["metric"] in SHOWN:
             t = c["test"]
             p = "-" if t["p_value"] is None else f"{t['p_value']:.2e}"
-            comp.add_row(f"{c['candidate']} - {c['baseline']}", c["metric"], interval_cell(c["delta"], signed=True), f"{t['method']}", p,
-                         f"{t['units']} prompts / {c['n_pairs']} pairs")  # fmt: skip
+            comp.add_row(
+                f"{c['candidate']} - {c['baseline']}",
+                c["metric"],
+                interval_cell(c["delta"], signed=True),
+                f"{t['method']}",
+                p,
+                f"{t['units']} prompts / {c['n_pairs']} pairs",
+            )
             notes.update(n for n in (c["delta"].get("note"), t.get("note")) if n)
     console.print(comp)
     for n in sorted(notes):
@@ -203,7 +216,7 @@ def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json
             f"no alias {alias!r} in this home's history; known aliases: {', '.join(known) or 'none (no promotion recorded yet)'}"
         )
     if as_json:
-        emit_json([dict(zip(("alias", "target", "base", "moved_at", "reason", "receipt"), r)) for r in rows])
+        emit_json([dict(zip(("alias", "target", "base", "moved_at", "reason", "receipt"), r, strict=True)) for r in rows])
         return
     table = Table("alias", "target", "moved at", "reason", "receipt")
     for a, t, _, m, why, rid in rows:
@@ -231,8 +244,9 @@ def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir:
     """
     from voxledger.flows.pipeline import pipeline
 
-    out = run_flow(ctx, pipeline, str(corpus.absolute()), str(plan_file.absolute()), str(PLANS),
-                   str(packets_dir.absolute()) if packets_dir else None)  # fmt: skip
+    out = run_flow(
+        ctx, pipeline, str(corpus.absolute()), str(plan_file.absolute()), str(PLANS), str(packets_dir.absolute()) if packets_dir else None
+    )
     if as_json:
         emit_json({"pipeline_receipt": out.pipeline_receipt, "stages": [s.model_dump(mode="json") for s in out.stages]})
     else:

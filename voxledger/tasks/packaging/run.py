@@ -72,9 +72,19 @@ def _reload_check(ours: np.ndarray, theirs: np.ndarray, text: str, seed: int, sp
     same_shape = ours.shape == theirs.shape
     err = float(np.max(np.abs(ours.astype(np.float64) - theirs.astype(np.float64)))) if same_shape and ours.size else float("inf")
     bitwise = same_shape and ours.tobytes() == theirs.tobytes()
-    return ReloadCheck(probe_text=text, probe_seed=seed, speaker=speaker, threads=threads, device="cpu", n_samples=int(ours.size),
-                       bitwise_equal=bitwise, max_abs_err=err if np.isfinite(err) else 1e30, tolerance=CPU_TOLERANCE,
-                       passed=bitwise or err <= CPU_TOLERANCE, child_wall_s=wall_s)  # fmt: skip
+    return ReloadCheck(
+        probe_text=text,
+        probe_seed=seed,
+        speaker=speaker,
+        threads=threads,
+        device="cpu",
+        n_samples=int(ours.size),
+        bitwise_equal=bitwise,
+        max_abs_err=err if np.isfinite(err) else 1e30,
+        tolerance=CPU_TOLERANCE,
+        passed=bitwise or err <= CPU_TOLERANCE,
+        child_wall_s=wall_s,
+    )
 
 
 def _write_dumps(stages: dict[str, np.ndarray], folder: Path) -> Path:
@@ -89,9 +99,20 @@ Compare = Callable[..., StageOutcome[EquivalenceReceipt]]
 passes the same function run as its own Prefect task)."""
 
 
-def _merged_equivalence(home: Home, manifest: PackageManifest, tar: Path, base_dir: Path, work: Path, ours: dict[str, np.ndarray],
-                        text: str, seed: int, parents: tuple[InputRef, ...], plan: EquivalencePlan, flow: str,
-                        compare: Compare) -> tuple[str, StageOutcome[EquivalenceReceipt]]:  # fmt: skip
+def _merged_equivalence(
+    home: Home,
+    manifest: PackageManifest,
+    tar: Path,
+    base_dir: Path,
+    work: Path,
+    ours: dict[str, np.ndarray],
+    text: str,
+    seed: int,
+    parents: tuple[InputRef, ...],
+    plan: EquivalencePlan,
+    flow: str,
+    compare: Compare,
+) -> tuple[str, StageOutcome[EquivalenceReceipt]]:
     """Export merged weights, reload them, compare with the adapter path; return (merged tree, outcome)."""
     backend = get_backend(manifest.backend)
     exporter = getattr(backend, "export_merged", None)
@@ -103,20 +124,34 @@ def _merged_equivalence(home: Home, manifest: PackageManifest, tar: Path, base_d
     merged = backend.load_for_inference(None, work / "merged", "merged_export")
     cand = probe_stages(manifest.backend, merged, text, manifest.inference.speaker, seed, dict(manifest.inference.settings))
     outcome = compare(
-        home, str(_write_dumps(ours, work / "dumps-adapter")), str(_write_dumps(cand, work / "dumps-merged")), plan,
-        plan_name=f"package-probe-equivalence-{plan_digest(plan)[:12]}", ref_runtime=RuntimeDescriptor(name="adapter"),
-        cand_runtime=RuntimeDescriptor(name="merged_export"), flow=flow,
+        home,
+        str(_write_dumps(ours, work / "dumps-adapter")),
+        str(_write_dumps(cand, work / "dumps-merged")),
+        plan,
+        plan_name=f"package-probe-equivalence-{plan_digest(plan)[:12]}",
+        ref_runtime=RuntimeDescriptor(name="adapter"),
+        cand_runtime=RuntimeDescriptor(name="merged_export"),
+        flow=flow,
         parents=(*parents, InputRef(role="merged_export", sha256=merged_sha, ref="artifact")),
-    )  # fmt: skip
+    )
     return merged_sha, outcome
 
 
 def package_adapter_fn(
-    home: Home, training_run_rid: str, checkpoint_tree_sha: str, *, promotion_rid: str | None = None,
-    evaluation_rids: tuple[str, ...] | list[str] = (), retention_root: Path | None = None,
-    probe_text: str = PROBE_TEXT, probe_seed: int = 0, equivalence_plan: EquivalencePlan = PROBE_PLAN,
-    flow: str = "package_adapter", threads: int = 1, compare: Compare = record_equivalence,
-) -> PackageOutcome:  # fmt: skip
+    home: Home,
+    training_run_rid: str,
+    checkpoint_tree_sha: str,
+    *,
+    promotion_rid: str | None = None,
+    evaluation_rids: tuple[str, ...] | list[str] = (),
+    retention_root: Path | None = None,
+    probe_text: str = PROBE_TEXT,
+    probe_seed: int = 0,
+    equivalence_plan: EquivalencePlan = PROBE_PLAN,
+    flow: str = "package_adapter",
+    threads: int = 1,
+    compare: Compare = record_equivalence,
+) -> PackageOutcome:
     """Package a LoRA checkpoint of a training run; check it; publish it; record a ``package`` receipt.
 
     ``equivalence_plan`` judges the merged export against the adapter path (mel and pcm of the
@@ -131,9 +166,19 @@ def package_adapter_fn(
     """
     started, t0 = utc_now(), time.perf_counter()
     request = PackageRequest(training_run_rid, checkpoint_tree_sha, promotion_rid, tuple(sorted(evaluation_rids)))
-    key = cache_key("package", {"training_run": training_run_rid, "checkpoint": checkpoint_tree_sha}, None,
-                    {"promotion": promotion_rid, "evaluations": request.evaluation_receipts, "probe_text": probe_text,
-                     "probe_seed": probe_seed, "threads": threads, "equivalence_plan": plan_digest(equivalence_plan)})  # fmt: skip
+    key = cache_key(
+        "package",
+        {"training_run": training_run_rid, "checkpoint": checkpoint_tree_sha},
+        None,
+        {
+            "promotion": promotion_rid,
+            "evaluations": request.evaluation_receipts,
+            "probe_text": probe_text,
+            "probe_seed": probe_seed,
+            "threads": threads,
+            "equivalence_plan": plan_digest(equivalence_plan),
+        },
+    )
     hit = reuse(home, key, PackageReceipt)
     if hit is not None:
         receipt = hit.receipt
@@ -146,9 +191,15 @@ def package_adapter_fn(
     with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
         work = Path(tmp)
         sha, manifest = assemble_package(home.blobs, request, work / "package.tar")
-        params = PackageParameters(backend=manifest.backend, training_run=training_run_rid, checkpoint_tree_sha256=checkpoint_tree_sha,
-                                   promotion_receipt=promotion_rid, evaluation_receipts=request.evaluation_receipts,
-                                   probe_text=probe_text, probe_seed=probe_seed)  # fmt: skip
+        params = PackageParameters(
+            backend=manifest.backend,
+            training_run=training_run_rid,
+            checkpoint_tree_sha256=checkpoint_tree_sha,
+            promotion_receipt=promotion_rid,
+            evaluation_receipts=request.evaluation_receipts,
+            probe_text=probe_text,
+            probe_seed=probe_seed,
+        )
         home.blobs.put_file(work / "package.tar", expected_sha256=sha)
         tar = home.blobs.path_of(sha)
         materialize_tree(home.blobs, manifest.components.base_model_sha256, work / "base")
@@ -156,15 +207,23 @@ def package_adapter_fn(
         theirs, child_wall = reload_in_fresh_process(tar, work / "base", probe_text, probe_seed, threads)
         reload = _reload_check(ours["pcm"], theirs["pcm"], probe_text, probe_seed, manifest.inference.speaker, threads, child_wall)
         b = manifest.binding
-        inputs = [InputRef(role="training_run", sha256=b.training_run, ref="receipt"), InputRef(role="checkpoint", sha256=b.checkpoint_receipt, ref="receipt"),
-                  InputRef(role="adapter_checkpoint", sha256=b.checkpoint_tree_sha256, ref="artifact"),
-                  InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"),
-                  InputRef(role="audit", sha256=b.audit_receipt, ref="receipt"),
-                  *(InputRef(role=f"evaluation:{i}", sha256=r, ref="receipt") for i, r in enumerate(b.evaluation_receipts)),
-                  *([InputRef(role="promotion", sha256=b.promotion_receipt, ref="receipt")] if b.promotion_receipt else [])]  # fmt: skip
+        inputs = [
+            InputRef(role="training_run", sha256=b.training_run, ref="receipt"),
+            InputRef(role="checkpoint", sha256=b.checkpoint_receipt, ref="receipt"),
+            InputRef(role="adapter_checkpoint", sha256=b.checkpoint_tree_sha256, ref="artifact"),
+            InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"),
+            InputRef(role="audit", sha256=b.audit_receipt, ref="receipt"),
+            *(InputRef(role=f"evaluation:{i}", sha256=r, ref="receipt") for i, r in enumerate(b.evaluation_receipts)),
+            *([InputRef(role="promotion", sha256=b.promotion_receipt, ref="receipt")] if b.promotion_receipt else []),
+        ]
         subjects = [artifact(home.blobs, "package", sha, PACKAGE_MEDIA_TYPE)]
-        result: dict[str, object] = {"package_sha256": sha, "manifest_sha256": _manifest_sha(manifest), "size_bytes": tar.stat().st_size,
-                                     "n_members": len(manifest.members) + 1, "reload": reload}  # fmt: skip
+        result: dict[str, object] = {
+            "package_sha256": sha,
+            "manifest_sha256": _manifest_sha(manifest),
+            "size_bytes": tar.stat().st_size,
+            "n_members": len(manifest.members) + 1,
+            "reload": reload,
+        }
         error = (
             None if reload.passed else f"fresh-process reload differs: max |err| {reload.max_abs_err:.3e} > tolerance {reload.tolerance}"
         )
@@ -175,18 +234,30 @@ def package_adapter_fn(
             report = eq.receipt.report
             subjects.append(artifact(home.blobs, "merged_export", merged_sha, TREE_MEDIA_TYPE))
             inputs.append(InputRef(role="equivalence", sha256=eq.receipt_id, ref="receipt"))
-            result.update(merged_tree_sha256=merged_sha, equivalence_receipt=eq.receipt_id, equivalence_band=report.band,
-                          stage_rel={s.stage: s.rel for s in report.stages if s.rel is not None})  # fmt: skip
+            result.update(
+                merged_tree_sha256=merged_sha,
+                equivalence_receipt=eq.receipt_id,
+                equivalence_band=report.band,
+                stage_rel={s.stage: s.rel for s in report.stages if s.rel is not None},
+            )
             error = None if report.passed else f"merged export vs adapter is {report.band}: {eq.receipt.error}"
         published = None
         if error is None and retention_root is not None:
             published = publish_file(tar, sha, retention_root, publication_name(manifest.name, sha))
             result["published"] = PublishRecord(name=published.path.name, already_present=published.already_present)
         receipt = build_receipt(
-            PackageReceipt, flow=flow, task="package_adapter", started_at=started, key=key, subjects=subjects, inputs=inputs,
-            status="succeeded" if error is None else "failed", error=error, parameters=params,
+            PackageReceipt,
+            flow=flow,
+            task="package_adapter",
+            started_at=started,
+            key=key,
+            subjects=subjects,
+            inputs=inputs,
+            status="succeeded" if error is None else "failed",
+            error=error,
+            parameters=params,
             result=PackageResult(build_wall_s=time.perf_counter() - t0, **result),  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
         rid = home.record(receipt)
     if error is not None:
         raise EquivalenceError(f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}")

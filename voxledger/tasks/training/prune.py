@@ -93,8 +93,10 @@ def execute_plan(home: Home, plan_path: Path, *, flow: str = "prune_checkpoints"
     blobs = sorted({b for e in plan.remove for b in e.blobs})
     now_protected = _protected(home, {e.checkpoint_receipt for e in plan.remove}) & set(blobs)
     if now_protected:
-        raise TrainingError(f"plan {plan_path} is stale: {len(now_protected)} blob(s) it removes are now referenced "
-                            f"(e.g. {sorted(now_protected)[0]}); make a new plan")  # fmt: skip
+        raise TrainingError(
+            f"plan {plan_path} is stale: {len(now_protected)} blob(s) it removes are now referenced "
+            f"(e.g. {sorted(now_protected)[0]}); make a new plan"
+        )
     present = [b for b in blobs if home.blobs.has(b)]
     for b in present:
         home.blobs.verify(b)  # delete only bytes we can prove are what the plan names
