@@ -22,7 +22,7 @@ from voxledger.flows.evaluate import evaluate, evaluate_plan
 from voxledger.flows.package import package, package_adapter
 from voxledger.flows.packets import export_packets, packets
 from voxledger.flows.promote import promote, promote_adapter, require_promoted
-from voxledger.flows.train import train, train_adapter
+from voxledger.flows.train import train, train_adapter, train_base
 from voxledger.schemas.audit import AuditPolicy, AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
@@ -161,7 +161,7 @@ def _packets(ctx: StageContext) -> dict[str, Any] | None:
 
 STAGES: tuple[StageSpec, ...] = (
     StageSpec("audit", audit, audit_corpus, AuditReceipt, _corpus, "audit_policy", AuditPolicy, require_pass),
-    StageSpec("train_base", train, train_adapter, TrainingRunReceipt, _train_base, "base_training", TrainingPlan),
+    StageSpec("train_base", train, train_base, TrainingRunReceipt, _train_base, "base_training", TrainingPlan),
     StageSpec("train_adapter", train, train_adapter, TrainingRunReceipt, _train_adapter, "adapter_training", TrainingPlan),
     StageSpec("promote", promote, promote_adapter, PromotionReceipt, _promote, "promotion_policy", PromotionPolicy, require_promoted),
     StageSpec("evaluate", evaluate, evaluate_plan, EvaluationReceipt, _evaluate, "evaluation", EvaluationPlan),

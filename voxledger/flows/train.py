@@ -1,4 +1,9 @@
-"""Flow ``train``: train (or resume, or serve from cache) under a frozen training plan."""
+"""Flow ``train``: train (or resume, or serve from cache) under a frozen training plan.
+
+Two tasks run the same training function, named by what they make: ``train_base`` (a full-mode
+plan: a base model from scratch) and ``train_adapter`` (a LoRA plan), so the run history and the
+receipt's producer say which it was.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,25 @@ from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
-from voxledger.tasks.training.run import train_adapter_fn
+from voxledger.tasks.training.run import train_adapter_fn, training_task_name
+
+
+def _train(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, base_sha: str | None) -> StageOutcome[TrainingRunReceipt]:
+    h, training = open_home(home), plan.validated(TrainingPlan)
+    name = plan.source_name
+    return train_adapter_fn(h, Path(corpus), audit_rid, training, plan_name=name, base_sha=base_sha, flow=flow_name(), progress=report)
+
+
+@task(name="train_base", **STAGE_TASK)
+def train_base(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, base_sha: str | None) -> StageOutcome[TrainingRunReceipt]:
+    """Train a base model from a passing audit; a crashed run resumes from its last verified checkpoint."""
+    return _train(home, corpus, audit_rid, plan, base_sha)
 
 
 @task(name="train_adapter", **STAGE_TASK)
 def train_adapter(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, base_sha: str | None) -> StageOutcome[TrainingRunReceipt]:
-    """Train from a passing audit; a crashed run resumes from its last verified checkpoint."""
-    h, training = open_home(home), plan.validated(TrainingPlan)
-    name = plan.source_name
-    return train_adapter_fn(h, Path(corpus), audit_rid, training, plan_name=name, base_sha=base_sha, flow=flow_name(), progress=report)
+    """Train an adapter from a passing audit; a crashed run resumes from its last verified checkpoint."""
+    return _train(home, corpus, audit_rid, plan, base_sha)
 
 
 @flow(name="train")
@@ -28,8 +43,8 @@ def train(
     home: HomeRef | str, corpus: str, audit_rid: str, plan: PlanRef | str, base_sha: str | None = None
 ) -> StageOutcome[TrainingRunReceipt]:
     """Train under a plan (a plan reference or file) from a passing audit."""
-    ref = HomeRef.of(home)
-    plan_ref = PlanRef.coerce(plan, TrainingPlan)
+    ref, plan_ref = HomeRef.of(home), PlanRef.coerce(plan, TrainingPlan)
+    step = train_base if training_task_name(plan_ref.validated(TrainingPlan)) == "train_base" else train_adapter
     with shared_store(ref):
         register_plan_task(ref, plan_ref, TrainingPlan)
-        return announce(train_adapter(ref, corpus, audit_rid, plan_ref, base_sha))
+        return announce(step(ref, corpus, audit_rid, plan_ref, base_sha))

@@ -126,6 +126,12 @@ def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
     return home.blobs.put_bytes(manifest_bytes(tree))
 
 
+def training_task_name(plan: TrainingPlan) -> str:
+    """What a run's receipt (and its Prefect task) is called: ``train_base`` for a full-mode plan
+    (a base model from scratch), ``train_adapter`` for a LoRA plan."""
+    return "train_base" if plan.mode == "full" else "train_adapter"
+
+
 def train_adapter_fn(
     home: Home,
     corpus: Path,
@@ -212,7 +218,7 @@ def train_adapter_fn(
     receipt = build_receipt(
         TrainingRunReceipt,
         flow=flow,
-        task="train_adapter",
+        task=training_task_name(plan),
         started_at=started,
         key=run_key,
         subjects=[best.model_copy(update={"role": "best"}), last.model_copy(update={"role": "last"})],
