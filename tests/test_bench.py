@@ -99,7 +99,7 @@ def test_unknown_section_is_refused() -> None:
 def test_noise_corpus_is_valid_distinct_and_passes_the_audit(tmp_path: Path) -> None:
     from voxledger.bench_stages import audit_policy, build_noise_corpus
     from voxledger.stores.home import Home
-    from voxledger.tasks.audit.run import audit_corpus_fn
+    from voxledger.tasks.stages.audit import audit_corpus_fn
 
     corpus = build_noise_corpus(tmp_path / "c", 120)
     rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines()]

@@ -83,7 +83,7 @@ def test_a_toy_metric_is_one_registration(monkeypatch: pytest.MonkeyPatch) -> No
     """Registering one extractor is all it takes: extraction, identities, comparisons and reports follow."""
     from voxledger.schemas.metrics import ValiditySpec
     from voxledger.tasks.evaluation.extract import Extractors, extractor_ids, extractor_specs
-    from voxledger.tasks.evaluation.run import summarise
+    from voxledger.tasks.stages.evaluate import summarise
 
     # the only new code: one registration
     toy = register(ExtractorDef("peak", lambda suite: {"peak": ValiditySpec()}, (MetricDef("peak_abs", "peak |x|", "lower", shown=True),),

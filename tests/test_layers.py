@@ -46,6 +46,19 @@ def test_imports_point_one_way() -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_components_never_import_a_stage() -> None:
+    """``tasks/stages/`` holds the receipt-writing stages (one module per CLI noun); everything else
+    under ``tasks/`` is a component they use, as torchtune keeps recipes apart from its library."""
+    stages = sorted((ROOT / "tasks" / "stages").glob("*.py"))
+    assert len(stages) >= 12, [p.name for p in stages]
+    problems = []
+    for path in sorted((ROOT / "tasks").rglob("*.py")):
+        if "stages" in path.relative_to(ROOT / "tasks").parts:
+            continue
+        problems += [f"{path.relative_to(ROOT)} imports {n}" for n in _imports(path) if n.startswith("voxledger.tasks.stages")]
+    assert not problems, "\n".join(problems)
+
+
 def test_settings_import_only_schemas() -> None:
     """``voxledger.settings`` (every VOXLEDGER_* variable) sits just above ``schemas``: ``stores``
     and everything higher may read settings, so settings import nothing of voxledger but schemas."""

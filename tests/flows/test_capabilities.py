@@ -16,7 +16,7 @@ from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor, St
 from voxledger.stores import capabilities as caps
 from voxledger.stores.capabilities import ANY, capability_matrix, grid
 from voxledger.stores.home import Home
-from voxledger.tasks.equivalence.record import record_equivalence
+from voxledger.tasks.stages.equivalence import record_equivalence
 
 # 2 backend-independent rows + per backend: 2 training, promote, 4 evaluate, package, 4 equivalence, listening
 N_ROWS = 2 + 2 * 13

@@ -13,9 +13,9 @@ import soundfile as sf
 from tests.corpus_factory import SENTENCES as SMALL_CORPUS_SENTENCES
 from voxledger.schemas.audit import AuditPolicy, LeakageRule
 from voxledger.stores.home import Home
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 from voxledger.tasks.corpus.manifests import load_corpus, write_kaldi
+from voxledger.tasks.stages.audit import audit_corpus_fn
 
 SENTENCES = SMALL_CORPUS_SENTENCES[:6]
 VOICES = {"spk_a": ("en-us", 50), "spk_b": ("en+f3", 70)}

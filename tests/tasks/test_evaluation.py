@@ -12,9 +12,9 @@ from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import Candidate, EvaluationPlan, MetricSuite, Prompt, StatisticsSettings
 from voxledger.stores.home import Home
 from voxledger.tasks.evaluation.journal import Journal
-from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
-from voxledger.tasks.training.run import train_adapter_fn
+from voxledger.tasks.stages.evaluate import evaluate_plan_fn
+from voxledger.tasks.stages.train import train_adapter_fn
 
 
 @pytest.fixture(scope="module")

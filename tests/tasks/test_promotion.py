@@ -16,8 +16,8 @@ from voxledger.schemas.evaluation import MetricSuite, Prompt
 from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
 from voxledger.schemas.prune import PruneReceipt
 from voxledger.stores.home import Home
-from voxledger.tasks.promotion.run import alias_state, promote_adapter_fn
-from voxledger.tasks.training.run import train_adapter_fn
+from voxledger.tasks.stages.promote import alias_state, promote_adapter_fn
+from voxledger.tasks.stages.train import train_adapter_fn
 
 
 def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
@@ -102,7 +102,7 @@ def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) ->
 
 def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
     from voxledger.schemas.errors import TrainingError
-    from voxledger.tasks.training.prune import execute_plan, make_plan
+    from voxledger.tasks.stages.checkpoints import execute_plan, make_plan
 
     home, corpus, audit, _ = setup
     run = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=4, name="prunable"), plan_name="prunable.yaml")

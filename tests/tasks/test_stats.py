@@ -23,7 +23,7 @@ from voxledger.tasks.evaluation.stats import (
     paired_delta,
     t_test,
 )
-from voxledger.tasks.promotion.run import judge
+from voxledger.tasks.stages.promote import judge
 
 SETTINGS = StatisticsSettings()
 

@@ -16,9 +16,9 @@ from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.errors import DigestMismatchError, TrainingError
 from voxledger.schemas.training import LoraSettings, OptimSettings, TrainingPlan
 from voxledger.stores.home import Home
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.plans import load_plan
-from voxledger.tasks.training.run import train_adapter_fn
+from voxledger.tasks.stages.audit import audit_corpus_fn
+from voxledger.tasks.stages.train import train_adapter_fn
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128,
@@ -148,7 +148,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[4])
 from tests.tasks.test_training import base_plan
 from voxledger.stores.home import Home
-from voxledger.tasks.training.run import train_adapter_fn
+from voxledger.tasks.stages.train import train_adapter_fn
 out = train_adapter_fn(Home(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], base_plan(max_epochs=2), plan_name="t-base.yaml", run_dir=Path(sys.argv[1]) / "run")
 print(out.receipt.subject("last").sha256, out.receipt.result.resumed_at_steps)
 """

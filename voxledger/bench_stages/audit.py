@@ -87,7 +87,7 @@ def build_noise_corpus(root: Path, n: int, seed: int = 0) -> Path:
 
 def _audit_child(home: str, corpus: str) -> dict[str, Any]:
     from voxledger.stores.home import Home
-    from voxledger.tasks.audit.run import audit_corpus_fn
+    from voxledger.tasks.stages.audit import audit_corpus_fn
 
     policy, imports_mb = audit_policy(), peak_rss_mb()
     t0 = time.perf_counter()

@@ -34,9 +34,9 @@ from voxledger.schemas.errors import VoxledgerError
 # (stage, module, attribute) that split the platform run's time. A stage nests only in itself
 # (content_gate calls score_text); an inner call of the stage already being timed is not counted.
 EVAL_STAGES = (
-    ("generation", "voxledger.tasks.evaluation.run", "generate_all"),
+    ("generation", "voxledger.tasks.stages.evaluate", "generate_all"),
     *backend_hooks(BENCH_BACKEND, (("synthesis", "synthesize"),)),
-    ("extraction", "voxledger.tasks.evaluation.run", "extract_all"),
+    ("extraction", "voxledger.tasks.stages.evaluate", "extract_all"),
     ("asr", "voxledger.tasks.metrics.asr", "load_asr_model"),
     ("asr", "voxledger.tasks.metrics.asr", "AsrModel.transcribe"),
     ("speaker", "voxledger.tasks.metrics.speaker", "load_speaker_encoder"),
@@ -59,9 +59,9 @@ def _eval_inputs(work: Path, quick: bool) -> tuple[str, Path, dict[str, Any], st
     """A demo corpus, a briefly trained base model, and a plan: base vs recordings on target-voice prompts."""
     from voxledger.schemas.evaluation import Candidate, EvaluationPlan, Prompt
     from voxledger.stores.home import Home
-    from voxledger.tasks.audit.run import audit_corpus_fn
     from voxledger.tasks.corpus.demo import build_demo_corpus
-    from voxledger.tasks.training.run import train_adapter_fn
+    from voxledger.tasks.stages.audit import audit_corpus_fn
+    from voxledger.tasks.stages.train import train_adapter_fn
 
     corpus = build_demo_corpus(work / "eval-corpus", size="tiny" if quick else "small").out_dir
     home = Home(work / "eval-home")
@@ -118,7 +118,7 @@ def _eval_platform_child(home: str, corpus: str, plan_doc: dict[str, Any], base_
 
     from voxledger.schemas.evaluation import EvaluationPlan
     from voxledger.stores.home import Home
-    from voxledger.tasks.evaluation.run import evaluate_plan_fn
+    from voxledger.tasks.stages.evaluate import evaluate_plan_fn
 
     _import_eval_models()
     torch.set_num_threads(2)

@@ -69,7 +69,7 @@ def bench_prefect(work: Path, n_tasks: int) -> list[Figure]:
 
 DIRECT_AUDIT = (
     "import sys; from pathlib import Path; from voxledger.stores.home import Home; from voxledger.schemas.audit import AuditPolicy;"
-    "from voxledger.tasks.plans import load_plan; from voxledger.tasks.audit.run import audit_corpus_fn;"
+    "from voxledger.tasks.plans import load_plan; from voxledger.tasks.stages.audit import audit_corpus_fn;"
     "out = audit_corpus_fn(Home(sys.argv[1]), Path(sys.argv[2]), load_plan(Path(sys.argv[3]), AuditPolicy), policy_name=Path(sys.argv[3]).name);"
     "assert out.cached"
 )

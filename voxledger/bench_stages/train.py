@@ -16,7 +16,7 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
     from voxledger.schemas.training import TrainingPlan
     from voxledger.stores.home import Home
     from voxledger.tasks.backends.base import get_backend
-    from voxledger.tasks.training.run import train_adapter_fn
+    from voxledger.tasks.stages.train import train_adapter_fn
 
     plan = TrainingPlan.model_validate(plan_doc)
     get_backend(plan.backend)  # imports (torch, transformers, peft) before the clock starts
@@ -77,8 +77,8 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
     step-to-step noise of a shared machine does not masquerade as overhead.
     """
     from voxledger.stores.home import Home
-    from voxledger.tasks.audit.run import audit_corpus_fn
     from voxledger.tasks.corpus.demo import build_demo_corpus
+    from voxledger.tasks.stages.audit import audit_corpus_fn
 
     corpus = build_demo_corpus(work / "train-corpus", size="tiny" if quick else "full").out_dir
     plan = train_plan(quick)

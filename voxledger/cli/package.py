@@ -183,7 +183,7 @@ def attest(ctx: click.Context, package_ref: str, key: Path | None, output: Path 
     """
     from voxledger.tasks.packaging.archive import verify_package
     from voxledger.tasks.packaging.attest import package_statement, sign_statement
-    from voxledger.tasks.packaging.run import publication_name
+    from voxledger.tasks.stages.package import publication_name
 
     path, in_store = _locate(ctx, package_ref)
     verified = verify_package(path)

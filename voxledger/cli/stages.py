@@ -296,7 +296,7 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
     Example: voxledger checkpoints prune --plan-out prune.json && voxledger checkpoints prune --execute prune.json
     """
     from voxledger.flows.store import prune_checkpoints
-    from voxledger.tasks.training.prune import make_plan
+    from voxledger.tasks.stages.checkpoints import make_plan
 
     home = open_home(ctx)
     if (plan_out is None) == (execute is None):

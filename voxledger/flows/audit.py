@@ -11,9 +11,9 @@ from voxledger.flows.progress import report
 from voxledger.schemas.audit import AuditPolicy, AuditReceipt
 from voxledger.schemas.errors import AuditFailedError
 from voxledger.stores.home import HomeRef
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.audit import audit_corpus_fn
 
 
 @task(name="audit_corpus", **STAGE_TASK)

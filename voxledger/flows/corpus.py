@@ -11,9 +11,9 @@ from voxledger.flows.common import STAGE_TASK, flow_name
 from voxledger.flows.progress import report
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.stores.home import HomeRef
-from voxledger.tasks.corpus.pipes import MaterialiseOutcome, materialise_pipes_fn
-from voxledger.tasks.corpus.prepare import PrepareOutcome, prepare_corpus_fn
 from voxledger.tasks.plans import load_plan
+from voxledger.tasks.stages.corpus_materialise import MaterialiseOutcome, materialise_pipes_fn
+from voxledger.tasks.stages.corpus_prepare import PrepareOutcome, prepare_corpus_fn
 
 
 @task(name="prepare_corpus", **STAGE_TASK)

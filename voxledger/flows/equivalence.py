@@ -12,8 +12,8 @@ from voxledger.schemas.equivalence import RuntimeDescriptor
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.equivalence.compare import load_equivalence_plan
-from voxledger.tasks.equivalence.record import attribute_adapter, record_equivalence
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.equivalence import attribute_adapter, record_equivalence
 
 
 @task(name="compare_runtimes", **STAGE_TASK)

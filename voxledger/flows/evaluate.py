@@ -11,9 +11,9 @@ from voxledger.flows.progress import report
 from voxledger.schemas.base import InputRef
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.stores.home import HomeRef
-from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.evaluate import evaluate_plan_fn
 
 
 @task(name="evaluate_plan", **STAGE_TASK)

@@ -11,10 +11,10 @@ from voxledger.schemas.base import InputRef
 from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.stores.home import Home, HomeRef
-from voxledger.tasks.equivalence.record import record_equivalence
-from voxledger.tasks.packaging.run import PackageOutcome, package_adapter_fn
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.equivalence import record_equivalence
+from voxledger.tasks.stages.package import PackageOutcome, package_adapter_fn
 
 
 @task(name="compare_runtimes", **STAGE_TASK)

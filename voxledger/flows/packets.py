@@ -12,10 +12,10 @@ from voxledger.schemas.errors import PacketError, validation_lines
 from voxledger.schemas.listening import ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
 from voxledger.stores.home import HomeRef
-from voxledger.tasks.listening.export import export_packets as export_packets_fn
-from voxledger.tasks.listening.from_evaluation import export_packets_for_evaluation
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.packets import export_packets as export_packets_fn
+from voxledger.tasks.stages.packets import export_packets_for_evaluation
 
 
 def _stimuli(path: Path) -> StimulusSet:

@@ -18,8 +18,8 @@ from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
-from voxledger.tasks.promotion.run import PromotionRound, decide_promotion, prepare_promotion
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.promote import PromotionRound, decide_promotion, prepare_promotion
 
 
 @task(name="prepare_promotion", **STAGE_TASK)

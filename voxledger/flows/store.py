@@ -15,8 +15,8 @@ from voxledger.flows.common import STAGE_TASK, flow_name, open_home, shared_stor
 from voxledger.flows.progress import report
 from voxledger.schemas.prune import PruneReceipt
 from voxledger.stores.home import HomeRef
-from voxledger.tasks.ingest import ingest_path
-from voxledger.tasks.training.prune import execute_plan
+from voxledger.tasks.stages.checkpoints import execute_plan
+from voxledger.tasks.stages.store import ingest_path
 
 
 @task(name="ingest_path", **STAGE_TASK)

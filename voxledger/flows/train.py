@@ -17,7 +17,7 @@ from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
-from voxledger.tasks.training.run import train_adapter_fn, training_task_name
+from voxledger.tasks.stages.train import train_adapter_fn, training_task_name
 
 
 def _train(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, base_sha: str | None) -> StageOutcome[TrainingRunReceipt]:

@@ -11,9 +11,9 @@ from tests.tasks.corpus.factory import POLICY
 from tests.tasks.corpus.layouts import RATES, WRITERS
 from voxledger.schemas.errors import CorpusError
 from voxledger.stores.home import Home
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.importers import IMPORTERS, detect_layout
 from voxledger.tasks.corpus.manifests import load_corpus, write_jsonl
+from voxledger.tasks.stages.audit import audit_corpus_fn
 
 FLAWS = {"leak": "split_leakage", "unreadable": "audio_unreadable", "empty": "empty_transcript"}
 

@@ -10,8 +10,8 @@ import pytest
 from tests.tasks.corpus.factory import POLICY, sentence, write_clip
 from voxledger.schemas.errors import CorpusError, UnsafePathError
 from voxledger.stores.home import Home
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.manifests import load_corpus, write_kaldi
+from voxledger.tasks.stages.audit import audit_corpus_fn
 
 SPLITS = {"train": ("spk_a", range(4)), "dev": ("spk_a", range(4, 5)), "test": ("spk_b", range(5, 7))}
 

@@ -14,9 +14,9 @@ from tests.tasks.corpus.factory import POLICY
 from tests.tasks.corpus.test_kaldi import kaldi_corpus
 from voxledger.schemas.errors import CorpusError
 from voxledger.stores.home import Home
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.manifests import load_corpus
-from voxledger.tasks.corpus.pipes import command_argv, materialise_pipes_fn
+from voxledger.tasks.stages.audit import audit_corpus_fn
+from voxledger.tasks.stages.corpus_materialise import command_argv, materialise_pipes_fn
 
 # a decoder standing in for sox: reads a file, writes it as FLAC to standard output
 DECODER = "import sys, soundfile as sf; data, sr = sf.read(sys.argv[1]); sf.write(sys.stdout.buffer, data, sr, format='FLAC')\n"

@@ -15,9 +15,9 @@ from tests.tasks.corpus.factory import POLICY, clip, sentence
 from voxledger.schemas.errors import CorpusError
 from voxledger.stores.home import Home
 from voxledger.tasks.audit.measure import measure_file
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.corpus.manifests import load_corpus
-from voxledger.tasks.corpus.prepare import prepare_corpus_fn
+from voxledger.tasks.stages.audit import audit_corpus_fn
+from voxledger.tasks.stages.corpus_prepare import prepare_corpus_fn
 
 # (file, rate, channels, libsndfile format, subtype)
 SOURCES = [("a.flac", 44100, 2, "FLAC", None), ("b.mp3", 22050, 1, "MP3", None), ("c.ogg", 48000, 1, "OGG", "OPUS"),

@@ -43,7 +43,7 @@ def stimuli(home: Home) -> StimulusSet:
 @pytest.fixture(scope="session")
 def exported_once(tmp_path_factory: pytest.TempPathFactory, protocol: ListeningProtocol) -> tuple[Path, str]:
     """One export of the demo protocol per test session: (folder holding home/ and packets/, receipt id)."""
-    from voxledger.tasks.listening.export import export_packets
+    from voxledger.tasks.stages.packets import export_packets
 
     root = tmp_path_factory.mktemp("exported")
     home = Home(root / "home")
@@ -54,8 +54,8 @@ def exported_once(tmp_path_factory: pytest.TempPathFactory, protocol: ListeningP
 @pytest.fixture
 def exported(tmp_path: Path, exported_once: tuple[Path, str]):  # type: ignore[no-untyped-def]
     """A private copy of the module's export: (home, packet-set receipt, packets folder, key by pseudonym)."""
-    from voxledger.tasks.listening.aggregate import load_packet_set
     from voxledger.tasks.listening.keys import open_sealed_key
+    from voxledger.tasks.stages.ratings import load_packet_set
 
     root, rid = exported_once
     shutil.copytree(root, tmp_path / "x")

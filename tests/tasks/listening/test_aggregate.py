@@ -11,7 +11,7 @@ from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import QUALITY, oracle_scorer, simulate_submission, write_json
 from voxledger.cli import main
 from voxledger.schemas.listening import KeyEntry, PacketTrial
-from voxledger.tasks.listening.aggregate import aggregate_ratings
+from voxledger.tasks.stages.ratings import aggregate_ratings
 
 BIASES = {"r01": -0.4, "r02": 0.0, "r03": 0.4, "r04": -0.4, "r05": 0.0, "r06": 0.4}
 

@@ -14,10 +14,10 @@ from tests.tasks.listening.factory import oracle_scorer, simulate_submission, wr
 from voxledger.cli import main
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import ListeningProtocol
-from voxledger.tasks.listening.aggregate import aggregate_ratings
-from voxledger.tasks.listening.export import export_packets
 from voxledger.tasks.listening.keys import keyed_hex, submission_mac
 from voxledger.tasks.listening.verify import verify_packet_dir
+from voxledger.tasks.stages.packets import export_packets
+from voxledger.tasks.stages.ratings import aggregate_ratings
 
 
 def doc_for(ex: Exported, rater: str, session: str = "c" * 32) -> dict[str, Any]:

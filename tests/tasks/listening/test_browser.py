@@ -22,9 +22,9 @@ from voxledger.schemas.listening import (
     PacketManifest,
 )
 from voxledger.stores.home import Home
-from voxledger.tasks.listening.aggregate import aggregate_ratings
-from voxledger.tasks.listening.export import export_packets
 from voxledger.tasks.listening.keys import open_sealed_key
+from voxledger.tasks.stages.packets import export_packets
+from voxledger.tasks.stages.ratings import aggregate_ratings
 
 pytestmark = [
     pytest.mark.browser,

@@ -22,9 +22,9 @@ from voxledger.schemas.listening import ListeningProtocol, PacketManifest, Stimu
 from voxledger.stores.home import Home
 from voxledger.stores.trees import build_manifest
 from voxledger.tasks.listening.audio import integrated_loudness
-from voxledger.tasks.listening.export import export_packets
 from voxledger.tasks.listening.keys import home_secret, rater_token, sealed_dir
 from voxledger.tasks.listening.verify import verify_packet_dir
+from voxledger.tasks.stages.packets import export_packets
 
 
 def test_packets_reveal_no_candidate(exported: Exported, stimuli: StimulusSet) -> None:

@@ -18,9 +18,9 @@ from tests.tasks.listening.factory import oracle_scorer, simulate_submission, wr
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import KeyEntry, PacketTrial, SubmissionChecks
 from voxledger.tasks.listening import aggregate as agg
-from voxledger.tasks.listening.aggregate import aggregate_ratings
 from voxledger.tasks.listening.keys import home_secret, submission_mac
 from voxledger.tasks.listening.verify import check_submission, load_packets
+from voxledger.tasks.stages.ratings import aggregate_ratings
 
 
 def doc_for(ex: Exported, rater: str, session: str = "c" * 32, **kw: Any) -> dict[str, Any]:

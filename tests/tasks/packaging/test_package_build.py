@@ -24,14 +24,14 @@ from voxledger.stores.home import Home
 from voxledger.stores.trees import put_tree
 from voxledger.tasks.packaging.archive import verify_package
 from voxledger.tasks.packaging.assemble import PackageRequest, check_deliverables
-from voxledger.tasks.packaging.run import (
+from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.package import (
     PROBE_PLAN,
     PackageOutcome,
     package_adapter_fn,
     publication_name,
 )
-from voxledger.tasks.stage import StageOutcome
-from voxledger.tasks.training.run import train_adapter_fn
+from voxledger.tasks.stages.train import train_adapter_fn
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -8,17 +8,11 @@ candidate becomes the hidden reference. The first seed of the plan is used.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
-from typing import Any
 
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.evaluation import EvaluationPlan
-from voxledger.schemas.listening import ListeningProtocol, Stimulus, StimulusSet
+from voxledger.schemas.listening import Stimulus, StimulusSet
 from voxledger.stores.home import Home
-from voxledger.stores.trees import build_manifest
-from voxledger.tasks.listening.export import export_packets
 
 SKIPPED_RUNTIMES = ("merged", "merged_export")
 
@@ -46,23 +40,3 @@ def stimuli_from_evaluation(home: Home, evaluation_rid: str) -> StimulusSet:
     if not stimuli:
         raise PacketError(f"evaluation {evaluation_rid} has no valid audio for seed {seed}: nothing to listen to")
     return StimulusSet(evaluation_plan_sha256=doc["parameters"]["plan_sha256"], stimuli=tuple(stimuli))
-
-
-def export_packets_for_evaluation(
-    home: Home, evaluation_rid: str, protocol: ListeningProtocol, protocol_name: str, out_dir: Path, flow: str = "packets"
-) -> dict[str, Any]:
-    """Export per-rater packets for an evaluation; returns the packet-set summary."""
-    stimuli = stimuli_from_evaluation(home, evaluation_rid)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        # a re-run: export beside it and accept only if the folder already holds exactly these packets
-        scratch = out_dir.with_name(f".{out_dir.name}.check-{os.getpid()}")
-        try:
-            out = export_packets(home, protocol, stimuli, scratch, protocol_name=protocol_name, flow=flow)
-            same = build_manifest(scratch) == build_manifest(out_dir)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        if not same:
-            raise PacketError(f"{out_dir} already holds other packets; choose a new folder (nothing is overwritten)")
-        return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": sorted(str(p) for p in out_dir.iterdir())}
-    out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_name, flow=flow)
-    return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs]}

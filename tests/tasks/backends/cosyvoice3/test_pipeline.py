@@ -11,7 +11,6 @@ import pytest
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree, put_tree
-from voxledger.tasks.audit.run import audit_corpus_fn
 from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
 from voxledger.tasks.backends.cosyvoice3.config import (
     ENV_CHECKOUT,
@@ -21,8 +20,9 @@ from voxledger.tasks.backends.cosyvoice3.config import (
 )
 from voxledger.tasks.backends.cosyvoice3.upstream import read_llm_state
 from voxledger.tasks.plans import load_plan
+from voxledger.tasks.stages.audit import audit_corpus_fn
+from voxledger.tasks.stages.train import train_adapter_fn
 from voxledger.tasks.tensorio import save_deterministic
-from voxledger.tasks.training.run import train_adapter_fn
 
 from .test_training import make_plan
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, sha256_hex
@@ -29,9 +32,10 @@ from voxledger.schemas.listening import (
 )
 from voxledger.schemas.listening_receipts import PacketRef, PacketSetParameters, PacketSetReceipt
 from voxledger.stores.home import Home
-from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
+from voxledger.stores.trees import TREE_MEDIA_TYPE, build_manifest, materialize_tree, put_tree
 from voxledger.tasks.listening.audio import encode_int16
 from voxledger.tasks.listening.design import DesignPlan, Slot, plan_packets
+from voxledger.tasks.listening.from_evaluation import stimuli_from_evaluation
 from voxledger.tasks.listening.keys import home_secret, pseudonym, rater_token, seal_key
 from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
 from voxledger.tasks.listening.page import render_page
@@ -251,3 +255,23 @@ class _PacketWriter:
         w.writerow(CSV_COLUMNS)
         w.writerows(self.rows)
         return buf.getvalue().encode("utf-8")
+
+
+def export_packets_for_evaluation(
+    home: Home, evaluation_rid: str, protocol: ListeningProtocol, protocol_name: str, out_dir: Path, flow: str = "packets"
+) -> dict[str, Any]:
+    """Export per-rater packets for an evaluation; returns the packet-set summary."""
+    stimuli = stimuli_from_evaluation(home, evaluation_rid)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        # a re-run: export beside it and accept only if the folder already holds exactly these packets
+        scratch = out_dir.with_name(f".{out_dir.name}.check-{os.getpid()}")
+        try:
+            out = export_packets(home, protocol, stimuli, scratch, protocol_name=protocol_name, flow=flow)
+            same = build_manifest(scratch) == build_manifest(out_dir)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if not same:
+            raise PacketError(f"{out_dir} already holds other packets; choose a new folder (nothing is overwritten)")
+        return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": sorted(str(p) for p in out_dir.iterdir())}
+    out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_name, flow=flow)
+    return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs]}

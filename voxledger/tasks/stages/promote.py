@@ -24,10 +24,10 @@ from voxledger.schemas.promotion import (
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import latest_alias_move, promotion_that_moved
-from voxledger.tasks.evaluation.run import evaluate_plan_fn
 from voxledger.tasks.plans import check_plan, plan_digest, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
+from voxledger.tasks.stages.evaluate import evaluate_plan_fn
 
 
 @dataclass(frozen=True)

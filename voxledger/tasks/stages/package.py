@@ -34,7 +34,6 @@ from voxledger.schemas.package import (
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
 from voxledger.tasks.backends.base import get_backend
-from voxledger.tasks.equivalence.record import record_equivalence
 from voxledger.tasks.packaging.archive import unpack_package, verify_package
 from voxledger.tasks.packaging.assemble import PackageRequest, assemble_package
 from voxledger.tasks.packaging.probe import (
@@ -47,6 +46,7 @@ from voxledger.tasks.packaging.publish import Published, publish_file
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, reuse
+from voxledger.tasks.stages.equivalence import record_equivalence
 from voxledger.tasks.threads import torch_threads
 
 PROBE_TEXT = "The salt breeze came across from the sea."

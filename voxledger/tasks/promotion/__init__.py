@@ -1,1 +1,0 @@
-"""Promotion of checkpoints through explicit gates; aliases move only through promotion receipts."""
