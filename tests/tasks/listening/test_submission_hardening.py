@@ -17,9 +17,9 @@ from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import oracle_scorer, simulate_submission, write_json
 from voxledger.schemas.errors import PacketError
 from voxledger.schemas.listening import KeyEntry, PacketTrial, SubmissionChecks
-from voxledger.tasks.listening import aggregate as agg
 from voxledger.tasks.listening.keys import home_secret, submission_mac
 from voxledger.tasks.listening.verify import check_submission, load_packets
+from voxledger.tasks.stages import ratings as agg
 from voxledger.tasks.stages.ratings import aggregate_ratings
 
 
