@@ -26,7 +26,7 @@ from voxledger.schemas.equivalence import (
     StageResult,
     StageSpec,
 )
-from voxledger.schemas.errors import EquivalenceError, PlanError
+from voxledger.schemas.errors import EquivalenceError, PlanError, validation_lines
 from voxledger.tasks.equivalence.dumps import (
     DumpIndex,
     DumpSource,
@@ -160,7 +160,7 @@ def load_equivalence_plan(path: Path | str) -> EquivalencePlan:
     try:
         return EquivalencePlan.model_validate(data)
     except pydantic.ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc']) or '<plan>'}: {e['msg']}" for e in exc.errors()]
+        lines = validation_lines(exc, root="<plan>")
         raise PlanError(f"equivalence plan {path} is invalid:\n" + "\n".join(lines)) from exc
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from voxledger.schemas.errors import PlanError, TrainingError
+from voxledger.schemas.errors import PlanError, SettingsError, TrainingError
+from voxledger.settings import setting_fields
 from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
 from voxledger.tasks.backends.cosyvoice3.config import (
@@ -21,16 +22,24 @@ from voxledger.tasks.backends.cosyvoice3.upstream import CHECKOUT_FILES, Upstrea
 from .fake_model import FAKE_TREE
 
 
-def test_registry_returns_the_backend_and_env_config_needs_a_checkout(tmp_path: Path) -> None:
+def test_registry_returns_the_backend_and_env_config_needs_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(get_backend("cosyvoice3"), CosyVoice3Backend)
+    for field in setting_fields():
+        if field.group == "cosyvoice":  # this machine's own checkout must not leak in
+            monkeypatch.delenv(field.env, raising=False)
     with pytest.raises(TrainingError, match="VOXLEDGER_COSYVOICE_DIR"):
-        CosyVoice3Config.from_env({})
-    cfg = CosyVoice3Config.from_env({"VOXLEDGER_COSYVOICE_DIR": str(tmp_path), "VOXLEDGER_COSYVOICE_DEVICE": "cuda:1"})
+        CosyVoice3Config.from_env()
+    monkeypatch.setenv("VOXLEDGER_COSYVOICE_DIR", str(tmp_path))
+    monkeypatch.setenv("VOXLEDGER_COSYVOICE_DEVICE", "cuda:1")
+    cfg = CosyVoice3Config.from_env()
     assert cfg.model_dir == tmp_path / "pretrained_models/Fun-CosyVoice3-0.5B"
     assert cfg.campplus_path == cfg.model_dir / "campplus.onnx" and cfg.device == "cuda:1"
     assert cfg.speech_tokenizer_path.name == "speech_tokenizer_v3.onnx"
-    with pytest.raises(TrainingError, match="invalid cosyvoice3 configuration"):
-        CosyVoice3Config.from_env({"VOXLEDGER_COSYVOICE_DIR": str(tmp_path), "VOXLEDGER_COSYVOICE_DEVICE": "tpu"})
+    monkeypatch.setenv("VOXLEDGER_COSYVOICE_MODEL_DIR", str(tmp_path / "model"))
+    assert CosyVoice3Config.from_env().campplus_path == tmp_path / "model" / "campplus.onnx"
+    monkeypatch.setenv("VOXLEDGER_COSYVOICE_DEVICE", "tpu")
+    with pytest.raises(SettingsError, match="VOXLEDGER_COSYVOICE_DEVICE='tpu' is not cpu, cuda or cuda:N"):
+        CosyVoice3Config.from_env()
 
 
 def test_plan_options_are_a_closed_set_and_instructs_end_with_the_marker() -> None:

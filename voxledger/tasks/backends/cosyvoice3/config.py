@@ -3,9 +3,10 @@
 Two kinds of settings, kept apart on purpose:
 
 - `CosyVoice3Config`: machine facts (paths, device, cache folder). They come from the
-  environment (`CosyVoice3Config.from_env`) and never enter a plan digest, because an absolute
-  path says nothing about the result. What the files *are* is established by the preflight
-  (`voxledger.tasks.backends.cosyvoice3.upstream.preflight`), which digests them.
+  ``VOXLEDGER_COSYVOICE_*`` settings (`CosyVoice3Config.from_env`) and never enter a plan
+  digest, because an absolute path says nothing about the result. What the files *are* is
+  established by the preflight (`voxledger.tasks.backends.cosyvoice3.upstream.preflight`),
+  which digests them.
 - `CosyVoice3Options`: result-changing choices, read from a training plan's ``model`` mapping
   (a closed set of keys: a typo is an error).
 """
@@ -21,13 +22,11 @@ import torch
 from pydantic import Field, ValidationError
 
 from voxledger.schemas.base import Frozen, Sha256
-from voxledger.schemas.errors import PlanError, TrainingError
+from voxledger.schemas.errors import PlanError, TrainingError, validation_lines
+from voxledger.settings import load_settings
 
 ENV_CHECKOUT = "VOXLEDGER_COSYVOICE_DIR"
 ENV_MODEL = "VOXLEDGER_COSYVOICE_MODEL_DIR"
-ENV_CAMPPLUS = "VOXLEDGER_COSYVOICE_CAMPPLUS_ONNX"
-ENV_TOKENIZER = "VOXLEDGER_COSYVOICE_SPEECH_TOKENIZER_ONNX"
-ENV_DEVICE = "VOXLEDGER_COSYVOICE_DEVICE"
 ENV_WORK = "VOXLEDGER_COSYVOICE_WORK_DIR"
 ENV_PYTHON = "VOXLEDGER_COSYVOICE_PYTHON"
 DEFAULT_MODEL_SUBDIR = "pretrained_models/Fun-CosyVoice3-0.5B"
@@ -79,38 +78,34 @@ class CosyVoice3Config(Frozen):
         return self.work_dir or Path.home() / ".cache" / "voxledger" / "cosyvoice3"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> CosyVoice3Config:
-        """Read the configuration from ``VOXLEDGER_COSYVOICE_*`` variables.
+    def from_env(cls) -> CosyVoice3Config:
+        """Read the configuration from the ``VOXLEDGER_COSYVOICE_*`` settings (`voxledger.settings`).
 
         Raises:
-            TrainingError: ``VOXLEDGER_COSYVOICE_DIR`` is unset, or a value is invalid.
+            SettingsError: a variable holds a value of the wrong kind (a device other than cpu, cuda or cuda:N).
+            TrainingError: ``VOXLEDGER_COSYVOICE_DIR`` is unset, or the values do not make a configuration.
         """
-        env = os.environ if environ is None else environ
-        checkout = env.get(ENV_CHECKOUT)
-        if not checkout:
+        cv = load_settings().cosyvoice
+        if cv.dir is None:
             raise TrainingError(
                 f"backend cosyvoice3 needs a CosyVoice checkout: set {ENV_CHECKOUT}=/path/to/CosyVoice "
                 f"(git clone --recursive https://github.com/FunAudioLLM/CosyVoice) and put Fun-CosyVoice3-0.5B "
                 f"in <checkout>/{DEFAULT_MODEL_SUBDIR} or set {ENV_MODEL}"
             )
         values: dict[str, Any] = {
-            "checkout_dir": Path(checkout),
-            "model_dir": Path(env.get(ENV_MODEL) or Path(checkout) / DEFAULT_MODEL_SUBDIR),
+            "checkout_dir": cv.dir,
+            "model_dir": cv.model_dir or cv.dir / DEFAULT_MODEL_SUBDIR,
+            "campplus_onnx": cv.campplus_onnx,
+            "speech_tokenizer_onnx": cv.speech_tokenizer_onnx,
+            "device": cv.device,
+            "work_dir": cv.work_dir,
+            "python": cv.python,
         }
-        for key, var in (
-            ("campplus_onnx", ENV_CAMPPLUS),
-            ("speech_tokenizer_onnx", ENV_TOKENIZER),
-            ("work_dir", ENV_WORK),
-            ("python", ENV_PYTHON),
-        ):
-            if env.get(var):
-                values[key] = Path(env[var])
-        if env.get(ENV_DEVICE):
-            values["device"] = env[ENV_DEVICE]
         try:
             return cls(**values)
         except ValidationError as exc:
-            raise TrainingError(f"invalid cosyvoice3 configuration from the environment: {exc.errors()[0]['msg']} ({values})") from exc
+            problems = "; ".join(validation_lines(exc))
+            raise TrainingError(f"invalid cosyvoice3 configuration from the environment: {problems} ({values})") from exc
 
 
 class CosyVoice3Options(Frozen):
@@ -138,7 +133,7 @@ class CosyVoice3Options(Frozen):
         try:
             return cls(**dict(model))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(validation_lines(exc))
             raise PlanError(
                 f"plan {plan_name}: invalid cosyvoice3 'model' settings ({problems}); valid keys: {sorted(cls.model_fields)}"
             ) from exc

@@ -29,7 +29,7 @@ import torch
 from pydantic import Field, ValidationError
 
 from voxledger.schemas.base import Frozen
-from voxledger.schemas.errors import SynthesisError
+from voxledger.schemas.errors import SynthesisError, validation_lines
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_SYSTEM_PROMPT,
     END_OF_PROMPT,
@@ -126,7 +126,7 @@ def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[st
         s = SynthesisSettings(**settings)
     except ValidationError as exc:
         raise SynthesisError(
-            f"invalid cosyvoice3 synthesis settings {settings}: {exc.errors()[0]['msg']}; valid keys: {sorted(SynthesisSettings.model_fields)}"
+            f"invalid cosyvoice3 synthesis settings {settings}: {'; '.join(validation_lines(exc))}; valid keys: {sorted(SynthesisSettings.model_fields)}"
         ) from exc
     rate = int(loaded.cosy.sample_rate)
     if rate != SAMPLE_RATE_HZ:
