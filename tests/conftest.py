@@ -1,8 +1,15 @@
-"""Shared fixtures: an isolated voxledger home per test, quiet offline Prefect settings."""
+"""Shared fixtures: an isolated voxledger home per test, quiet offline Prefect settings.
+
+Tests that run Prefect flows (directly, through the CLI in-process or in a subprocess) carry the
+``prefect`` marker and share one temporary Prefect server per session (``prefect_api``). Every
+other test sees an API URL nothing listens on, so a flow run there fails at once with a
+connection error instead of quietly starting a server of its own.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +21,8 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 os.environ.setdefault("PREFECT_SERVER_UI_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+NO_API_URL = "http://127.0.0.1:9/api"  # the discard port: nothing answers there
+os.environ["PREFECT_API_URL"] = NO_API_URL
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     # parallel workers (`make test` runs two): one thread each, so they do not fight over the cores
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -23,25 +32,46 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``) a module's tests stay on one worker, so its
     module-scoped fixtures (trained models, corpora) are built once, and every test that uses the
-    session's pipeline run (``first_run``) shares one worker, in collection order."""
+    session's pipeline run (``first_run``) shares one worker, in collection order. Tests marked
+    ``prefect`` get the session's Prefect server first, before any fixture that runs a flow."""
     for item in items:
-        uses_run = "first_run" in getattr(item, "fixturenames", ())
+        fixturenames = getattr(item, "fixturenames", [])
+        if item.get_closest_marker("prefect") is not None and "prefect_api" not in fixturenames:
+            fixturenames.insert(0, "prefect_api")
+        uses_run = "first_run" in fixturenames
         item.add_marker(pytest.mark.xdist_group("first_run" if uses_run else item.nodeid.split("::")[0]))
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def prefect_api():  # type: ignore[no-untyped-def]
     """One Prefect server (a temporary local one) for the whole session, in this process and in
     every CLI subprocess a test starts (its URL is exported), so no test starts a server per home."""
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=90):
+    os.environ.pop("PREFECT_API_URL", None)  # the harness's server process inherits the environment
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), prefect_test_harness(server_startup_timeout=90):
         os.environ["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
         try:
             yield os.environ["PREFECT_API_URL"]
         finally:
-            os.environ.pop("PREFECT_API_URL", None)
+            os.environ["PREFECT_API_URL"] = NO_API_URL
+
+
+@pytest.fixture(autouse=True)
+def _no_prefect_api_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A test without the ``prefect`` marker sees no API even after the session's server started
+    for other tests in this process: not in the environment, the current or the global settings."""
+    if "prefect_api" in request.fixturenames or "prefect.context" not in sys.modules:
+        yield  # without Prefect loaded yet, it will read NO_API_URL from the environment
+        return
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setenv("PREFECT_API_URL", NO_API_URL)
+    with temporary_settings(updates={PREFECT_API_URL: NO_API_URL}):
+        monkeypatch.setattr(prefect.context, "GLOBAL_SETTINGS_CONTEXT", prefect.context.get_settings_context())
+        yield
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ from voxledger.cli.common import plans_dir
 
 from .corpus_factory import build_small_corpus
 
+pytestmark = pytest.mark.prefect
+
 PLANS = plans_dir()
 
 

@@ -14,6 +14,8 @@ from tests.tasks.listening.cdp import CHROMIUM, Chromium
 from voxledger.dashboards.report import SECTIONS, build_dashboard
 from voxledger.stores.home import Home
 
+pytestmark = pytest.mark.prefect
+
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
 CANDIDATES = ("base", "adapter", "recordings")  # the evaluation plan of tests/flows/conftest.py
 PROMPTS = 2  # it has two prompts, fewer than the three the page embeds at most

@@ -51,6 +51,7 @@ def _red_comparison(home: Home, tmp: Path, runtime: str, parents: tuple[InputRef
     return out.receipt_id
 
 
+@pytest.mark.prefect
 @pytest.mark.slow
 def test_matrix_of_a_real_pipeline_run(first_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     home_dir, _, summary, _ = first_run

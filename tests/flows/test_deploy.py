@@ -53,6 +53,7 @@ def test_specs_map_stages_to_pools_and_the_pipeline_to_the_schedule(tmp_path: Pa
         deployment_specs(load_plan(no_base, PipelinePlan), no_base, home="/h", corpus="/c")
 
 
+@pytest.mark.prefect
 def test_register_against_a_local_server_and_read_back(tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
 

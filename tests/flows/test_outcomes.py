@@ -17,6 +17,8 @@ from voxledger.schemas.errors import TrainingError, VoxledgerError
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.stores.home import Home
 
+pytestmark = pytest.mark.prefect
+
 ORDER = ["audit", "train_base", "train_adapter", "promote", "evaluate", "package", "export_packets"]
 # where each stage's work is looked up by its flow module (the task calls it from there)
 TARGETS = {

@@ -78,6 +78,7 @@ def test_init_refuses_a_corpus_without_a_dev_split(tmp_path: Path) -> None:
     assert not (tmp_path / "plans").exists()  # nothing written
 
 
+@pytest.mark.prefect
 def test_own_corpus_end_to_end(own_corpus: Path, tmp_path: Path) -> None:
     plans = tmp_path / "plans"
     result = CliRunner().invoke(main, ["init", str(own_corpus), "--out", str(plans), "--target", "alice"])

@@ -15,6 +15,8 @@ from tests.flows.conftest import run, write_plans
 from voxledger.schemas.errors import AuditFailedError
 from voxledger.stores.home import Home
 
+pytestmark = pytest.mark.prefect
+
 
 def test_pipeline_runs_then_is_served_from_cache(first_run, corpus: Path) -> None:  # type: ignore[no-untyped-def]
     home_dir, plans, first, t_first = first_run

@@ -28,6 +28,8 @@ from voxledger.schemas.training import TrainingPlan
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef, load_plan, plan_digest
 
+pytestmark = pytest.mark.prefect
+
 TOY = StageSpec("toy", toy, toy_register, PlanReceipt, lambda ctx: {"corpus": ctx.corpus}, "audit_policy", AuditPolicy)
 
 

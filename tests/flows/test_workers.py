@@ -24,6 +24,8 @@ from voxledger.schemas.pipeline import PipelinePlan
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import load_plan
 
+pytestmark = pytest.mark.prefect
+
 endpoint, client, make_store = test_s3.endpoint, test_s3.client, test_s3.make_store
 
 

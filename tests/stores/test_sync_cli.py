@@ -38,6 +38,7 @@ def _invoke(home: Path, env: dict[str, str], *args: str) -> Any:
     return CliRunner().invoke(main, ["--home", str(home), *args], env=env)
 
 
+@pytest.mark.prefect
 def test_push_then_pull_then_status_from_the_cli(make_store: Any, tmp_path: Path) -> None:
     remote: S3BlobStore = make_store()
     env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
@@ -82,6 +83,7 @@ def test_push_then_pull_then_status_from_the_cli(make_store: Any, tmp_path: Path
         ({"VOXLEDGER_S3_BUCKET": "b", "VOXLEDGER_S3_WORKERS": "many"}, "VOXLEDGER_S3_WORKERS='many' is not a whole number"),
     ],
 )
+@pytest.mark.prefect
 def test_bad_settings_are_one_line(tmp_path: Path, env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for k in [k for k in os.environ if k.startswith("VOXLEDGER_S3_")]:
         monkeypatch.delenv(k)
@@ -103,6 +105,7 @@ def test_transient_errors_are_retried_and_others_are_not() -> None:
     assert not transient_store_error(VoxledgerError("object abc does not hash to its key"))
 
 
+@pytest.mark.prefect
 def test_the_push_flow_retries_a_dropped_connection(make_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from voxledger.flows import sync as flows_sync
     from voxledger.stores import sync as stores_sync

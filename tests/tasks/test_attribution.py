@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.tasks.test_evaluation import trained  # noqa: F401  (module fixture: a trained base + adapter)
@@ -44,6 +45,7 @@ def test_adapter_vs_merged_is_green_and_corruption_is_blamed_on_its_stage(traine
     assert not report.passed
 
 
+@pytest.mark.prefect
 def test_attribute_command_records_a_receipt_and_refuses_a_non_adapter_tree(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     import json
 

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from voxledger.cli import main
+
+pytestmark = pytest.mark.prefect
 
 
 def _dumps(root: Path, pcm: np.ndarray, mel: np.ndarray, tokens: np.ndarray) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tests.tasks.corpus.layouts import ljspeech
@@ -28,6 +29,7 @@ def test_import_writes_a_manifest_and_refuses_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "n.jsonl").exists()
 
 
+@pytest.mark.prefect
 def test_prepare_from_the_command_line(tmp_path: Path) -> None:
     src, truth = ljspeech(tmp_path / "LJSpeech-1.1")
     policy = tmp_path / "policy.yaml"

@@ -73,6 +73,7 @@ def test_argv_is_split_like_a_shell_would_without_running_one() -> None:
         command_argv("sox 'open -t wav - |", "w:1")
 
 
+@pytest.mark.prefect
 def test_materialise_from_the_command_line_runs_as_a_flow(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

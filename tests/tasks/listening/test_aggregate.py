@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tests.tasks.listening.conftest import Exported
@@ -100,6 +101,7 @@ def test_incomplete_submission_is_attrition(exported: Exported, tmp_path: Path) 
     assert len({c.trial for c in res.attrition.cells}) == 2 and len(res.attrition.missing_raters) == 5
 
 
+@pytest.mark.prefect
 def test_cli_aggregate(exported: Exported, tmp_path: Path) -> None:
     files = [str(submit(exported, tmp_path, r)) for r in ("r01", "r02", "r03")]
     runner = CliRunner()

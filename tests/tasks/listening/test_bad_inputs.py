@@ -113,6 +113,7 @@ def test_replays_and_duplicates(exported: Exported, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.prefect
 def test_nothing_accepted_is_an_error_naming_every_reason(exported: Exported, tmp_path: Path) -> None:
     edited = doc_for(exported, "r01")
     edited["ratings"][0]["score"] = 5 if edited["ratings"][0]["score"] != 5 else 4

@@ -126,6 +126,7 @@ def test_export_refuses_bad_input(home: Home, protocol: ListeningProtocol, stimu
         export_packets(home, protocol, wrong, tmp_path / "b", protocol_name="x.yaml")
 
 
+@pytest.mark.prefect
 def test_cli_export_and_verify(tmp_path: Path, stimuli: StimulusSet, home: Home) -> None:
     (tmp_path / "stimuli.json").write_text(stimuli.model_dump_json())
     runner = CliRunner()

@@ -179,6 +179,7 @@ def _cli(home: Home, *args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
+@pytest.mark.prefect
 def test_cli_build_verify_attest_and_tampering(built: Built, tmp_path: Path) -> None:
     code, out = _cli(built.home, "package", "build", built.lora.receipt_id[:12], "--checkpoint", "best", "--json")
     assert code == 0 and json.loads(out)["package_sha256"] == built.out.package_sha256 and json.loads(out)["cached"]
