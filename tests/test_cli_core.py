@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from voxledger.cli import main
+
+pytestmark = pytest.mark.prefect  # store put runs as a Prefect flow
 
 
 def run(home: Path, *args: str) -> tuple[int, str]:

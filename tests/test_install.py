@@ -11,6 +11,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,6 +22,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     return proc.stdout
 
 
+@pytest.mark.prefect  # its audit is a Prefect flow, run by the installed CLI against the session's server
 def test_wheel_installs_and_runs_from_another_directory(tmp_path: Path) -> None:
     dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
     work.mkdir()

@@ -100,6 +100,7 @@ def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) ->
         promote_adapter_fn(home, lora.receipt_id, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
 
 
+@pytest.mark.prefect  # prune --execute runs as a Prefect flow
 def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
     from voxledger.schemas.errors import TrainingError
     from voxledger.tasks.stages.checkpoints import execute_plan, make_plan
