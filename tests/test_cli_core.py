@@ -62,3 +62,23 @@ def test_failures_exit_non_zero_with_a_reason(tmp_path: Path) -> None:
 def test_schemas_are_current() -> None:
     result = CliRunner().invoke(main, ["receipt", "schemas"])
     assert result.exit_code == 0, result.output
+
+
+def test_progress_lines_reach_the_prefect_run_log(tmp_path: Path) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    (tmp_path / "f.bin").write_bytes(b"progress")
+    code, out = run(tmp_path / "home", "store", "put", str(tmp_path / "f.bin"), "--json")
+    assert code == 0, out
+    code, shown = run(tmp_path / "home", "receipt", "show", json.loads(out)["receipt"])
+    flow_run = json.loads(shown)["producer"]["flow_run_id"]
+
+    async def messages() -> list[str]:
+        async with get_client() as client:
+            logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run])))
+        return [log.message for log in logs]
+
+    assert f"storing {tmp_path / 'f.bin'}" in asyncio.run(messages())  # kept in the run's history, not only on the console
