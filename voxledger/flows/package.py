@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, task
 
 from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
-from voxledger.schemas.base import InputRef
-from voxledger.schemas.equivalence import EquivalencePlan, RuntimeDescriptor
+from voxledger.schemas.equivalence import EquivalencePlan
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef
@@ -16,59 +16,16 @@ from voxledger.tasks.stage import StageOutcome
 from voxledger.tasks.stages.equivalence import record_equivalence
 from voxledger.tasks.stages.package import PackageOutcome, package_adapter_fn
 
-
-@task(name="compare_runtimes", **STAGE_TASK)
-def compare_merged_export(
-    home: Home,
-    reference: str,
-    candidate: str,
-    plan: EquivalencePlan,
-    *,
-    plan_name: str,
-    ref_runtime: RuntimeDescriptor,
-    cand_runtime: RuntimeDescriptor,
-    flow: str,
-    parents: tuple[InputRef, ...] = (),
-) -> StageOutcome[EquivalenceReceipt]:
-    """The package's merged-export check, recorded by its own task run (inside the package task)."""
-    return record_equivalence(
-        home,
-        reference,
-        candidate,
-        plan,
-        plan_name=plan_name,
-        ref_runtime=ref_runtime,
-        cand_runtime=cand_runtime,
-        flow=flow,
-        parents=parents,
-    )
+# the package's merged-export check, recorded by its own task run (nested in the package task)
+compare_merged_export = task(name="compare_runtimes", **STAGE_TASK)(record_equivalence)
 
 
-def _compare_as_tasks(
-    home: Home,
-    reference: str,
-    candidate: str,
-    plan: EquivalencePlan,
-    *,
-    plan_name: str,
-    ref_runtime: RuntimeDescriptor,
-    cand_runtime: RuntimeDescriptor,
-    flow: str,
-    parents: tuple[InputRef, ...] = (),
-) -> StageOutcome[EquivalenceReceipt]:
-    """Register the probe's equivalence plan, then compare: two task runs, one receipt each."""
-    register_plan_task(HomeRef.of(home), PlanRef.of(plan, plan_name), EquivalencePlan)
-    return compare_merged_export(
-        home,
-        reference,
-        candidate,
-        plan,
-        plan_name=plan_name,
-        ref_runtime=ref_runtime,
-        cand_runtime=cand_runtime,
-        flow=flow,
-        parents=parents,
-    )
+def _compare_as_tasks(home: Home, reference: str, candidate: str, plan: EquivalencePlan, **kwargs: Any) -> StageOutcome[EquivalenceReceipt]:
+    """Register the probe's equivalence plan, then compare (``record_equivalence``'s arguments):
+    two task runs, one receipt each."""
+    register_plan_task(HomeRef.of(home), PlanRef.of(plan, str(kwargs["plan_name"])), EquivalencePlan)
+    outcome: StageOutcome[EquivalenceReceipt] = compare_merged_export(home, reference, candidate, plan, **kwargs)
+    return outcome
 
 
 @task(name="package_adapter", **STAGE_TASK)
