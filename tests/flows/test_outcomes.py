@@ -167,7 +167,7 @@ def test_cli_work_shows_in_prefect_history(first_run, tmp_path: Path) -> None:  
         result = CliRunner().invoke(main, ["--home", str(home_dir), *args])
         return f"{result.exit_code}\n{result.output}"
 
-    out = cli("package", "build", first["train_adapter"]["receipt_id"][:12], "--checkpoint", "best", "--json")
+    out = cli("package", "build", first["train_adapter"]["receipt_id"][:12], "--checkpoint", "best", "--unpromoted", "--json")
     assert out.startswith("0\n"), out
     stimuli = tmp_path / "stimuli.json"
     stimuli.write_text(stimuli_from_evaluation(Home(home_dir), first["evaluate"]["receipt_id"]).model_dump_json())

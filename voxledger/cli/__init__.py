@@ -8,6 +8,7 @@ failure exits non-zero with a one-paragraph message and no traceback. Command mo
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -16,6 +17,7 @@ import click
 
 from voxledger.cli import audit as _audit
 from voxledger.cli import backends as _backends
+from voxledger.cli import base as _base
 from voxledger.cli import capabilities as _capabilities
 from voxledger.cli import core as _core
 from voxledger.cli import corpus as _corpus
@@ -28,7 +30,7 @@ from voxledger.cli import package as _package
 from voxledger.cli import provenance as _provenance
 from voxledger.cli import server as _server
 from voxledger.cli import stages as _stages
-from voxledger.schemas.errors import VoxledgerError
+from voxledger.schemas.errors import InterruptedRunError, VoxledgerError
 from voxledger.settings import load_settings
 
 
@@ -38,9 +40,18 @@ class Boundary(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (InterruptedRunError, KeyboardInterrupt) as exc:
+            # Ctrl-C: one line naming what was recorded (a run that had started leaves a failed receipt), exit 130
+            said = str(exc) if isinstance(exc, InterruptedRunError) else "nothing recorded was lost (bytes first, receipts last)"
+            click.echo(f"Interrupted: {said}", err=True)
+            # Everything this process recorded is on disk (atomic writes, catalog connections closed), so leave
+            # now: Prefect's exit-time log shipping and thread joins would keep a Ctrl-C waiting for many seconds.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         except VoxledgerError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001  (the one boundary: a defect still ends in one line)
             raise click.ClickException(_environment_message(ctx, exc) or _defect_message(exc)) from exc
@@ -111,6 +122,7 @@ def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
 for _module in (
     _audit,
     _backends,
+    _base,
     _capabilities,
     _core,
     _corpus,

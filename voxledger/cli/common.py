@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from voxledger.schemas.errors import InterruptedRunError
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -66,11 +68,15 @@ def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwa
 
         show("connecting to the Prefect server")
         with prefect_session(home.root), reporting(show):
+            drain_s = 5.0
             try:
                 return fn(home_ref(ctx), *args, **kwargs)
+            except (KeyboardInterrupt, InterruptedRunError):
+                drain_s = 0.5  # Ctrl-C: the failed receipt is recorded; do not keep the user waiting on log shipping
+                raise
             finally:
                 show("finishing")
-                _drain_prefect_workers()
+                _drain_prefect_workers(drain_s)
 
 
 def cli_console(stderr: bool = False) -> Console:
@@ -109,7 +115,7 @@ class ProgressLines:
         click.echo(f"[{now - self.t0:7.1f} s] {message}", err=True)
 
 
-def _drain_prefect_workers() -> None:
+def _drain_prefect_workers(timeout_s: float = 5.0) -> None:
     """Send Prefect's queued events and logs while its console is still quiet, so its exit-time
     drain has nothing left to warn about after the command's own output."""
     from prefect.events.worker import EventsWorker
@@ -117,7 +123,7 @@ def _drain_prefect_workers() -> None:
 
     for worker in (EventsWorker, APILogWorker):
         try:
-            worker.drain_all(timeout=5, at_exit=False)
+            worker.drain_all(timeout=timeout_s, at_exit=False)
         except Exception:  # noqa: BLE001  (best effort: the atexit drain retries)
             pass
 

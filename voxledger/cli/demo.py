@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -55,6 +57,27 @@ def demo_corpus(out: Path, size: str, flawed: bool, as_json: bool) -> None:
     if info.flawed:
         click.echo(f"planted problems: {len(info.planted)} (listed in {info.out_dir / 'planted.json'})")
     click.echo(f"next: voxledger audit {info.out_dir}")
+
+
+@demo.command("voice")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--size", type=click.Choice(["tiny", "small", "full"]), default="full", show_default=True)
+@json_option("what was written")
+def demo_voice(out: Path, size: str, as_json: bool) -> None:
+    """Synthesise one voice in LJSpeech layout (metadata.csv + wavs/, 22.05 kHz, no splits): a stand-in
+    for your own recordings, in a voice the shipped base has never heard.
+
+    Example: voxledger demo voice ./my-voice && voxledger init ./my-voice
+    """
+    from voxledger.tasks.corpus.demo import build_voice_corpus
+
+    with console.status(f"synthesising the {size} voice corpus") if not as_json else nullcontext():
+        folder, clips = build_voice_corpus(out, size=size)  # type: ignore[arg-type]
+    if as_json:
+        emit_json({"out": str(folder), "clips": clips, "layout": "ljspeech"})
+        return
+    click.echo(f"wrote {clips} clips to {folder} (LJSpeech layout: metadata.csv, wavs/)")
+    click.echo(f"next: voxledger init {folder}")
 
 
 @demo.command("run")
@@ -274,8 +297,16 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
         "plans_dir": str(plans_dir()),
     }
     console.print(f"serving pipeline {plan.name!r} on cron {schedule!r} with {json.dumps(params, default=str)}")
-    with prefect_session(open_home(ctx).root):
-        pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params)
+    # Ctrl-C becomes the runner's own graceful stop (SIGTERM): it cancels the run in progress, whose pipeline
+    # records a failed receipt naming its stage, and returns; a plain SIGINT would sit in the runner's loop.
+    previous = signal.signal(signal.SIGINT, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        with prefect_session(open_home(ctx).root):
+            console.print(f"polling for scheduled runs of deployment pipeline/voxledger-{plan.name}; Ctrl-C stops")
+            pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params, print_starting_message=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    console.print("stopped")
 
 
 COMMANDS = (demo, dashboard, serve)

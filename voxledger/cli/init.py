@@ -14,9 +14,16 @@ from voxledger.cli.common import emit_json, json_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("plans-mine"),
+    default=None,
+    help="Folder the plans are written to (default: plans-NAME, so several corpora sit side by side).",
+)
+@click.option(
+    "--base",
+    type=click.Choice(["auto", "shipped", "train"]),
+    default="auto",
     show_default=True,
-    help="Folder the plans are written to.",
+    help="The adapter's base: the one shipped with the backend, or trained here on the other speakers "
+    "(auto: train when there are other speakers, else shipped).",
 )
 @click.option("--target", default=None, help="Speaker the adapter learns (default: the one with most train utterances).")
 @click.option("--train-split", default=None, help="Split to train on (default: the one named like 'train').")
@@ -29,7 +36,8 @@ from voxledger.cli.common import emit_json, json_option
 @json_option("what was decided and written")
 def init(
     corpus: Path,
-    out: Path,
+    out: Path | None,
+    base: str,
     target: str | None,
     train_split: str | None,
     dev_split: str | None,
@@ -44,14 +52,26 @@ def init(
     with the command that runs it. Refuses, writing nothing, when the corpus lacks what a plan
     needs (no dev split, a target speaker without dev utterances, mixed languages).
 
-    Example: voxledger init ./my-corpus --out ./plans-mine --target alice
+    A one-speaker corpus (LJSpeech layout, say) gets an adapter on the base the backend ships;
+    a corpus without splits is split deterministically (no recording or sentence crosses splits).
+
+    Example: voxledger init ./my-corpus --target alice
     """
     from voxledger.tasks.plans_init import init_plans
 
     result = init_plans(
-        corpus, out, name=name, force=force, target=target, train_split=train_split, dev_split=dev_split, test_split=test_split
+        corpus,
+        out,
+        name=name,
+        force=force,
+        base=base,  # type: ignore[arg-type]
+        target=target,
+        train_split=train_split,
+        dev_split=dev_split,
+        test_split=test_split,
     )
     r = result.roles
+    out = result.written[0].parent
     summary = {
         "corpus": str(corpus),
         "out": str(out),
@@ -60,6 +80,7 @@ def init(
         "test_split": r.test,
         "target": r.target,
         "base_speakers": list(r.base_speakers),
+        "shipped_base": r.shipped.name if r.shipped else None,
         "language": r.language,
         "sample_rate_hz": r.sample_rate_hz,
         "written": [str(p) for p in result.written],
@@ -71,7 +92,9 @@ def init(
     click.echo(
         f"splits: train {r.train}, dev {r.dev}, test {r.test or '(none: evaluation reads dev)'}; language {r.language}; {r.sample_rate_hz} Hz"
     )
-    click.echo(f"target speaker {r.target}" + (f"; base speakers {', '.join(r.base_speakers)}" if r.base_speakers else ""))
+    base_note = f"; base speakers {', '.join(r.base_speakers)}" if r.base_speakers else ""
+    base_note += f"; base: shipped {r.shipped.name}" if r.shipped else ""
+    click.echo(f"target speaker {r.target}{base_note}")
     for path in result.written:
         click.echo(f"wrote {path}")
     for note in result.notes:

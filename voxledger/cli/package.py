@@ -31,6 +31,11 @@ def _checkpoint(ctx: click.Context, run_id: str, choice: str) -> str:
 @click.option("--promotion", default=None, help="Promotion receipt that promoted this checkpoint.")
 @click.option("--evaluation", "evaluations", multiple=True, help="Evaluation receipt of this checkpoint (repeatable).")
 @click.option("--probe-seed", type=int, default=0, show_default=True, help="Seed of the reload and equivalence probe.")
+@click.option(
+    "--unpromoted",
+    is_flag=True,
+    help="Package a checkpoint no promotion receipt vouches for (no --promotion); the package says so (no promotion bound).",
+)
 @json_option("the result")
 @click.pass_context
 def build(
@@ -41,14 +46,25 @@ def build(
     promotion: str | None,
     evaluations: tuple[str, ...],
     probe_seed: int,
+    unpromoted: bool,
     as_json: bool,
 ) -> None:
     """Package a LoRA checkpoint with its receipts; reload-check, merge-check and publish it.
 
-    Example: voxledger package build 3fa2c1d9 --checkpoint best --retention ./releases
+    A checkpoint is packaged with the promotion receipt that promoted it (--promotion); packaging
+    one that passed no gate takes --unpromoted, and its package binds no promotion.
+
+    Example: voxledger package build 3fa2c1d9 --checkpoint best --promotion 7be1c0a2 --retention ./releases
     """
     from voxledger.flows.package import package as package_flow
 
+    if promotion is None and not unpromoted:
+        raise click.UsageError(
+            "no --promotion given: this checkpoint would be packaged without a gate vouching for it. Pass the promotion receipt "
+            "that promoted it (voxledger receipt show PROMOTION), or --unpromoted to package it anyway (the package says so)"
+        )
+    if promotion is not None and unpromoted:
+        raise click.UsageError("--promotion and --unpromoted contradict each other; give one")
     run_id = resolve_receipt(ctx, training_run, "training_run")
     out = run_flow(
         ctx,
@@ -72,11 +88,13 @@ def build(
         "equivalence_band": r.equivalence_band,
         "stage_rel": r.stage_rel,
         "published": str(out.published.path) if out.published else None,
+        "promotion": out.receipt.parameters.promotion_receipt,
     }
     if as_json:
         emit_json(summary)
         return
-    click.echo(f"package {out.package_sha256} ({r.size_bytes} bytes){' [cached]' if out.cached else ''}")
+    vouched = f"promoted by {promotion}" if promotion else "UNPROMOTED: no promotion receipt vouches for this checkpoint"
+    click.echo(f"package {out.package_sha256} ({r.size_bytes} bytes){' [cached]' if out.cached else ''}; {vouched}")
     click.echo(
         f"reload: bitwise={r.reload.bitwise_equal} max|err|={r.reload.max_abs_err:.3e}; merged export: {r.equivalence_band} {r.stage_rel}"
     )

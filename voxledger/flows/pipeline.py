@@ -24,7 +24,7 @@ from voxledger.flows.common import announced_receipt, register_plan_task, shared
 from voxledger.flows.progress import report
 from voxledger.flows.stages import StageContext, StageSpec, stage_names, stage_table
 from voxledger.schemas.base import InputRef, utc_now
-from voxledger.schemas.errors import PlanError, VoxledgerError
+from voxledger.schemas.errors import InterruptedRunError, PlanError, VoxledgerError
 from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, StageRecord
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef, load_plan
@@ -83,7 +83,7 @@ class StageLog:
         try:
             yield cur
         except BaseException as exc:
-            reason = str(exc) if isinstance(exc, VoxledgerError) else f"{type(exc).__name__}: {exc}"
+            reason = _reason(exc)
             wall = time.perf_counter() - t0
             self.records.append(
                 StageRecord(stage=name, receipt_id=cur.receipt_id, cached=cur.cached, wall_s=wall, status="failed", detail=reason[:2000])
@@ -154,17 +154,47 @@ def _pipeline(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path | Non
     ctx = StageContext(home, corpus, plan, plans, packets_dir)
     log = StageLog()
     try:
-        _run_stages(log, ctx)
+        with _sigterm_interrupts():
+            _run_stages(log, ctx)
     except BaseException as exc:
         failed = log.failed()
         where = failed.stage if failed else "pipeline"
-        detail = failed.detail if failed else f"{type(exc).__name__}: {exc}"
+        detail = failed.detail if failed else _reason(exc)
         rid = run.record(log, f"{where}: {detail}"[:4000])
         if isinstance(exc, VoxledgerError):
             raise type(exc)(f"pipeline stopped at {where}: {exc}; pipeline receipt {rid}", receipt_id=rid) from exc
+        if isinstance(exc, KeyboardInterrupt):
+            raise InterruptedRunError(f"pipeline interrupted at stage {where}; failed pipeline receipt {rid}", receipt_id=rid) from exc
         raise
     rid = run.record(log, None)
     return PipelineSummary(rid, tuple(log.records))
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a stopping ``serve`` cancelling this run, a ``kill``) ends the stages like Ctrl-C does,
+    so the pipeline receipt records the stage it stopped in; only the main thread can set handlers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return f"interrupted ({exc or 'SIGINT / Ctrl-C'})"
+    return str(exc) if isinstance(exc, VoxledgerError) else f"{type(exc).__name__}: {exc}"
 
 
 def stage_arguments(spec: StageSpec, ctx: StageContext) -> dict[str, Any] | None:

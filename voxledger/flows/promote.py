@@ -50,7 +50,14 @@ def promote_adapter(home: HomeRef, corpus: str, run_rid: str, plan: PlanRef) -> 
 def require_promoted(out: StageOutcome[PromotionReceipt]) -> None:
     """Raise GateFailedError (naming the receipt) unless a challenger was promoted."""
     if out.receipt.result.promoted is None:
-        raise GateFailedError(f"{out.receipt.error}; receipt {out.receipt_id}", receipt_id=out.receipt_id)
+        rid = out.receipt_id
+        best = out.receipt.result.challengers[0].tree_sha256[:16] if out.receipt.result.challengers else "TREE"
+        raise GateFailedError(
+            f"{out.receipt.error}; receipt {rid}. Next: see each rule's value with `voxledger receipt show {rid[:12]}`; "
+            "train longer or on more clips and run the pipeline again, or evaluate a checkpoint by hand "
+            f"(`voxledger eval run EVAL_PLAN --corpus CORPUS --bind base=BASE --bind adapter={best}`, docs/own-corpus.md)",
+            receipt_id=rid,
+        )
 
 
 @flow(name="promote")

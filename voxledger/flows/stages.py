@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from voxledger.flows.audit import audit, audit_corpus, require_pass
+from voxledger.flows.base import base, import_base
 from voxledger.flows.evaluate import evaluate, evaluate_plan
 from voxledger.flows.package import package, package_adapter
 from voxledger.flows.packets import export_packets, packets
@@ -31,6 +32,7 @@ from voxledger.schemas.listening_receipts import PacketSetReceipt
 from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelinePlan
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
+from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
@@ -56,6 +58,14 @@ class StageContext:
         """The best checkpoint of an earlier training stage, None when that stage did not run."""
         out = self.outcomes.get(stage)
         return out.receipt.subject("best").sha256 if out is not None else None
+
+    def base(self) -> str | None:
+        """The base tree adapters bind to: the base training's best checkpoint, else the imported shipped base."""
+        trained = self.best("train_base")
+        if trained is not None:
+            return trained
+        out = self.outcomes.get("import_base")
+        return out.receipt.subject("base").sha256 if out is not None else None
 
     def winner(self) -> tuple[str, str]:
         """(promotion receipt id, tree digest of the promoted checkpoint)."""
@@ -121,14 +131,19 @@ def _corpus(ctx: StageContext) -> dict[str, Any]:
     return {"corpus": ctx.corpus}
 
 
+def _import_base(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the backend whose shipped base the plan adapts."""
+    return {"backend": ctx.plan.shipped_base}
+
+
 def _train_base(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the corpus and the audit's receipt; no base (it trains one from scratch)."""
     return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": None}
 
 
 def _train_adapter(ctx: StageContext) -> dict[str, Any]:
-    """Inputs: the corpus, the audit's receipt and the base training's best checkpoint (when a base was trained)."""
-    return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": ctx.best("train_base")}
+    """Inputs: the corpus, the audit's receipt and the base (trained here, or the imported shipped base)."""
+    return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": ctx.base()}
 
 
 def _promote(ctx: StageContext) -> dict[str, Any]:
@@ -137,12 +152,12 @@ def _promote(ctx: StageContext) -> dict[str, Any]:
 
 
 def _bindings(ctx: StageContext) -> dict[str, str]:
-    base = ctx.best("train_base")
+    base = ctx.base()
     return {"adapter": ctx.winner()[1], **({"base": base} if base else {})}
 
 
 def _evaluate(ctx: StageContext) -> dict[str, Any]:
-    """Inputs: the corpus and bindings: `adapter` is the promoted checkpoint, `base` the trained base (when there is one)."""
+    """Inputs: the corpus and bindings: `adapter` is the promoted checkpoint, `base` the trained or imported base."""
     return {"corpus": ctx.corpus, "bindings": _bindings(ctx)}
 
 
@@ -161,6 +176,7 @@ def _packets(ctx: StageContext) -> dict[str, Any] | None:
 
 STAGES: tuple[StageSpec, ...] = (
     StageSpec("audit", audit, audit_corpus, AuditReceipt, _corpus, "audit_policy", AuditPolicy, require_pass),
+    StageSpec("import_base", base, import_base, BaseImportReceipt, _import_base, when=lambda plan: plan.shipped_base is not None),
     StageSpec("train_base", train, train_base, TrainingRunReceipt, _train_base, "base_training", TrainingPlan),
     StageSpec("train_adapter", train, train_adapter, TrainingRunReceipt, _train_adapter, "adapter_training", TrainingPlan),
     StageSpec("promote", promote, promote_adapter, PromotionReceipt, _promote, "promotion_policy", PromotionPolicy, require_promoted),

@@ -56,6 +56,10 @@ class CorpusError(VoxledgerError):
     """A corpus or manifest cannot be read; the message names the file and line."""
 
 
+class InterruptedRunError(VoxledgerError):
+    """The user interrupted a run (SIGINT / Ctrl-C); the message names the stage and the failed receipt recorded."""
+
+
 class AuditFailedError(VoxledgerError):
     """An audit verdict is a failure (for example split leakage); training must not start."""
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
+from voxledger.schemas.training import BackendName
 
 StageName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 """A stage's name. The stages themselves are listed once, in the stage table (``flows/stages.py``):
@@ -20,6 +21,12 @@ class PipelinePlan(Frozen):
     name: str
     audit_policy: str
     base_training: str | None = None
+    shipped_base: BackendName | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="adapt the base that ships with this backend (stage import_base) instead of training one; "
+        "left out of the plan's JSON when unset, so older plans keep their digests",
+    )
     adapter_training: str
     promotion_policy: str
     evaluation: str

@@ -130,20 +130,20 @@ class PlanRef(BaseModel):
 
 
 def register_plan(home: Home, plan: BaseModel, *, source_name: str, flow: str = "cli") -> tuple[str, str]:
-    """Store a plan and record its receipt once; return (plan receipt id, plan digest)."""
+    """Store a plan and record its receipt once; return (plan receipt id, plan digest).
+
+    Registration is keyed by content: the digest is the plan's identity and ``source_name`` (the
+    file name) only a label. The same content under the same label is registered once; an edited
+    file, or another corpus's ``audit.yaml``, is simply another plan, never a collision. What ran is
+    what the receipts name by digest, whatever the file says later.
+    """
     digest = plan_digest(plan)
     plan_kind = str(getattr(plan, "kind", type(plan).__name__))
-    rows = registered_plans(home.catalog, source_name, plan_kind)
-    for rid, registered in rows:
+    for rid, registered in registered_plans(home.catalog, source_name, plan_kind):
         if registered == digest:
             # the plan's bytes are in hand: a damaged stored copy is healed, never re-used
             home.blobs.put_bytes(canonical_bytes(plan))
             return rid, digest
-    if rows:
-        raise PlanError(
-            f"plan {source_name} ({plan_kind}) changed since it was registered as {rows[0][1]} "
-            f"(now {digest}); plans are frozen: save the change under a new file name"
-        )
     started = utc_now()
     home.blobs.put_bytes(canonical_bytes(plan))
     receipt = build_receipt(

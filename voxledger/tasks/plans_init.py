@@ -5,36 +5,40 @@ language (read with `load_corpus`).
 Roles: the train split, the dev split (training's held-out loss and the promotion gate's
 prompts) and the optional test split (the final evaluation's prompts; the dev split stands in
 when there is none) are found by name (``train`` / ``dev``, ``valid``, ``val``, ``cv`` /
-``test``, ``eval``) or given. With two or more speakers, the base model learns every speaker
-but the target and a LoRA adapter adds the target's voice; with one speaker there is no voice to
-adapt from, so only the audit, base training, evaluation and listening plans are written. A corpus
-that lacks what a plan needs is refused with one line naming the value and the fix; nothing is
-written then.
+``test``, ``eval``) or given; LJSpeech and VCTK corpora, which name none, are split by the
+importer (`importers.common.assign_splits`). The adapter's base is either trained here on every
+speaker but the target (two or more speakers), or the base the backend ships
+(`Backend.shipped_base`): the default for a one-speaker corpus, so a newcomer's own voice goes
+straight to an adapter. A corpus that lacks what a plan needs is refused with one line naming the
+value and the fix; nothing is written then.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import soundfile as sf
 import yaml
 
-from voxledger.schemas.errors import CorpusError, UnsafePathError
+from voxledger.schemas.errors import BackendCapabilityError, CorpusError, UnsafePathError
 from voxledger.schemas.manifest import Utterance
+from voxledger.schemas.shipped import ShippedBase
 from voxledger.schemas.training import BackendName
 from voxledger.tasks.backends.base import DEFAULT_BACKEND, PlanRecipe, get_backend
 from voxledger.tasks.corpus.audio import DECODE_ERRORS
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path
 from voxledger.tasks.corpus.records import LoadedCorpus
+from voxledger.tasks.shipped_base import read_bundle
 
 ROLE_WORDS: dict[str, tuple[str, ...]] = {"train": ("train",), "dev": ("dev", "valid", "validation", "val", "cv"), "test": ("test", "eval")}
 PAIRED_GATE_MIN_PROMPTS = 5  # cluster_t needs 5 prompts (schemas/evaluation.py MIN_PROMPTS)
 MAX_PROMPTS = 20
+BaseChoice = Literal["auto", "shipped", "train"]
 PLAN_FILES = ("audit.yaml", "train-base.yaml", "train-adapter.yaml", "promote.yaml", "eval.yaml", "listening.yaml", "pipeline.yaml")
 
 
@@ -46,10 +50,22 @@ class CorpusRoles:
     dev: str
     test: str | None
     target: str
-    base_speakers: tuple[str, ...]  # empty: a one-speaker corpus (no adapter)
+    base_speakers: tuple[str, ...]  # empty: a one-speaker corpus (no base to train here)
     language: str
     sample_rate_hz: int
     channels: int
+    shipped: ShippedBase | None = None  # the adapter's base is the backend's shipped base
+
+    @property
+    def adapts(self) -> bool:
+        """Whether an adapter (and so promotion and a pipeline) is planned."""
+        return bool(self.base_speakers) or self.shipped is not None
+
+    def base_voice(self) -> str:
+        """The base voice the adapter is compared with (the first voice of the base)."""
+        if self.shipped is not None:
+            return self.shipped.speakers[0]
+        return self.base_speakers[0] if self.base_speakers else self.target
 
 
 @dataclass(frozen=True)
@@ -208,7 +224,7 @@ def _evaluation(
     candidates: list[dict[str, Any]] = [
         {"name": "base", "backend": backend, "runtime": "base", "artifact": "input:base", "speaker": base_voice}
     ]
-    if roles.base_speakers:
+    if roles.adapts:
         adapter = {
             "name": "adapter",
             "backend": backend,
@@ -271,12 +287,13 @@ def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], reference
     }
 
 
-def _pipeline(name: str) -> dict[str, Any]:
+def _pipeline(name: str, shipped_base: BackendName | None) -> dict[str, Any]:
+    base: dict[str, Any] = {"shipped_base": shipped_base} if shipped_base else {"base_training": "train-base.yaml"}
     return {
         "kind": "pipeline_plan",
         "name": name,
         "audit_policy": "audit.yaml",
-        "base_training": "train-base.yaml",
+        **base,
         "adapter_training": "train-adapter.yaml",
         "promotion_policy": "promote.yaml",
         "evaluation": "eval.yaml",
@@ -298,20 +315,18 @@ def plan_documents(
     refs = [u for u in of_target if u.split == roles.train]
     gate = _prompts([u for u in of_target if u.split == roles.dev], "g")
     final = _prompts([u for u in of_target if u.split == (roles.test or roles.dev)], "e")
-    adapt = bool(roles.base_speakers)
-    base_voice = roles.base_speakers[0] if adapt else roles.target
+    base_voice = roles.base_voice()
     models = get_backend(backend)
-    docs: dict[str, dict[str, Any]] = {
-        "audit.yaml": _audit_policy(name, roles, utts),
-        "train-base.yaml": _base_training(name, backend, roles, models.plan_recipe("full")),
-        "eval.yaml": _evaluation(name, backend, roles, base_voice, final, _references(final, refs or of_target)),
-        "listening.yaml": _listening(name),
-    }
-    if not adapt:
+    docs: dict[str, dict[str, Any]] = {"audit.yaml": _audit_policy(name, roles, utts)}
+    if roles.shipped is None:
+        docs["train-base.yaml"] = _base_training(name, backend, roles, models.plan_recipe("full"))
+    docs["eval.yaml"] = _evaluation(name, backend, roles, base_voice, final, _references(final, refs or of_target))
+    docs["listening.yaml"] = _listening(name)
+    if not roles.adapts:
         return docs
     docs["train-adapter.yaml"] = _adapter_training(name, backend, roles, models.plan_recipe("lora"))
     docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs))
-    docs["pipeline.yaml"] = _pipeline(name)
+    docs["pipeline.yaml"] = _pipeline(name, backend if roles.shipped is not None else None)
     return docs
 
 
@@ -323,7 +338,7 @@ def _recipe_notes(backend: BackendName, roles: CorpusRoles) -> dict[str, str]:
         "language": roles.language,
         "target": roles.target,
     }
-    return {mode: models.plan_recipe(mode).note.format(**fill) for mode in ("full", "lora") if mode == "full" or roles.base_speakers}
+    return {mode: models.plan_recipe(mode).note.format(**fill) for mode in ("full", "lora") if mode == "full" or roles.adapts}
 
 
 def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict[str, str]) -> dict[str, str]:
@@ -341,7 +356,14 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
             f"(delta_mean of wer/speaker_sim) need {PAIRED_GATE_MIN_PROMPTS}."
         )
     )
-    adapter_bind = " --bind adapter=SHA" if roles.base_speakers else ""
+    adapter_bind = " --bind adapter=SHA" if roles.adapts else ""
+    if roles.shipped is not None:
+        s = roles.shipped
+        base_line = f"the shipped {s.backend} base {s.name} (tree {s.tree_sha256[:12]}; voices {', '.join(s.speakers)}; {s.summary})"
+        base_arg, base_step = "BASE_TREE  (from: voxledger base import " + s.backend + ")", f"{base_line}"
+    else:
+        base_line = f"base on {', '.join(roles.base_speakers)}"
+        base_arg, base_step = "BASE_TREE", base_line
     return {
         "audit.yaml": (
             f"# voxledger audit {corpus} --policy {out}/audit.yaml\n"
@@ -349,8 +371,8 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
         ),
         "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# {notes['full']}\n",
         "train-adapter.yaml": (
-            f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base BASE_TREE\n"
-            f"# {notes.get('lora', '')}\n"
+            f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base {base_arg}\n"
+            f"# Base: {base_step}.\n# {notes.get('lora', '')}\n"
         ),
         "promote.yaml": (
             f"# voxledger promote TRAINING_RUN --policy {out}/promote.yaml --corpus {corpus}\n"
@@ -366,18 +388,28 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
         ),
         "pipeline.yaml": (
             f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
-            f"# audit -> base on {', '.join(roles.base_speakers)} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n"
+            f"# audit -> {base_line} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n"
         ),
     }
 
 
 def init_plans(
-    corpus: Path, out: Path, *, name: str | None = None, force: bool = False, backend: BackendName = DEFAULT_BACKEND, **choices: str | None
+    corpus: Path,
+    out: Path | None = None,
+    *,
+    name: str | None = None,
+    force: bool = False,
+    backend: BackendName = DEFAULT_BACKEND,
+    base: BaseChoice = "auto",
+    **choices: str | None,
 ) -> InitResult:
     """Write editable plans for ``corpus`` into ``out``; refuse to overwrite unless ``force``.
 
     Args:
+        out: the plans folder; default ``plans-<name>`` in the current folder, so corpora sit side by side.
         backend: whose measured recipes the training plans take (and which the plans name).
+        base: ``shipped`` adapts the backend's shipped base, ``train`` trains one on the corpus's
+            other speakers; ``auto`` trains one when there are other speakers, else uses the shipped one.
         choices: ``train_split``, ``dev_split``, ``test_split``, ``target`` (see `corpus_roles`).
 
     Raises:
@@ -385,8 +417,9 @@ def init_plans(
         BackendCapabilityError: ``backend`` has no recipe for a plan that is needed.
     """
     loaded = load_corpus(corpus)
-    roles = corpus_roles(loaded, **choices)
+    roles = with_base(corpus_roles(loaded, **choices), backend, base)
     name = name or _plan_name(corpus)
+    out = out if out is not None else Path(f"plans-{name}")
     docs = plan_documents(loaded, roles, name, backend)
     clash = [out / f for f in docs if (out / f).exists()]
     if clash and not force:
@@ -398,13 +431,55 @@ def init_plans(
     for file, doc in docs.items():
         (out / file).write_text(headers[file] + yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
         written.append(out / file)
-    notes: tuple[str, ...] = ()
-    if not roles.base_speakers:
-        notes = (
-            f"one speaker ({roles.target!r}): no adapter, promotion or pipeline plan; "
-            "train the base with train-base.yaml and evaluate it with eval.yaml",
+    notes: list[str] = []
+    if not roles.adapts:
+        notes.append(
+            f"one speaker ({roles.target!r}) and {backend} ships no base: no adapter, promotion or pipeline plan; "
+            "train a model of this voice with train-base.yaml and evaluate it with eval.yaml"
         )
-    return InitResult(roles, tuple(written), notes)
+    if roles.shipped is not None:
+        s = roles.shipped
+        notes.append(f"the adapter adapts the shipped {backend} base {s.name} (tree {s.tree_sha256[:12]}, voices {', '.join(s.speakers)})")
+    if loaded.split_rule is not None:
+        notes.append(f"{loaded.root.name} names no splits: split by {loaded.split_rule}")
+    return InitResult(roles, tuple(written), tuple(notes))
+
+
+def with_base(roles: CorpusRoles, backend: BackendName, base: BaseChoice) -> CorpusRoles:
+    """``roles`` with the adapter's base decided (see `init_plans`).
+
+    Raises:
+        CorpusError: ``train`` on a one-speaker corpus, or a shipped base that cannot adapt this corpus
+            (another language, or a target named like one of its voices).
+        BackendCapabilityError: ``shipped`` for a backend that ships no base.
+    """
+    if base == "train" or (base == "auto" and roles.base_speakers):
+        if not roles.base_speakers:
+            raise CorpusError(
+                f"one speaker ({roles.target!r}): there are no other voices to train a base on; use --base shipped (the default)"
+            )
+        return roles
+    folder = get_backend(backend).shipped_base()
+    if folder is None:
+        if base == "shipped":
+            raise BackendCapabilityError(f"backend {backend} ships no trained base; use --base train on a corpus with several speakers")
+        return roles
+    shipped = read_bundle(folder)
+    if _lang(roles.language) != _lang(shipped.language):
+        raise CorpusError(
+            f"the corpus speaks {roles.language!r} and the shipped {backend} base {shipped.language!r}; "
+            "an adapter cannot teach it a language: train a base on a multi-speaker corpus in that language (--base train)"
+        )
+    if roles.target in shipped.speakers:
+        raise CorpusError(
+            f"speaker {roles.target!r} is also a voice of the shipped base ({', '.join(shipped.speakers)}); "
+            "rename the speaker in the corpus manifest (the adapter adds a new voice)"
+        )
+    return replace(roles, shipped=shipped, base_speakers=())
+
+
+def _lang(code: str) -> str:
+    return code.lower().split("-")[0]
 
 
 def _plan_name(corpus: Path) -> str:

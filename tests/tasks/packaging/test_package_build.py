@@ -182,7 +182,10 @@ def _cli(home: Home, *args: str) -> tuple[int, str]:
 @pytest.mark.prefect
 def test_cli_build_verify_attest_and_tampering(built: Built, tmp_path: Path) -> None:
     code, out = _cli(built.home, "package", "build", built.lora.receipt_id[:12], "--checkpoint", "best", "--json")
+    assert code == 2 and "no --promotion given" in out and "--unpromoted" in out  # a checkpoint no gate vouched for
+    code, out = _cli(built.home, "package", "build", built.lora.receipt_id[:12], "--checkpoint", "best", "--unpromoted", "--json")
     assert code == 0 and json.loads(out)["package_sha256"] == built.out.package_sha256 and json.loads(out)["cached"]
+    assert json.loads(out)["promotion"] is None
     pkg = tmp_path / "p.tar"
     shutil.copyfile(built.out.package_path, pkg)
     assert _cli(built.home, "package", "keygen", str(tmp_path / "k"))[0] == 0

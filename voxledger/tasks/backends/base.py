@@ -156,6 +156,10 @@ class Backend(Protocol):
         """The measured recipe generated training plans of ``mode`` start from."""
         ...
 
+    def shipped_base(self) -> Path | None:
+        """The folder of the trained base this backend ships in the package (``schemas/shipped.py``), or None."""
+        ...
+
 
 BACKENDS: dict[str, str] = {
     "tiny": "voxledger.tasks.backends.tiny.backend:TinyBackend",

@@ -268,3 +268,37 @@ def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, tuple(planted))
+
+
+def build_voice_corpus(out_dir: Path, *, size: CorpusSize = "full") -> tuple[Path, int]:
+    """One voice in LJSpeech layout, the way a newcomer's own recordings arrive: ``metadata.csv``
+    (``id|text|text``, no splits) and ``wavs/<id>.wav`` at espeak's 22,050 Hz, no alignments.
+
+    The voice is the demo's held-out target (``spk-t1``), which the shipped base has never heard,
+    reading the target and test sentences of ``size``. Deterministic and atomic like
+    `build_demo_corpus`; returns (folder, clip count).
+    """
+    if size not in SPLIT_SENTENCES:
+        raise ValueError(f"size must be one of {sorted(SPLIT_SENTENCES)}, got {size!r}")
+    out_dir = Path(out_dir)
+    _check_destination(out_dir)
+    splits, _ = assign_sentences(size)
+    voice = next(v for v in VOICES if v.role == "target")
+    sentences = harvard_sentences()
+    indices = sorted(i for split in TARGET_SPLITS for i in splits[split])
+    tmp = out_dir.parent / f"{out_dir.name}.tmp-{secrets.token_hex(6)}"
+    try:
+        (tmp / "wavs").mkdir(parents=True)
+        lines = []
+        for i in indices:
+            uid = f"VOICE-{i:04d}"
+            spoken = espeak.synthesize(sentences[i], voice.espeak_voice, voice.pitch)
+            write_wav(tmp / "wavs" / f"{uid}.wav", to_pcm16(normalise(spoken.audio)), spoken.sample_rate_hz)
+            lines.append(f"{uid}|{sentences[i]}|{sentences[i]}\n")
+        (tmp / "metadata.csv").write_text("".join(lines), encoding="utf-8")
+        _check_destination(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir, len(indices)

@@ -50,7 +50,7 @@ def load_corpus(path: Path, *, audio_roots: tuple[Path, ...] = (), layout: Layou
     if layout not in IMPORTERS:
         raise CorpusError(f"unknown corpus layout {layout!r}; choose one of auto, jsonl, kaldi, {', '.join(IMPORTERS)}")
     loaded = IMPORTERS[layout](path)
-    return LoadedCorpus(loaded.root, loaded.manifest_files, loaded.utterances, loaded.issues, roots, loaded.origins)
+    return LoadedCorpus(loaded.root, loaded.manifest_files, loaded.utterances, loaded.issues, roots, loaded.origins, loaded.split_rule)
 
 
 def _detect(path: Path) -> str:

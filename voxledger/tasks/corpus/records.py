@@ -43,6 +43,8 @@ class LoadedCorpus:
     issues: tuple[ManifestIssue, ...]
     audio_roots: tuple[Path, ...] = ()
     origins: dict[str, str] = field(default_factory=dict)
+    split_rule: str | None = None
+    """How the splits were assigned when the corpus names none (`importers.common.assign_splits`), else None."""
 
 
 @dataclass

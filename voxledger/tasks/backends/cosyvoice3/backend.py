@@ -338,6 +338,10 @@ class CosyVoice3Backend:
     ) -> dict[str, np.ndarray]:
         raise _no_stage_split()
 
+    def shipped_base(self) -> Path | None:
+        """None: the base is the user's upstream model folder (released weights are not shipped)."""
+        return None
+
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         what = "trains LoRA adapters only" if mode == "full" else "has no measured LoRA recipe yet"
         raise BackendCapabilityError(

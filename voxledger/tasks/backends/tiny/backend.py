@@ -260,6 +260,11 @@ class TinyBackend:
     ) -> dict[str, np.ndarray]:
         return stages.stage_outputs(loaded, text, speaker, seed, settings, feed)
 
+    def shipped_base(self) -> Path | None:
+        """``shipped/``: the base trained by ``plans/train-tiny-base.yaml`` on the demo corpus (see its base.json)."""
+        folder = Path(__file__).parent / "shipped"
+        return folder if (folder / "base.json").is_file() else None
+
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
         recipe = tt.BASE_RECIPE if mode == "full" else tt.LORA_RECIPE

@@ -1,13 +1,14 @@
 """LJSpeech layout: ``metadata.csv`` (``id|raw text|normalised text``, no header, ``|``-separated)
-and ``wavs/<id>.wav``. One speaker (named after the folder); ``metadata.csv`` is split
-``train``, and ``metadata_<split>.csv`` files, when present, name their own splits."""
+and ``wavs/<id>.wav``. One speaker (named after the folder). ``metadata_<split>.csv`` files, when
+present, name their own splits (``metadata.csv`` beside them is ``train``); a corpus with
+``metadata.csv`` alone is split by `assign_splits` (no clip or sentence crosses splits)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from voxledger.schemas.errors import CorpusError
-from voxledger.tasks.corpus.importers.common import require_folder
+from voxledger.tasks.corpus.importers.common import assign_splits, require_folder
 from voxledger.tasks.corpus.records import LoadedCorpus, RecordSink
 
 
@@ -43,7 +44,8 @@ def load(src: Path) -> LoadedCorpus:
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 _line(sink, raw, path.name, lineno, speaker, _split_of(path))
-    return sink.build(tuple(files))
+    loaded = sink.build(tuple(files))
+    return assign_splits(loaded) if [p.name for p in files] == ["metadata.csv"] else loaded
 
 
 def _line(sink: RecordSink, raw: bytes, name: str, lineno: int, speaker: str, split: str) -> None:

@@ -1,13 +1,14 @@
 """VCTK 0.92 layout: ``txt/<spk>/<spk>_<n>.txt`` and ``wav48_silence_trimmed/<spk>/<spk>_<n>_mic1.flac``
 (the first microphone; ``mic2`` is the same speech from a second microphone and is not read).
-The older release (``wav48/<spk>/<spk>_<n>.wav``) is read too. Everything is split ``train``."""
+The older release (``wav48/<spk>/<spk>_<n>.wav``) is read too. VCTK names no splits: `assign_splits`
+gives one in which every reading of a sentence (by any speaker) lands in the same split."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from voxledger.schemas.errors import CorpusError
-from voxledger.tasks.corpus.importers.common import label, read_text, require_folder
+from voxledger.tasks.corpus.importers.common import assign_splits, label, read_text, require_folder
 from voxledger.tasks.corpus.records import LoadedCorpus, RecordSink
 
 AUDIO_LAYOUTS = (("wav48_silence_trimmed", "_mic1.flac"), ("wav48", ".wav"))
@@ -44,4 +45,4 @@ def load(src: Path) -> LoadedCorpus:
             sink.issue("manifest_unreadable_line", where, 1, "not UTF-8; re-encode as UTF-8")
             continue
         sink.add({"id": uid, "audio": label(wav, src), "text": text, "speaker": speaker, "split": "train"}, where, 1)
-    return sink.build(tuple(txts))
+    return assign_splits(sink.build(tuple(txts)))

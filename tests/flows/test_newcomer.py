@@ -1,0 +1,153 @@
+"""A newcomer's own voice: one speaker in LJSpeech layout, no splits, no base of their own.
+
+`voxledger init` splits it, writes an adapter plan against the base the tiny backend ships, and
+`voxledger pipeline run` takes it to a promoted adapter, packets and a dashboard. A second corpus
+with the same plan file names runs in the same home beside it. The full-size run, whose speaker
+similarity must show the adapter moved toward the voice, is the slow test at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tests.flows.conftest import run
+from voxledger.cli import main
+from voxledger.schemas.shipped import BaseImportReceipt
+from voxledger.schemas.training import TrainingRunReceipt
+from voxledger.stores.home import Home
+from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.corpus.demo import build_voice_corpus
+from voxledger.tasks.shipped_base import read_bundle
+
+STAGES = ("audit", "import_base", "train_adapter", "promote", "evaluate", "package", "export_packets")
+
+
+def _init(corpus: Path, *args: str) -> dict:  # type: ignore[type-arg]
+    result = CliRunner().invoke(main, ["init", str(corpus), "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+def shrink(plans: Path) -> None:
+    """A smoke run of the adapter: a few steps, no MOS, a lenient gate, two raters."""
+    steps = {"max_epochs": 2, "steps_per_epoch": 3, "frames_per_batch": 1500, "checkpoint_every_steps": 3, "threads": 1}
+    doc = yaml.safe_load((plans / "train-adapter.yaml").read_text())
+    (plans / "train-adapter.yaml").write_text(yaml.safe_dump(doc | steps | {"precision": "fp32"}))
+    promo = yaml.safe_load((plans / "promote.yaml").read_text())
+    promo["gate_plan"]["metrics"] = {"mos": None}
+    promo["rules"] = [r | {"threshold": 0.0} for r in promo["rules"] if r["statistic"] == "challenger_mean"]
+    promo["best_k"] = 1
+    (plans / "promote.yaml").write_text(yaml.safe_dump(promo))
+    ev = yaml.safe_load((plans / "eval.yaml").read_text())
+    (plans / "eval.yaml").write_text(yaml.safe_dump(ev | {"metrics": {"mos": None}}))
+    listening = yaml.safe_load((plans / "listening.yaml").read_text())
+    listening["design"] |= {"raters": 2, "raters_per_prompt": 2}
+    listening["blinding"] = {"on_leak": "warn"}  # six steps of LoRA are told from recordings by ear and by file
+    (plans / "listening.yaml").write_text(yaml.safe_dump(listening))
+
+
+@pytest.fixture(scope="module")
+def voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder, clips = build_voice_corpus(tmp_path_factory.mktemp("newcomer") / "jo-voice", size="small")
+    assert clips == 45
+    return folder
+
+
+def test_the_tiny_backend_ships_a_verified_base() -> None:
+    folder = get_backend("tiny").shipped_base()
+    assert folder is not None
+    result = CliRunner().invoke(main, ["base", "verify", "tiny", "--json"])
+    assert result.exit_code == 0, result.output
+    checked = json.loads(result.output)
+    bundle = read_bundle(folder)
+    assert checked["tree"] == bundle.tree_sha256 and len(checked["checked"]) == 3
+    assert bundle.language == "en" and len(bundle.speakers) == 4 and bundle.reproduce
+
+
+def test_init_on_one_unsplit_voice_adapts_the_shipped_base(voice: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = _init(voice)
+    assert out["out"] == "plans-jo-voice"  # named after the corpus: several corpora sit side by side
+    assert (out["train_split"], out["dev_split"], out["test_split"]) == ("train", "dev", "test")
+    assert out["base_speakers"] == [] and out["shipped_base"] == read_bundle(get_backend("tiny").shipped_base()).name  # type: ignore[arg-type]
+    assert any("names no splits" in n and "test 5, dev 5, train 35" in n for n in out["notes"]), out["notes"]
+    plans = tmp_path / "plans-jo-voice"
+    assert sorted(p.name for p in plans.iterdir()) == [
+        "audit.yaml",
+        "eval.yaml",
+        "listening.yaml",
+        "pipeline.yaml",
+        "promote.yaml",
+        "train-adapter.yaml",
+    ]
+    pipeline = yaml.safe_load((plans / "pipeline.yaml").read_text())
+    assert pipeline["shipped_base"] == "tiny" and "base_training" not in pipeline
+    adapter = yaml.safe_load((plans / "train-adapter.yaml").read_text())
+    assert (adapter["mode"], adapter["new_speaker"], adapter["train_splits"], adapter["cv_splits"]) == ("lora", "jo", ["train"], ["dev"])
+    ev = yaml.safe_load((plans / "eval.yaml").read_text())
+    speakers = {c["name"]: c.get("speaker") for c in ev["candidates"]}
+    assert speakers["adapter"] == "jo" and speakers["base"] == "spk-b1" and "recordings" in speakers
+
+
+def test_init_refusals_name_the_fix(voice: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["init", str(voice), "--out", str(tmp_path / "p"), "--base", "train"])
+    assert result.exit_code != 0 and "no other voices to train a base on; use --base shipped" in result.output
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.prefect
+def test_a_newcomers_voice_reaches_a_promoted_adapter_beside_another_corpus(voice: Path, tmp_path: Path) -> None:
+    plans = tmp_path / "plans-jo"
+    _init(voice, "--out", str(plans))
+    shrink(plans)
+    home = tmp_path / "h"
+    summary = run(home, voice, plans)
+    assert [(s["stage"], s["status"]) for s in summary["stages"]] == [(s, "succeeded") for s in STAGES]
+    h = Home(home)
+    imported = h.receipts.read(summary["import_base"]["receipt_id"], BaseImportReceipt)
+    adapter_run = h.receipts.read(summary["train_adapter"]["receipt_id"], TrainingRunReceipt)
+    assert adapter_run.parameters.bound.base_sha256 == imported.subject("base").sha256
+    assert any(p.is_file() for p in (tmp_path / "packets-pipeline.yaml").rglob("*.html"))
+    dash = CliRunner().invoke(main, ["--home", str(home), "dashboard", "--output", str(tmp_path / "dash.html")])
+    assert dash.exit_code == 0, dash.output
+    assert "jo" in (tmp_path / "dash.html").read_text(encoding="utf-8")
+
+    # a second corpus, the same plan file names (audit.yaml, ...), the same home: content-keyed plans never collide
+    other = build_voice_corpus(tmp_path / "sam-voice", size="small")[0]
+    (other / "metadata.csv").write_text((other / "metadata.csv").read_text().replace("|", "|Well, ", 1))
+    plans2 = tmp_path / "plans-sam"
+    _init(other, "--out", str(plans2))
+    shrink(plans2)
+    second = run(home, other, plans2)
+    assert [(s["stage"], s["status"]) for s in second["stages"]] == [(s, "succeeded") for s in STAGES]
+    assert second["import_base"]["cached"] and not second["train_adapter"]["cached"]
+    assert second["audit"]["receipt_id"] != summary["audit"]["receipt_id"]
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_full_newcomer_run_moves_the_voice_toward_the_recordings(tmp_path: Path) -> None:
+    """The README's quick start as written: 180 clips, init's plans unedited. About 10-20 min on 2 cores."""
+    voice_dir, _ = build_voice_corpus(tmp_path / "jo-voice", size="full")
+    plans = tmp_path / "plans"
+    _init(voice_dir, "--out", str(plans))
+    t0 = time.perf_counter()
+    summary = run(tmp_path / "h", voice_dir, plans)
+    walls = {s["stage"]: round(s["wall_s"]) for s in summary["stages"]}
+    print(f"stage walls (s): {walls}; total {time.perf_counter() - t0:.0f} s")
+    assert [(s["stage"], s["status"]) for s in summary["stages"]] == [(s, "succeeded") for s in STAGES]
+    doc = Home(tmp_path / "h").receipts.read_document(summary["evaluate"]["receipt_id"])
+    sims = {s["candidate"]: s["overall"]["speaker_sim"] for s in doc["result"]["summaries"]}
+    print({k: v["mean"] for k, v in sims.items()})
+    comparison = next(
+        c for c in doc["result"]["comparisons"] if c["metric"] == "speaker_sim" and (c["candidate"], c["baseline"]) == ("adapter", "base")
+    )
+    print(comparison)
+    assert sims["adapter"]["mean"] > sims["base"]["mean"]
+    assert comparison["delta"]["low"] is not None and comparison["delta"]["low"] > 0, comparison  # the interval says so

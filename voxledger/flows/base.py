@@ -1,0 +1,28 @@
+"""Flow ``base``: bring a backend's shipped base into the home (verified, with a ``base_import`` receipt)."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+
+from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, shared_store
+from voxledger.flows.progress import report
+from voxledger.schemas.shipped import BaseImportReceipt
+from voxledger.schemas.training import BackendName
+from voxledger.stores.home import HomeRef
+from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.base_import import import_shipped_base
+
+
+@task(name="import_base", **STAGE_TASK)
+def import_base(home: HomeRef, backend: BackendName) -> StageOutcome[BaseImportReceipt]:
+    """Verify the shipped base of ``backend`` byte for byte and store its tree; the receipt's subject ``base`` is the tree."""
+    report(f"importing the shipped {backend} base")
+    return import_shipped_base(open_home(home), backend, flow=flow_name())
+
+
+@flow(name="base")
+def base(home: HomeRef | str, backend: BackendName) -> StageOutcome[BaseImportReceipt]:
+    """``voxledger base import``: the shipped base of ``backend`` in this home."""
+    ref = HomeRef.of(home)
+    with shared_store(ref):
+        return announce(import_base(ref, backend))
