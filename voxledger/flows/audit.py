@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from prefect import flow, task
@@ -35,8 +36,11 @@ def require_pass(out: StageOutcome[AuditReceipt]) -> None:
     r = out.receipt.result
     if r.verdict != "pass":
         errors = r.counts_by_severity["error"]
+        by_code = Counter(f.code for f in r.findings if f.severity == "error")
+        warnings = r.counts_by_severity.get("warning", 0)
         raise AuditFailedError(
-            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {r.counts_by_code}; receipt {out.receipt_id}",
+            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {dict(sorted(by_code.items()))}"
+            f" (and {warnings} warning(s)); receipt {out.receipt_id} (voxledger receipt show {out.receipt_id[:12]} lists them)",
             receipt_id=out.receipt_id,
         )
 
