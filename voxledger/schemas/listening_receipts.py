@@ -336,6 +336,10 @@ class AggregateResult(Frozen):
     # agreement over candidate stimuli only: ``agreement`` also counts the MUSHRA hidden reference
     # and low anchor, which raters agree on easily and which inflate alpha
     agreement_candidates_only: tuple[Agreement, ...] = ()
+    # the MUSHRA hidden reference and low anchor are screening items, never candidates: their
+    # means are here (``candidate`` is the role, ``hidden_reference`` or ``low_anchor``), and
+    # ``scores`` and ``deltas`` count candidate stimuli only
+    screening_scores: tuple[CandidateScore, ...] = ()
 
 
 class AggregateReceipt(ReceiptBase):

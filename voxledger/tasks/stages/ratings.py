@@ -496,6 +496,7 @@ def _result(
         screening=tuple(screening),
         attrition=_attrition(packets, accepted),
         scores=tuple(stats.candidate_scores(kept, spec)),
+        screening_scores=tuple(stats.screening_scores(kept, spec)),
         deltas=tuple(stats.paired_deltas(kept, spec, directions)),
         bradley_terry=tuple(stats.bradley_terry(kept, c.name, spec) for c in protocol.criteria if c.task == "ab" and _has_ab(kept, c.name)),
         agreement=tuple(_labelled(stats.agreement(kept, c.name, c.task), c.task) for c in protocol.criteria),
