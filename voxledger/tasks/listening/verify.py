@@ -248,8 +248,13 @@ def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret:
 
 
 def _needed(trial: PacketTrial, stimulus: str) -> tuple[str, ...]:
-    """The samples that must be played to the end before ``stimulus`` is rated in ``trial``."""
-    return trial.stimuli if trial.task == "ab" else (stimulus,)
+    """The samples that must be played to the end before ``stimulus`` is rated in ``trial``.
+
+    A/B: both samples; MUSHRA: the open reference (what every sample is judged against) and the sample; ACR: the sample.
+    """
+    if trial.task == "ab":
+        return trial.stimuli
+    return (trial.reference, stimulus) if trial.task == "mushra" and trial.reference else (stimulus,)
 
 
 def _check_rows(c: Checked) -> None:
