@@ -126,6 +126,16 @@ class VoxledgerSettings(BaseSettings):
             "`PREFECT_API_URL`, when set, wins over both."
         ),
     )
+    test_commit_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description=(
+            "Tests only: seconds `ratings aggregate` waits after its accept decision and again before writing its aggregate receipt "
+            "(catalog lock held; each wait announced on stderr), so a test can race a second aggregation against it or kill it there. "
+            "Leave unset."
+        ),
+    )
     s3: S3Settings = Field(default=S3Settings(), description=S3Settings.__doc__)
     cosyvoice: CosyVoiceSettings = Field(default=CosyVoiceSettings(), description=CosyVoiceSettings.__doc__)
     bench: BenchSettings = Field(default=BenchSettings(), description=BenchSettings.__doc__)

@@ -93,6 +93,9 @@ def packets_verify(folder: Path, as_json: bool) -> None:
     click.echo(f"ok: packet of rater {manifest.rater_id}: {len(manifest.trials)} trials, {len(manifest.audio)} audio files intact")
 
 
+REFUSED_EXIT = 3  # the aggregate is recorded, but some files were refused
+
+
 @click.group()
 def ratings() -> None:
     """Rater submissions: verify, unblind and aggregate."""
@@ -109,6 +112,9 @@ def ratings() -> None:
 def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Path, ...], csv_out: Path | None, as_json: bool) -> None:
     """Verify SUBMISSIONS against PACKET_SET (a packet_set receipt id) and record the aggregate.
 
+    A file that cannot be read, parsed or checked is refused on its own (one `refused FILE: reason`
+    line each) and the others are aggregated; the exit status is then 3. Exit 0: every file accepted.
+
     Example: voxledger ratings aggregate 3fa2c1d9 ./submissions/*.json --csv ratings.csv
     """
     from voxledger.flows.ratings import ratings as ratings_flow
@@ -122,14 +128,15 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
         quiet=as_json,
     )
     r = outcome.receipt.result
+    refused = REFUSED_EXIT if r.rejections else 0
     if csv_out is not None:
         with open(csv_out, "xb") as f:
             f.write(home.blobs.get_bytes(outcome.receipt.subject("ratings_csv").sha256))
     if as_json:
         emit_json({"receipt": outcome.receipt_id, "cached": outcome.cached, **json.loads(outcome.receipt.result.model_dump_json())})
-        return
+        ctx.exit(refused)
     for rej in r.rejections:
-        click.echo(f"refused {rej.file}: {rej.reason}", err=True)
+        click.echo(f"refused {rej.file}: {' '.join(rej.reason.split())}", err=True)
     table = Table("criterion", "candidate", "mean", "95% CI", "ratings", "raters", title="listening test (screened raters)")
     for s in r.scores:
         ci = f"[{s.ci_low:.2f}, {s.ci_high:.2f}]" if s.ci_low is not None and s.ci_high is not None else "-"
@@ -147,6 +154,7 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
     for line in summary_lines(r):
         click.echo(line)
     click.echo(f"receipt {outcome.receipt_id}")
+    ctx.exit(refused)
 
 
 COMMANDS = (packets, ratings)

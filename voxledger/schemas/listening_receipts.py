@@ -63,6 +63,13 @@ class StimulusFeatures(Frozen):
     peak_dbfs: float
     duration_s: float
     reference_correlation: float  # highest |normalised cross-correlation| (any lag) with a labelled reference of its prompt in its packet
+    # measured and recorded, not gated: rendering does not remove them (see docs/listening.md)
+    pause_noise_dbfs: float | None = (
+        None  # noise floor in the speech pauses: 10th percentile of 10 ms frame RMS between first and last speech
+    )
+    onset_45_s: float | None = None  # first 10 ms frame above -45 dBFS
+    onset_30_s: float | None = None  # first 10 ms frame above -30 dBFS
+    cross_packet_correlation: float | None = None  # highest correlation with a labelled reference of its prompt in another rater's packet
 
 
 class FeatureSeparation(Frozen):
@@ -74,7 +81,7 @@ class FeatureSeparation(Frozen):
     auc: float
     n_a: int
     n_b: int
-    gated: bool = True  # False for intrinsic features (measured, never failing the export)
+    gated: bool = True  # False for intrinsic and unremoved features (measured, never failing the export)
 
 
 class LeakCheck(Frozen):
@@ -87,6 +94,10 @@ class LeakCheck(Frozen):
     leaks: tuple[str, ...]  # features above the threshold, with the pair and AUC
     hidden_reference_correlation_max: float | None  # highest correlation of a hidden reference with its open reference
     reference_links: int = 0  # files outside MUSHRA screens correlating > 0.9 with a labelled reference of their packet
+    # features rendering does not remove (pause noise floor, onsets, correlation across packets) that separate a
+    # pair above ``auc_max``: stated here, not gated
+    unremoved: tuple[str, ...] = ()
+    cross_packet_links: int = 0  # files correlating > 0.9 with a labelled reference of their prompt in another rater's packet
     features: tuple[StimulusFeatures, ...]
 
 
@@ -336,6 +347,10 @@ class AggregateResult(Frozen):
     # agreement over candidate stimuli only: ``agreement`` also counts the MUSHRA hidden reference
     # and low anchor, which raters agree on easily and which inflate alpha
     agreement_candidates_only: tuple[Agreement, ...] = ()
+    # the MUSHRA hidden reference and low anchor are screening items, never candidates: their
+    # means are here (``candidate`` is the role, ``hidden_reference`` or ``low_anchor``), and
+    # ``scores`` and ``deltas`` count candidate stimuli only
+    screening_scores: tuple[CandidateScore, ...] = ()
 
 
 class AggregateReceipt(ReceiptBase):

@@ -140,13 +140,14 @@ class Home:
         """Recreate the catalog from the store alone; return the number of receipts indexed."""
         self.require_writable()
         tmp = self.catalog.path.with_name(self.catalog.path.name + ".rebuild")
-        tmp.unlink(missing_ok=True)
-        fresh = Catalog(tmp)
-        ids = list(self.receipts.ids())
-        docs: list[tuple[str, dict[str, Any]]] = [(rid, self.receipts.read_document(rid)) for rid in ids]
-        for start in range(0, len(docs), 5000):
-            fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes)
+        # the lock is held throughout: a receipt committed while the store is read would be lost by the replace
         with self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s):
+            tmp.unlink(missing_ok=True)
+            fresh = Catalog(tmp)
+            ids = list(self.receipts.ids())
+            docs: list[tuple[str, dict[str, Any]]] = [(rid, self.receipts.read_document(rid)) for rid in ids]
+            for start in range(0, len(docs), 5000):
+                fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes)
             os.replace(tmp, self.catalog.path)
         Path(str(tmp) + ".lock").unlink(missing_ok=True)
         return len(ids)

@@ -127,16 +127,38 @@ def alias_moves(catalog: Catalog, alias: str | None, at: str | None) -> tuple[li
 
 
 def aggregated_submissions(catalog: Catalog, packet_set_id: str) -> dict[str, str]:
-    """packet digest -> submission digest, for submissions an aggregate of this packet set used."""
+    """packet digest -> submission digest, for submissions an aggregate of this packet set used.
+
+    Should two aggregates name different submissions of one packet (a catalog written before the
+    accept decision was taken under the commit lock), the earliest aggregate's submission counts.
+    """
+    return {packet: sha for packet, (sha, _, _) in _aggregated(catalog, packet_set_id).items()}
+
+
+def aggregated_sessions(catalog: Catalog, packet_set_id: str) -> dict[str, tuple[str, str]]:
+    """session id -> (submission digest, rater id), for submissions an aggregate of this packet set used."""
+    out: dict[str, tuple[str, str]] = {}
+    for sha, rater, session in _aggregated(catalog, packet_set_id, per_packet=False).values():
+        out.setdefault(session, (sha, rater))
+    return out
+
+
+def _aggregated(catalog: Catalog, packet_set_id: str, *, per_packet: bool = True) -> dict[str, tuple[str, str, str]]:
+    """packet digest (or submission digest) -> (submission digest, rater id, session id), earliest aggregate first."""
     with catalog.connect(read_only=True) as con:
         rows = con.execute(
-            "SELECT s.doc->>'$.parameters.packet_sha256', s.doc->>'$.parameters.submission_sha256' FROM receipts s"
+            "SELECT s.doc->>'$.parameters.packet_sha256', s.doc->>'$.parameters.submission_sha256',"
+            " s.doc->>'$.parameters.rater_id', s.doc->>'$.parameters.session_id', min(a.finished_at) AS first_at"
+            " FROM receipts s JOIN edges e ON e.src = s.receipt_sha256 AND e.role = 'submission'"
+            " JOIN receipts a ON a.receipt_sha256 = e.dst AND a.kind = 'aggregate'"
             " WHERE s.kind = 'submission' AND s.doc->>'$.parameters.packet_set_receipt_sha256' = ?"
-            " AND EXISTS (SELECT 1 FROM edges e JOIN receipts a ON a.receipt_sha256 = e.dst"
-            "             WHERE e.src = s.receipt_sha256 AND e.role = 'submission' AND a.kind = 'aggregate')",
+            " GROUP BY ALL ORDER BY first_at, 2",
             [packet_set_id],
         ).fetchall()
-    return {str(p): str(s) for p, s in rows}
+    out: dict[str, tuple[str, str, str]] = {}
+    for packet, sha, rater, session, _ in rows:
+        out.setdefault(str(packet) if per_packet else str(sha), (str(sha), str(rater), str(session)))
+    return out
 
 
 def latest_pipeline_run(catalog: Catalog, status: str = "succeeded") -> str | None:

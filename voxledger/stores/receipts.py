@@ -87,6 +87,10 @@ class ReceiptStore:
             pass
         return rid, doc
 
+    def has(self, rid: str) -> bool:
+        """Whether the store lists this receipt (its marker exists)."""
+        return (self.markers / rid[:2] / rid).is_file()
+
     def read_document(self, rid: str) -> dict[str, Any]:
         """Read a receipt's document, verified against its id and validated."""
         if not is_sha256_hex(rid):

@@ -107,7 +107,9 @@ def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scor
     trials = manifest.trials[: len(manifest.trials) - skip_trials]
     for trial in trials:
         note("present", trial.id)
-        for s in trial.stimuli:
+        for s in (trial.reference,) * (
+            trial.task == "mushra" and trial.reference is not None
+        ) + trial.stimuli:  # the page asks for the reference first
             note("play", trial.id, s)
             note("ended", trial.id, s, after_ms=lengths[s] + 20 if play_ms is None else play_ms)
         versus = key[trial.stimuli[0]] if trial.task == "ab" else None

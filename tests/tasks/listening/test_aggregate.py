@@ -32,7 +32,9 @@ def test_six_careful_raters(exported: Exported, tmp_path: Path) -> None:
     assert nat["recordings"].mean > nat["sys_a"].mean > nat["sys_b"].mean
     assert all(s.ci_low is not None and s.ci_low <= s.mean <= s.ci_high and s.raters == 6 for s in nat.values())  # type: ignore[operator]
     mushra = {s.candidate: s.mean for s in res.scores if s.criterion == "quality"}
-    assert mushra["recordings"] == 100 and mushra["low_anchor"] < mushra["sys_b"] < mushra["sys_a"]
+    screens = {s.candidate: s.mean for s in res.screening_scores if s.criterion == "quality"}
+    assert set(mushra) == {"sys_a", "sys_b"} and mushra["sys_b"] < mushra["sys_a"]  # the hidden reference and anchor are no candidates
+    assert screens["hidden_reference"] == 100 and screens["low_anchor"] < mushra["sys_b"]
     delta = next(d for d in res.deltas if (d.criterion, d.a, d.b) == ("naturalness", "sys_a", "sys_b"))
     assert delta.better == "sys_a" and delta.mean_delta < 0 and delta.p_value is not None and delta.p_value < 0.01
     ab = next(d for d in res.deltas if d.criterion == "preference")
@@ -114,3 +116,19 @@ def test_cli_aggregate(exported: Exported, tmp_path: Path) -> None:
     res = runner.invoke(main, [*base, *files, "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["cached"] is True
     assert max(QUALITY.values()) < 5  # the scorer's truth stays on the scale
+
+
+def test_hidden_reference_and_anchor_are_reported_as_screening_not_candidates(exported: Exported, tmp_path: Path) -> None:
+    from voxledger.tasks.listening.report import summary_lines
+
+    res = aggregate_ratings(exported.home, exported.receipt_id, [submit(exported, tmp_path, r) for r in BIASES]).receipt.result
+    quality = [d for d in res.deltas if d.criterion == "quality"]
+    assert [(d.a, d.b) for d in quality] == [("sys_a", "sys_b")]  # before: recordings - sys_a, low_anchor - sys_b, ...
+    assert not [d for d in res.deltas if {d.a, d.b} & {"low_anchor"}]
+    assert {s.candidate for s in res.scores if s.task == "mushra"} == {"sys_a", "sys_b"}
+    lines = summary_lines(res)
+    assert not [line for line in lines if "low_anchor" in line or ("quality:" in line and "recordings" in line)]
+    assert "quality: hidden reference (screening: raters are told to score it 100) mean 100.0 over 9 ratings" in lines
+    assert any(line.startswith("quality: low anchor (screening") for line in lines)
+    # recordings stays a candidate where it is rated as one (ACR), compared like any other
+    assert any((d.criterion, d.a) == ("naturalness", "recordings") for d in res.deltas)

@@ -105,7 +105,7 @@ def test_replays_and_duplicates(exported: Exported, tmp_path: Path) -> None:
     assert res.submissions_accepted == 1
     assert why == {"copy.json": "duplicate: the same bytes as first.json",
                    "redo.json": "replay: packet of rater r01 already has an accepted submission (first.json)",
-                   "reused.json": f"replay: session {'c' * 32} was already submitted for another packet"}  # fmt: skip
+                   "reused.json": f"replay: session {'c' * 32} was already submitted for another packet (first.json, rater r01)"}  # fmt: skip
     # later, in another aggregation: the same file is fine (idempotent), a new one for that packet is a replay
     later = aggregate_ratings(exported.home, exported.receipt_id, [redo, first]).receipt.result
     assert later.submissions_accepted == 1 and later.rejections[0].reason.startswith(

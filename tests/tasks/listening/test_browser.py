@@ -50,7 +50,7 @@ TRIAL_STATE = """(() => {
 
 def _rate(browser: Chromium, trial_id: str, manifest: PacketManifest, key: dict, scorer) -> None:  # type: ignore[no-untyped-def, type-arg]
     trial = next(t for t in manifest.trials if t.id == trial_id)
-    for stim in trial.stimuli:
+    for stim in (trial.reference,) * (trial.task == "mushra" and trial.reference is not None) + trial.stimuli:
         browser.evaluate(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').click()")
         browser.wait_for(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').classList.contains('done')", timeout_s=20)
     versus = key[trial.stimuli[0]] if trial.task == "ab" else None

@@ -203,3 +203,48 @@ def test_hidden_reference_is_not_the_open_reference(exported: Exported) -> None:
             screens += 1
     assert screens == 9  # demo plan: 3 news prompts x 3 raters
     assert exported.receipt.parameters.leak_check.hidden_reference_correlation_max < 0.999  # type: ignore[union-attr]
+
+
+def test_leak_check_states_what_rendering_does_not_remove() -> None:
+    from voxledger.schemas.listening import Blinding
+    from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
+
+    rng = np.random.default_rng(2)
+    rate = 16000
+
+    def speech(noise: float, onset_s: float) -> np.ndarray:
+        # bursts of "speech" with pauses whose floor is ``noise`` (LSB RMS), starting at ``onset_s``
+        burst = np.concatenate([rng.normal(0, 3000, 3200), rng.normal(0, noise, 1600)] * 4)
+        return np.concatenate([np.zeros(int(onset_s * rate)), burst]).astype("<i2")
+
+    files = [
+        PacketFile(f"r0{i % 2}", f"s{c}{i}", f"t{i}", "acr", "stimulus", c, f"p{i}", speech(60.0 if c == "recordings" else 4.0, 0.15))
+        for i in range(8)
+        for c in ("recordings", "tts")
+    ]
+    ref = files[0].pcm  # the recordings clip of p0, labelled as a MUSHRA reference in another rater's packet
+    files.append(PacketFile("r01", "sref", "tm", "mushra", "open_reference", "recordings", "p0", ref.copy()))
+    leak = check_leaks(files, rate, Blinding())
+    assert leak.passed and not leak.leaks  # nothing gated separates
+    assert leak.unremoved == ("pause_noise_dbfs separates recordings from tts (AUC 1.000); rendering does not remove it, not gated",)
+    feats = {f.pseudonym: f for f in leak.features}
+    assert feats["srecordings0"].cross_packet_correlation == 1.0 and leak.cross_packet_links == 1  # r00's clip, r01's reference
+    assert feats["stts0"].cross_packet_correlation < 0.5
+    assert feats["srecordings2"].pause_noise_dbfs > feats["stts2"].pause_noise_dbfs + 20
+    assert feats["stts2"].onset_45_s == feats["stts2"].onset_30_s == 0.15
+    worst = {w.feature: w for w in leak.worst}
+    assert not worst["pause_noise_dbfs"].gated and worst["pause_noise_dbfs"].auc == 1.0
+
+
+def test_packet_set_receipt_holds_the_unremoved_features(exported: Exported) -> None:
+    leak = exported.receipt.parameters.leak_check
+    assert leak is not None
+    cands = [f for f in leak.features if exported.key[f.pseudonym].role in ("stimulus", "hidden_reference")]
+    assert cands and all(None not in (f.pause_noise_dbfs, f.onset_45_s, f.onset_30_s, f.cross_packet_correlation) for f in cands)
+    worst = {w.feature: w for w in leak.worst}
+    assert {"pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation"} <= set(worst)
+    assert not any(worst[n].gated for n in ("pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation"))
+    stated = {s.split()[0] for s in leak.unremoved}
+    assert stated == {
+        n for n in ("pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation") if worst[n].auc > leak.auc_max
+    }

@@ -158,3 +158,21 @@ def test_omitting_screening_rows_is_refused(exported: Exported, tmp_path: Path) 
         PacketError, match=r"evasive.json: missing screening items: \d+ absent or refused \((attention|gold|hidden_reference) t"
     ):
         aggregate_ratings(exported.home, exported.receipt_id, [evasive])
+
+
+def test_mushra_rating_needs_the_reference_played(exported: Exported) -> None:
+    doc = doc_for(exported, "r01")
+    packets = load_packets(exported.home.blobs, exported.receipt)
+    manifest = packets[doc["packet_sha256"]].manifest
+    refs = {t.reference for t in manifest.trials if t.task == "mushra" and t.reference}
+    assert refs
+    doc["log"] = [e for e in doc["log"] if e["stimulus"] not in refs]  # every sample played, never the reference
+    checked = check_submission("noref.json", json.dumps(resealed(doc)).encode(), packets, home_secret(exported.home))
+    mushra = {t.id for t in manifest.trials if t.task == "mushra"}
+    refused = [r for r in checked.rejected if r.trial in mushra]
+    n_rows = sum(len(t.stimuli) for t in manifest.trials if t.task == "mushra")
+    assert len(refused) == n_rows and all(
+        r.reason.startswith("sample ") and r.reason.endswith("was not played to the end before the rating") for r in refused
+    )
+    assert {r.reason.split()[1] for r in refused} == refs  # the reference is the sample named
+    assert not [r for r in checked.rejected if r.trial not in mushra]

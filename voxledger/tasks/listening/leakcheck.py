@@ -7,6 +7,12 @@ same prompt in the same packet (the one file whose identity the page gives away)
 feature and each pair of candidates (files with role ``stimulus`` or ``hidden_reference``) the
 Mann-Whitney AUC says how well the feature separates them (folded: 0.5 = chance, 1 = perfectly).
 
+Also measured, never gated, and stated in the receipt (``unremoved``) when they separate a pair:
+the noise floor inside speech pauses, the onset at -45 and -30 dBFS, and the highest correlation
+with a labelled reference of the same prompt in *another* rater's packet (raters who compare
+files can link a clip to a reference that way; ``cross_packet_links`` counts files above 0.9).
+Rendering does not remove these.
+
 Gated features describe rendering or linkage, not speech: a separation above
 ``blinding.leak_auc_max`` fails the export (``on_leak: fail``) or is recorded as a warning
 (``warn``). Intrinsic features (RMS, peak, trailing silence: they follow from spectral balance,
@@ -29,6 +35,8 @@ from voxledger.schemas.listening_receipts import FeatureSeparation, LeakCheck, S
 
 GATED = ("dc_lsb", "leading_silence_s", "leading_zeros", "duration_s", "reference_correlation")
 INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
+# what rendering does not remove: measured and stated in the receipt (``unremoved``) when they separate, never gated
+UNREMOVED = ("pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation")
 CANDIDATE_ROLES = ("stimulus", "hidden_reference")
 SILENCE_DBFS = -60.0  # a 10 ms frame below this RMS counts as silence for the silence features
 LINK_CORRELATION = 0.9  # an item this correlated with a labelled reference can be linked to it
@@ -43,6 +51,10 @@ RESOLUTION = {
     "trailing_silence_s": 0.01,
     "rms_dbfs": 0.25,
     "peak_dbfs": 0.25,
+    "pause_noise_dbfs": 0.5,
+    "onset_45_s": 0.01,
+    "onset_30_s": 0.01,
+    "cross_packet_correlation": 0.05,
 }
 MIN_FILES = 6  # fewer files of a candidate than this: the AUC is recorded but gates nothing
 
@@ -61,16 +73,29 @@ class PacketFile:
     pcm: np.ndarray  # int16 sample values
 
 
-def _silence_s(pcm: np.ndarray, rate: int, reverse: bool) -> float:
-    """Seconds before the first (or after the last) 10 ms frame louder than ``SILENCE_DBFS``."""
+def _frame_rms(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """RMS (full scale 1.0) of consecutive 10 ms frames."""
     frame = max(1, rate // 100)
-    x = (pcm[::-1] if reverse else pcm).astype(np.float64) / 32768
+    x = pcm.astype(np.float64) / 32768
     n = x.size // frame
-    if n == 0:
-        return 0.0
-    rms = np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1))
-    loud = np.flatnonzero(rms > 10 ** (SILENCE_DBFS / 20))
-    return round((int(loud[0]) if loud.size else n) * frame / rate, 4)
+    return np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1)) if n else np.zeros(0)
+
+
+def _silence_s(pcm: np.ndarray, rate: int, reverse: bool, threshold_dbfs: float = SILENCE_DBFS) -> float:
+    """Seconds before the first (or after the last) 10 ms frame louder than ``threshold_dbfs``."""
+    rms = _frame_rms(pcm[::-1] if reverse else pcm, rate)
+    loud = np.flatnonzero(rms > 10 ** (threshold_dbfs / 20))
+    return round((int(loud[0]) if loud.size else rms.size) * max(1, rate // 100) / rate, 4)
+
+
+def pause_noise_dbfs(pcm: np.ndarray, rate: int) -> float | None:
+    """The noise floor inside speech: 10th percentile of 10 ms frame RMS between the first and last frame above -45 dBFS."""
+    rms = _frame_rms(pcm, rate)
+    loud = np.flatnonzero(rms > 10 ** (-45 / 20))
+    if loud.size < 2:
+        return None
+    inside = rms[loud[0] : loud[-1] + 1]
+    return round(20 * float(np.log10(max(float(np.percentile(inside, 10)), 1e-12))), 3)
 
 
 def max_correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -84,7 +109,7 @@ def max_correlation(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(xc)) / norm)
 
 
-def _features(f: PacketFile, rate: int, corr: float) -> StimulusFeatures:
+def _features(f: PacketFile, rate: int, corr: float, cross: float) -> StimulusFeatures:
     x = f.pcm.astype(np.float64)
     rms = float(np.sqrt(np.mean((x / 32768) ** 2)))
     peak = float(np.max(np.abs(x)) / 32768)
@@ -100,6 +125,10 @@ def _features(f: PacketFile, rate: int, corr: float) -> StimulusFeatures:
         peak_dbfs=round(20 * np.log10(max(peak, 1e-12)), 3),
         duration_s=round(f.pcm.size / rate, 4),
         reference_correlation=round(corr, 5),
+        pause_noise_dbfs=pause_noise_dbfs(f.pcm, rate),
+        onset_45_s=_silence_s(f.pcm, rate, False, -45.0),
+        onset_30_s=_silence_s(f.pcm, rate, False, -30.0),
+        cross_packet_correlation=round(cross, 5),
     )
 
 
@@ -135,22 +164,56 @@ def _correlations(files: list[PacketFile]) -> tuple[dict[str, float], list[float
     return best, hidden
 
 
+def _cross_packet(files: list[PacketFile]) -> dict[str, float]:
+    """Per file: max correlation with a labelled (open) reference of its prompt in another rater's packet.
+
+    Raters who compare their files can link a clip this way to a reference they were told about.
+    """
+    refs: dict[str, list[PacketFile]] = defaultdict(list)
+    for f in files:
+        if f.role == "open_reference":
+            refs[f.prompt_id].append(f)
+    spectra: dict[tuple[str, int], np.ndarray] = {}
+    best: dict[str, float] = defaultdict(float)
+    for f in files:
+        if f.role not in CANDIDATE_ROLES:
+            continue
+        for ref in refs.get(f.prompt_id, []):
+            if ref.rater_id != f.rater_id:
+                best[f.pseudonym] = max(best[f.pseudonym], _correlation_cached(f.pcm, ref, spectra))
+    return best
+
+
+def _correlation_cached(a: np.ndarray, ref: PacketFile, spectra: dict[tuple[str, int], np.ndarray]) -> float:
+    x = a.astype(np.float64) - a.mean()
+    y = ref.pcm.astype(np.float64) - ref.pcm.mean()
+    norm = float(np.sqrt(np.dot(x, x) * np.dot(y, y)))
+    if norm == 0:
+        return 0.0
+    n = 1 << int(np.ceil(np.log2(x.size + y.size)))
+    key = (ref.pseudonym, n)
+    if key not in spectra:
+        spectra[key] = np.conj(np.fft.rfft(y, n))
+    return float(np.max(np.abs(np.fft.irfft(np.fft.rfft(x, n) * spectra[key], n))) / norm)
+
+
 def _values(feats: list[StimulusFeatures], name: str) -> list[float]:
     step = RESOLUTION[name]
-    return [round(getattr(f, name) / step) * step for f in feats]
+    return [round((getattr(f, name) or 0.0) / step) * step for f in feats]
 
 
 def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakCheck:
     """Measure every file, then every feature's best separation of a candidate pair."""
     corr, hidden = _correlations(files)
     linked = sum(c > LINK_CORRELATION for c in corr.values())
-    feats = [_features(f, rate, corr.get(f.pseudonym, 0.0)) for f in files]
+    cross = _cross_packet(files)
+    feats = [_features(f, rate, corr.get(f.pseudonym, 0.0), cross.get(f.pseudonym, 0.0)) for f in files]
     scored = [(f, ft) for f, ft in zip(files, feats, strict=True) if f.role in CANDIDATE_ROLES]
     by_cand: dict[str, list[StimulusFeatures]] = defaultdict(list)
     for _, ft in scored:
         by_cand[ft.candidate].append(ft)
-    worst, leaks = [], []
-    for name in (*GATED, *INTRINSIC):
+    worst, leaks, unremoved = [], [], []
+    for name in (*GATED, *INTRINSIC, *UNREMOVED):
         pairs = [
             FeatureSeparation(
                 feature=name,
@@ -169,6 +232,8 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
         worst.append(top)
         if top.gated and top.auc > blinding.leak_auc_max and min(top.n_a, top.n_b) >= MIN_FILES:
             leaks.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f} > {blinding.leak_auc_max:g})")
+        elif name in UNREMOVED and top.auc > blinding.leak_auc_max:
+            unremoved.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f}); rendering does not remove it, not gated")
     return LeakCheck(
         auc_max=blinding.leak_auc_max,
         action=blinding.on_leak,
@@ -177,5 +242,7 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
         leaks=tuple(leaks),
         hidden_reference_correlation_max=round(max(hidden), 5) if hidden else None,
         reference_links=linked,
+        unremoved=tuple(unremoved),
+        cross_packet_links=sum(c > LINK_CORRELATION for c in cross.values()),
         features=tuple(sorted(feats, key=lambda f: f.pseudonym)),
     )

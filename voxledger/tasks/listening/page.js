@@ -17,7 +17,9 @@
   let exported = null;
   let sessionId = hex(crypto.getRandomValues(new Uint8Array(16)));
   let clockOffset = 0; // a resumed session continues its clock, so the log stays in order
-  const STORE = "voxledger:" + BIND.packet_sha256;
+  const STORE = "voxledger:" + BIND.packet_sha256; // the small state: session, item, ratings, samples heard
+  const EVENTS = STORE + ":log:"; // one key per logged event, appended and never rewritten
+  const RETRY_MS = [500, 1500, 4000]; // a sample that fails to load is fetched again after these waits
   const HOW = {
     acr: "Play the sample to the end, then choose the score that fits it best.",
     ab: "Play A and B, each to the end (in any order, as often as you like), then say how B compares with A.",
@@ -28,25 +30,42 @@
   const now = () => Math.max(0, Math.round(clockOffset + performance.now()));
 
   function note(event, trial, stimulus, detail) {
-    log.push({ t_ms: now(), event: event, trial: trial ?? null, stimulus: stimulus ?? null, detail: detail ?? null });
-    save();
+    const e = { t_ms: now(), event: event, trial: trial ?? null, stimulus: stimulus ?? null, detail: detail ?? null };
+    log.push(e);
+    store(EVENTS + (log.length - 1), e); // one small write per event, whatever the length of the log
   }
 
   // progress survives a reload (same browser, same packet); storage may be unavailable: then it simply does not
+  function store(key, value) {
+    try { localStorage.setItem(key, JSON.stringify(value)); } catch (e) { /* no storage for file:// pages, or full */ }
+  }
   function save() {
-    try {
-      localStorage.setItem(STORE, JSON.stringify({ sessionId, startedAt, index, ratings: Array.from(ratings.values()), log, ended: Array.from(ended) }));
-    } catch (e) { /* no storage for file:// pages in this browser */ }
+    store(STORE, { v: 2, sessionId, startedAt, index, ratings: Array.from(ratings.values()), ended: Array.from(ended) });
   }
   function load() {
-    try { return JSON.parse(localStorage.getItem(STORE) || "null"); } catch (e) { return null; }
+    try {
+      const saved = JSON.parse(localStorage.getItem(STORE) || "null");
+      if (!saved) return null;
+      if (!saved.log) { // events are stored one per key, in order, from 0
+        saved.log = [];
+        for (let n = 0, raw; (raw = localStorage.getItem(EVENTS + n)) !== null; n++) saved.log.push(JSON.parse(raw));
+      }
+      return saved;
+    } catch (e) { return null; }
+  }
+  function forget() {
+    try {
+      localStorage.removeItem(STORE);
+      for (let n = 0; localStorage.getItem(EVENTS + n) !== null; n++) localStorage.removeItem(EVENTS + n);
+    } catch (e) { /* nothing stored */ }
   }
   function resume(saved) {
     sessionId = saved.sessionId;
     startedAt = saved.startedAt;
     saved.ratings.forEach((r) => ratings.set(r.trial + "|" + r.stimulus + "|" + r.criterion, r));
-    saved.log.forEach((e) => log.push(e));
     saved.ended.forEach((k) => ended.add(k));
+    if (saved.v !== 2) forget(); // an older page kept the whole log under one key: store it one event per key
+    saved.log.forEach((e) => { log.push(e); if (saved.v !== 2) store(EVENTS + (log.length - 1), e); });
     clockOffset = (log.length ? log[log.length - 1].t_ms + 1 : 0) - performance.now();
     note("start", null, null, "resumed");
     show(saved.index);
@@ -127,35 +146,61 @@
   // ---- trials ----
   function stopAll() { players.forEach((a) => { if (!a.paused) a.pause(); }); }
 
+  function markDone(btn, name) {
+    btn.classList.remove("playing");
+    btn.classList.add("done");
+    btn.setAttribute("aria-label", "Play " + name + " again (played to the end)");
+  }
+
   function player(trial, stim, label, name) {
     const audio = new Audio(FILE[stim]);
     audio.preload = "auto";
     players.push(audio);
     const btn = el("button", { type: "button", class: "play", "data-trial": trial.id, "data-stimulus": stim, "data-name": name, "aria-label": "Play " + name }, label);
-    audio.addEventListener("ended", () => {
-      note("ended", trial.id, stim);
-      ended.add(trial.id + "|" + stim);
-      btn.classList.remove("playing");
-      btn.classList.add("done");
-      btn.setAttribute("aria-label", "Play " + name + " again (played to the end)");
-      refresh(trial);
-    });
-    audio.addEventListener("error", () => {
-      note("pause", trial.id, stim, "load error");
-      btn.classList.remove("playing");
-      btn.textContent = "⚠ " + label.replace("▶ ", "") + ": audio missing, tell the organiser";
-      btn.disabled = true;
-    });
-    audio.addEventListener("pause", () => { if (!audio.ended) { note("pause", trial.id, stim); btn.classList.remove("playing"); } });
-    audio.addEventListener("ratechange", () => {
-      if (audio.playbackRate !== 1) { note("ratechange", trial.id, stim, String(audio.playbackRate)); audio.playbackRate = 1; }
-    });
-    btn.addEventListener("click", () => {
+    let failures = 0;
+    let wanted = false; // the rater asked to play: start as soon as a retry has loaded the sample
+    const play = () => {
       stopAll();
       audio.currentTime = 0;
       note("play", trial.id, stim);
       btn.classList.add("playing");
-      audio.play().catch((e) => note("pause", trial.id, stim, "play failed: " + e.name));
+      audio.play().catch((e) => { if (!audio.error) note("pause", trial.id, stim, "play failed: " + e.name); });
+    };
+    audio.addEventListener("ended", () => {
+      wanted = false;
+      note("ended", trial.id, stim);
+      ended.add(trial.id + "|" + stim);
+      save();
+      markDone(btn, name);
+      refresh(trial);
+    });
+    // a transient failure (a 503, a dropped connection) is retried with growing waits; after the last the
+    // button says so and stays usable: pressing it tries again
+    audio.addEventListener("error", () => {
+      failures += 1;
+      note("pause", trial.id, stim, "load error " + failures);
+      btn.classList.remove("playing");
+      btn.classList.add("retrying");
+      if (failures <= RETRY_MS.length) {
+        btn.textContent = "↻ " + label.replace("▶ ", "") + ": loading again…";
+        setTimeout(() => { audio.load(); if (wanted) play(); }, RETRY_MS[failures - 1]);
+      } else {
+        btn.textContent = "⚠ " + label.replace("▶ ", "") + ": did not load. Press to try again; if it keeps failing, tell the organiser";
+      }
+    });
+    audio.addEventListener("playing", () => { btn.classList.remove("retrying"); btn.textContent = label; });
+    audio.addEventListener("pause", () => { if (!audio.ended && !audio.error) { note("pause", trial.id, stim); btn.classList.remove("playing"); } });
+    audio.addEventListener("ratechange", () => {
+      if (audio.playbackRate !== 1) { note("ratechange", trial.id, stim, String(audio.playbackRate)); audio.playbackRate = 1; }
+    });
+    btn.addEventListener("click", () => {
+      wanted = true;
+      if (audio.error) { // after the automatic retries: the rater's press tries once more
+        failures = RETRY_MS.length - 1;
+        btn.textContent = "↻ " + label.replace("▶ ", "") + ": loading again…";
+        audio.load();
+      }
+      play();
     });
     return btn;
   }
@@ -164,11 +209,16 @@
     if (trial.task === "mushra") return trial.stimuli;
     return trial.task === "ab" ? [trial.stimuli[1]] : [trial.stimuli[0]];
   }
-  function needs(trial, stim) { return trial.task === "ab" ? trial.stimuli : [stim]; }
+  // A/B: both samples; MUSHRA: the open reference and the sample; ACR: the sample
+  function needs(trial, stim) {
+    if (trial.task === "ab") return trial.stimuli;
+    return trial.task === "mushra" && trial.reference ? [trial.reference, stim] : [stim];
+  }
 
   function setRating(trial, stim, crit, score) {
     ratings.set(trial.id + "|" + stim + "|" + crit, { trial: trial.id, stimulus: stim, criterion: crit, score: score, t_ms: now() });
     note("rate", trial.id, stim, crit + "=" + score);
+    save();
     refresh(trial);
   }
 
@@ -210,18 +260,34 @@
     const done = trial.criteria.every((c) => rated(trial).every((s) => ratings.has(trial.id + "|" + s + "|" + c)));
     const next = document.getElementById("next");
     if (next) next.disabled = !done;
-    const unplayed = Array.from(app.querySelectorAll("button.play")).filter((b) => !b.classList.contains("done") && b.dataset.stimulus !== trial.reference);
+    const unplayed = Array.from(app.querySelectorAll("button.play")).filter((b) => !b.classList.contains("done"));
     const hint = document.getElementById("hint");
     const text = unplayed.length ? "Rating is disabled until you play " + unplayed.map((b) => b.dataset.name).join(", ") + " to the end."
       : !done ? "Now rate every sample to continue." : "All rated: press " + (next ? next.textContent.replace(" ›", "") : "Next") + ".";
     if (hint && hint.textContent !== text) hint.textContent = text;
   }
 
+  // after a reload the item shows what the rater already did: samples heard, ratings given
+  function restore(trial) {
+    app.querySelectorAll("button.play").forEach((b) => { if (ended.has(trial.id + "|" + b.dataset.stimulus)) markDone(b, b.dataset.name); });
+    app.querySelectorAll("input[data-stimulus]").forEach((input) => {
+      const r = ratings.get(trial.id + "|" + input.dataset.stimulus + "|" + input.dataset.criterion);
+      if (!r) return;
+      if (input.type === "radio") input.checked = Number(input.value) === r.score;
+      else {
+        input.value = r.score;
+        input.classList.remove("unset");
+        input.setAttribute("aria-valuetext", String(r.score));
+        input.parentElement.querySelector("output").textContent = String(r.score);
+      }
+    });
+  }
+
   function show(i) {
     stopAll();
     players = [];
     index = i;
-    if (i >= P.trials.length) return finish();
+    if (i >= P.trials.length) { save(); return finish(); }
     const trial = P.trials[i];
     const body = el("section", { class: "trial " + trial.task, "data-trial": trial.id });
     body.append(el("p", { class: "progress", id: "progress", tabindex: "-1" }, `Item ${i + 1} of ${P.trials.length}`));
@@ -244,6 +310,8 @@
     body.append(next);
     app.replaceChildren(body);
     note("present", trial.id);
+    save();
+    restore(trial);
     refresh(trial);
     document.getElementById("progress").focus(); // a new item starts at its top for keyboard and screen-reader users
   }
@@ -278,7 +346,7 @@
 
   function start() {
     const go = el("button", { type: "button", id: "start", class: "next" }, "Start");
-    go.addEventListener("click", () => { startedAt = new Date().toISOString(); note("start"); show(0); });
+    go.addEventListener("click", () => { forget(); startedAt = new Date().toISOString(); note("start"); show(0); });
     const saved = load();
     const again = saved && saved.index >= 0 ? el("button", { type: "button", id: "resume", class: "next" }, `Resume at item ${Math.min(saved.index + 1, P.trials.length)}`) : "";
     if (again) {

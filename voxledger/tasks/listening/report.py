@@ -4,13 +4,15 @@
   bound, never as ``0.0``;
 - a Bradley-Terry fit that does not exist (one side won every comparison, or a disconnected
   graph) is shown as not identifiable, never as strengths of 1.0 and 0.0;
+- the MUSHRA hidden reference and low anchor are screening items: their means are shown as
+  screening, never as candidates in a comparison (raters are told to score the reference 100);
 - inter-rater agreement is labelled with what it counts: ``agreement`` includes the MUSHRA hidden
   reference and anchor (easy to agree on), ``agreement_candidates_only`` does not.
 """
 
 from __future__ import annotations
 
-from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry
+from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry, CandidateScore
 
 P_VALUE_FLOOR = 5e-7  # stats stores p rounded to 6 decimals: a stored 0 means p < 5e-7
 
@@ -41,6 +43,17 @@ def format_agreement(a: Agreement, *, candidates_only: bool) -> str:
     return f"{a.criterion}: alpha {value} ({a.level}, {scope}, {a.units} units)" + (f"; {a.note}" if a.note and a.alpha is None else "")
 
 
+SCREENING_LABELS = {
+    "hidden_reference": "hidden reference (screening: raters are told to score it 100)",
+    "low_anchor": "low anchor (screening: a low-passed copy of the reference)",
+}
+
+
+def format_screening_score(s: CandidateScore) -> str:
+    """The mean a MUSHRA screening item got, labelled as screening."""
+    return f"{s.criterion}: {SCREENING_LABELS.get(s.candidate, s.candidate)} mean {s.mean:.1f} over {s.ratings} ratings"
+
+
 def summary_lines(result: AggregateResult) -> list[str]:
     """The statistics of an aggregate as printable lines (after the score table)."""
     lines = [
@@ -48,6 +61,7 @@ def summary_lines(result: AggregateResult) -> list[str]:
         + (f", favours {d.better}" if d.better else "")
         for d in result.deltas
     ]
+    lines += [format_screening_score(s) for s in result.screening_scores]
     lines += [format_bradley_terry(bt) for bt in result.bradley_terry]
     lines += [format_agreement(a, candidates_only=False) for a in result.agreement]
     lines += [format_agreement(a, candidates_only=True) for a in result.agreement_candidates_only]

@@ -43,7 +43,8 @@ from voxledger.schemas.listening_receipts import (
     RatingRow,
 )
 
-SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor")
+SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor")  # rated on the scale (agreement, bias)
+SCREENING_SCORED = ("hidden_reference", "low_anchor")  # MUSHRA screening items: never compared as candidates
 
 
 def _round(x: float | None, digits: int = 6) -> float | None:
@@ -133,14 +134,30 @@ def _columns(cells: list[Cell]) -> tuple[list[float], list[str], list[str]]:
 
 
 def candidate_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateScore]:
-    """Mean and crossed interval per (criterion, candidate); for A/B the mean CMOS advantage."""
+    """Mean and crossed interval per (criterion, candidate); for A/B the mean CMOS advantage.
+
+    Candidate stimuli only: the MUSHRA hidden reference and low anchor are in ``screening_scores``.
+    """
     groups: dict[tuple[str, TaskType, str], list[Cell]] = defaultdict(list)
     for r in rows:
         if r.task == "ab" and r.versus_candidate:  # a CMOS credits B with +score and A with -score
             groups[(r.criterion, r.task, r.candidate)].append((r.score, r.rater_id, r.prompt_id))
             groups[(r.criterion, r.task, r.versus_candidate)].append((-r.score, r.rater_id, r.prompt_id))
-        elif r.role in SCORED_ROLES:
+        elif r.role == "stimulus":
             groups[(r.criterion, r.task, r.candidate)].append((r.score, r.rater_id, r.prompt_id))
+    return _scores(groups, spec)
+
+
+def screening_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateScore]:
+    """Mean per (criterion, screening role) of the MUSHRA hidden reference and low anchor; ``candidate`` is the role."""
+    groups: dict[tuple[str, TaskType, str], list[Cell]] = defaultdict(list)
+    for r in rows:
+        if r.role in SCREENING_SCORED:
+            groups[(r.criterion, r.task, r.role)].append((r.score, r.rater_id, r.prompt_id))
+    return _scores(groups, spec)
+
+
+def _scores(groups: dict[tuple[str, TaskType, str], list[Cell]], spec: Statistics) -> list[CandidateScore]:
     out = []
     for (criterion, task, cand), cells in sorted(groups.items()):
         e = crossed_mean(*_columns(cells), spec.confidence)
@@ -163,14 +180,14 @@ def candidate_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateS
 
 
 def _paired(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], list[Cell]]:
-    """(criterion, task, a, b) -> [(b - a, rater, prompt)]."""
+    """(criterion, task, a, b) -> [(b - a, rater, prompt)], between candidate stimuli only."""
     out: dict[tuple[str, TaskType, str, str], list[Cell]] = defaultdict(list)
     cells: dict[tuple[str, TaskType, str, str], dict[str, float]] = defaultdict(dict)
     for r in rows:
         if r.task == "ab" and r.versus_candidate:
             a, b = sorted((r.versus_candidate, r.candidate))
             out[(r.criterion, "ab", a, b)].append((r.score if r.candidate == b else -r.score, r.rater_id, r.prompt_id))
-        elif r.role in SCORED_ROLES:
+        elif r.role == "stimulus":  # never against the hidden reference or the anchor: they are screening items
             cells[(r.criterion, r.task, r.rater_id, r.prompt_id)][r.candidate] = r.score
     for (criterion, task, rater, prompt), scores in cells.items():
         for a, b in combinations(sorted(scores), 2):

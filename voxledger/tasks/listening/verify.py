@@ -16,11 +16,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import wave
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
+import numpy as np
 from pydantic import ValidationError
 
 from voxledger.schemas.canonical import sha256_hex
@@ -41,6 +43,7 @@ from voxledger.tasks.listening.plausibility import check_log
 
 MAX_SUBMISSION_BYTES = 20_000_000
 MAX_JSON_INTEGER = 2**53 - 1  # RFC 8785 (I-JSON): larger integers have no exact canonical form
+MAX_JSON_DEPTH = 32  # the page writes 3 levels (object, ratings/log array, row object)
 
 
 @dataclass(frozen=True)
@@ -135,34 +138,77 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number a submission can hold")
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def nesting_depth(data: bytes) -> int:
+    """How deep arrays and objects nest in JSON text (brackets inside strings do not count).
+
+    Counted without parsing, so a file nested 100,000 levels deep is measured, not recursed into.
+    """
+    bare = np.frombuffer(_JSON_STRING.sub(b"", data), dtype=np.uint8)
+    steps = np.isin(bare, OPENERS).astype(np.int64) - np.isin(bare, CLOSERS).astype(np.int64)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+OPENERS = np.frombuffer(b"[{", dtype=np.uint8)
+CLOSERS = np.frombuffer(b"]}", dtype=np.uint8)
+
+
 def parse_json(data: bytes) -> object:
-    """Decode UTF-8 JSON (a leading byte order mark is allowed); PacketError for NaN, Infinity or huge integers."""
+    """Decode UTF-8 JSON (a leading byte order mark is allowed) into the values a submission can hold.
+
+    PacketError for a file over ``MAX_SUBMISSION_BYTES``, nested deeper than ``MAX_JSON_DEPTH``,
+    not UTF-8 JSON, with NaN, Infinity or an integer beyond +-2^53, or with a string that is not
+    valid Unicode (a lone surrogate written as an escape).
+    """
     if len(data) > MAX_SUBMISSION_BYTES:
         raise PacketError(f"file is {len(data)} bytes, more than the {MAX_SUBMISSION_BYTES} a submission can be")
+    depth = nesting_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise PacketError(
+            f"JSON nested {depth} levels deep; a submission nests at most {MAX_JSON_DEPTH}, so this file was not written by the page"
+        )
     try:
         raw = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise PacketError(f"not UTF-8 JSON ({exc})") from exc
-    bad = _bad_number(raw, "$")
+    bad = _bad_value(raw)
     if bad:
-        raise PacketError(f"number out of range at {bad}: every number must be finite and integers within +-2^53; export the file again")
+        raise PacketError(bad)
     return raw
 
 
-def _bad_number(value: object, where: str) -> str | None:
-    """Path and value of the first number RFC 8785 cannot carry exactly, or None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and abs(value) > MAX_JSON_INTEGER:
-        return f"{where} ({value})"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where} ({value})"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for k, v in items:
-        found = _bad_number(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
-        if found:
-            return found
+def _bad_value(value: object) -> str | None:
+    """The first number RFC 8785 cannot carry exactly, or string that is not Unicode, with its path; or None.
+
+    Walks the document without recursion (its depth is bounded, but the caller's stack is not known).
+    """
+    todo: list[tuple[object, str]] = [(value, "$")]
+    while todo:
+        v, where = todo.pop()
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int) and abs(v) > MAX_JSON_INTEGER or isinstance(v, float) and not math.isfinite(v):
+            return f"number out of range at {where} ({v}): every number must be finite and integers within +-2^53; export the file again"
+        if isinstance(v, str) and not _is_unicode(v):
+            return f"text at {where} is not valid Unicode (a lone surrogate escape such as \\ud800); export the file again"
+        if isinstance(v, dict):
+            for k in v:
+                if not _is_unicode(k):
+                    return f"a key at {where} is not valid Unicode (a lone surrogate escape such as \\ud800); export the file again"
+            todo.extend((x, f"{where}.{k}") for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            todo.extend((x, f"{where}[{i}]") for i, x in reversed(list(enumerate(v))))
     return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret: bytes, checks: SubmissionChecks | None = None) -> Checked:
@@ -202,8 +248,13 @@ def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret:
 
 
 def _needed(trial: PacketTrial, stimulus: str) -> tuple[str, ...]:
-    """The samples that must be played to the end before ``stimulus`` is rated in ``trial``."""
-    return trial.stimuli if trial.task == "ab" else (stimulus,)
+    """The samples that must be played to the end before ``stimulus`` is rated in ``trial``.
+
+    A/B: both samples; MUSHRA: the open reference (what every sample is judged against) and the sample; ACR: the sample.
+    """
+    if trial.task == "ab":
+        return trial.stimuli
+    return (trial.reference, stimulus) if trial.task == "mushra" and trial.reference else (stimulus,)
 
 
 def _check_rows(c: Checked) -> None:

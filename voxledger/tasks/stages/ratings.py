@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import Timeout
+
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, sha256_hex
-from voxledger.schemas.errors import PacketError, ReceiptError
+from voxledger.schemas.errors import CatalogLockedError, PacketError, ReceiptError
 from voxledger.schemas.listening import BlindingKey, KeyEntry, ListeningProtocol
 from voxledger.schemas.listening_receipts import (
     AggregateParameters,
@@ -30,12 +38,14 @@ from voxledger.schemas.listening_receipts import (
     SubmissionReceipt,
     SubmissionRejection,
 )
+from voxledger.settings import load_settings
 from voxledger.stores.home import Home
 from voxledger.stores.receipts import receipt_document
 from voxledger.tasks.listening import stats
 from voxledger.tasks.listening.keys import home_secret, open_sealed_key
 from voxledger.tasks.listening.screening import screen_rater
 from voxledger.tasks.listening.verify import (
+    MAX_SUBMISSION_BYTES,
     Checked,
     Packet,
     check_submission,
@@ -47,6 +57,7 @@ from voxledger.tasks.stage import StageOutcome, reuse
 
 RATINGS_MEDIA_TYPE = "application/vnd.voxledger.ratings+json"
 SCREENING_ROLES = ("gold", "attention", "hidden_reference")
+COMMIT_JOURNAL = "ratings-commit.json"  # beside the catalog: the receipts of the commit in progress
 
 
 @dataclass(frozen=True)
@@ -67,66 +78,149 @@ def load_packet_set(home: Home, receipt_id: str) -> PacketSetReceipt:
 def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *, flow: str = "cli") -> AggregateOutcome:
     """Verify ``submissions`` against the packet set and record the aggregate.
 
-    Refused files and rows are listed in the receipt with their reasons. Nothing is written until
-    every file is verified and the statistics are computed; then the submission receipts and the
-    aggregate are committed in one catalog transaction, so a failure leaves the home as it was and
-    locks no rater out. Raises PacketError when no submission is accepted (naming every reason),
-    ReceiptError for a wrong receipt.
+    Refused files and rows are listed in the receipt with their reasons; a file that cannot be
+    read, parsed or checked is refused on its own and the batch goes on. Every file is checked
+    first, without the catalog lock. The accept decision (one submission per packet, one packet
+    per session, against aggregates already committed) and the statistics are then taken under
+    the catalog's lock, which is held until the aggregate is committed, so two aggregations can
+    never both accept a packet. The aggregate receipt is the commit point: see ``_commit``.
+    Raises PacketError when no submission is accepted (naming every reason), ReceiptError for a
+    wrong receipt, CatalogLockedError when another process holds the catalog too long.
     """
     started = utc_now()
+    home.require_writable()
     ps = load_packet_set(home, packet_set_id)
     protocol = ListeningProtocol.model_validate_json(home.blobs.get_bytes(ps.parameters.protocol_sha256))
     packets = load_packets(home.blobs, ps)
     files = [(p.name, _read(p)) for p in submissions]
     key = cache_key(
         "aggregate",
-        {"packet_set": packet_set_id, **{f"submission:{i}": sha256_hex(d) for i, (_, d) in enumerate(files)}},
+        {"packet_set": packet_set_id, **{f"submission:{i}": _digest(d) for i, (_, d) in enumerate(files)}},
         ps.parameters.protocol_sha256,
         {},
     )
-    hit = reuse(home, key, AggregateReceipt)
+    hit = _cached(home, key)
     if hit is not None:
-        subs = tuple(i.sha256 for i in hit.receipt.inputs if i.role == "submission")
-        return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs)
+        return hit
     blinding, key_bytes = open_sealed_key(home, ps.parameters.key_commitment_sha256)
-    verdicts = _verify_all(home, packet_set_id, files, packets, home_secret(home), protocol, {e.pseudonym: e for e in blinding.entries})
-    if not verdicts.accepted:
-        raise PacketError(
-            f"no submission accepted ({len(verdicts.rejections)} refused): "
-            + "; ".join(f"{r.file}: {r.reason}" for r in verdicts.rejections)
+    by_pseudonym = {e.pseudonym: e for e in blinding.entries}
+    checked = _check_all(files, packets, home_secret(home), protocol, by_pseudonym)
+    key_sha = home.blobs.put_bytes(key_bytes)  # content-addressed: an unreferenced blob is harmless
+    with commit_lock(home):
+        _recover(home)
+        hit = _cached(home, key)  # an identical run committed while this one was checking
+        if hit is not None:
+            return hit
+        verdicts = _decide(home, packet_set_id, checked)
+        if not verdicts.accepted:
+            raise PacketError(
+                f"no submission accepted ({len(verdicts.rejections)} refused): "
+                + "; ".join(f"{r.file}: {r.reason}" for r in verdicts.rejections)
+            )
+        result, rows = _result(protocol, packets, verdicts, blinding)
+        rows_sha = home.blobs.put_bytes(canonical_bytes([r.model_dump(mode="json") for r in rows]))
+        csv_sha = home.blobs.put_bytes(ratings_csv(rows))
+        known, fresh = _submission_receipts(home, packet_set_id, verdicts.accepted, flow)
+        sub_ids = tuple(known.get(c.sha256) or _receipt_id(fresh[c.sha256]) for c in verdicts.accepted)
+        receipt = build_receipt(
+            AggregateReceipt,
+            flow=flow,
+            task="aggregate_ratings",
+            started_at=started,
+            key=key,
+            subjects=[
+                artifact(home.blobs, "ratings", rows_sha, RATINGS_MEDIA_TYPE),
+                artifact(home.blobs, "ratings_csv", csv_sha, "text/csv"),
+            ],
+            inputs=[
+                InputRef(role="packet_set", sha256=packet_set_id, ref="receipt"),
+                InputRef(role="blinding_key", sha256=key_sha, ref="artifact"),
+                *(InputRef(role="submission", sha256=s, ref="receipt") for s in sorted(set(sub_ids))),
+            ],
+            parameters=AggregateParameters(
+                packet_set_receipt_sha256=packet_set_id,
+                protocol_sha256=ps.parameters.protocol_sha256,
+                key_commitment_sha256=key_sha,
+                screening=protocol.screening,
+                statistics=protocol.statistics,
+            ),
+            result=result,
         )
-    result, rows = _result(protocol, packets, verdicts, blinding)
-    # everything above only read; from here on blobs, then receipts, then one catalog commit
-    key_sha = home.blobs.put_bytes(key_bytes)
-    rows_sha = home.blobs.put_bytes(canonical_bytes([r.model_dump(mode="json") for r in rows]))
-    csv_sha = home.blobs.put_bytes(ratings_csv(rows))
-    known, fresh = _submission_receipts(home, packet_set_id, verdicts.accepted, flow)
-    sub_ids = tuple(known.get(c.sha256) or _receipt_id(fresh[c.sha256]) for c in verdicts.accepted)
-    receipt = build_receipt(
-        AggregateReceipt,
-        flow=flow,
-        task="aggregate_ratings",
-        started_at=started,
-        key=key,
-        subjects=[artifact(home.blobs, "ratings", rows_sha, RATINGS_MEDIA_TYPE), artifact(home.blobs, "ratings_csv", csv_sha, "text/csv")],
-        inputs=[
-            InputRef(role="packet_set", sha256=packet_set_id, ref="receipt"),
-            InputRef(role="blinding_key", sha256=key_sha, ref="artifact"),
-            *(InputRef(role="submission", sha256=s, ref="receipt") for s in sorted(set(sub_ids))),
-        ],
-        parameters=AggregateParameters(
-            packet_set_receipt_sha256=packet_set_id,
-            protocol_sha256=ps.parameters.protocol_sha256,
-            key_commitment_sha256=key_sha,
-            screening=protocol.screening,
-            statistics=protocol.statistics,
-        ),
-        result=result,
-    )
-    ids = home.record_many([*fresh.values(), receipt])
-    if ids[:-1] != [_receipt_id(r) for r in fresh.values()]:
+        rid = _commit(home, list(fresh.values()), receipt)
+    return AggregateOutcome(rid, receipt, False, sub_ids)
+
+
+def _cached(home: Home, key: str) -> AggregateOutcome | None:
+    hit = reuse(home, key, AggregateReceipt)
+    if hit is None:
+        return None
+    subs = tuple(i.sha256 for i in hit.receipt.inputs if i.role == "submission")
+    return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs)
+
+
+@contextmanager
+def commit_lock(home: Home) -> Iterator[None]:
+    """Hold the catalog's lock (the one every catalog connection takes) for a whole decision and commit."""
+    try:
+        home.catalog.lock.acquire(timeout=home.catalog.lock_timeout_s)
+    except Timeout as exc:
+        raise CatalogLockedError(
+            f"catalog {home.catalog.path} is locked by another voxledger process for more than "
+            f"{home.catalog.lock_timeout_s:g} s; wait for it to finish or raise --lock-timeout"
+        ) from exc
+    try:
+        yield
+    finally:
+        home.catalog.lock.release()
+
+
+def _journal(home: Home) -> Path:
+    return home.catalog.path.with_name(COMMIT_JOURNAL)
+
+
+def _commit(home: Home, submissions: list[SubmissionReceipt], aggregate: AggregateReceipt) -> str:
+    """Record the submission receipts, then the aggregate receipt (the commit point), then index them.
+
+    Called under ``commit_lock``. A journal names the receipts first; the next aggregation (under
+    the same lock) finishes an interrupted commit: when the aggregate's receipt reached the store
+    it is indexed (it was committed, and ``catalog rebuild`` would index it too); when it did
+    not, the submission receipts written before it are orphans that no aggregate names, so they
+    count for nothing, after a rebuild as before it.
+    """
+    for r in [*submissions, aggregate]:
+        home.check_subjects(r)
+    rid = _receipt_id_of(aggregate)
+    journal = _journal(home)
+    tmp = journal.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"aggregate": rid, "submissions": [_receipt_id(r) for r in submissions]}), encoding="utf-8")
+    os.replace(tmp, journal)
+    written = [home.receipts.write(r) for r in submissions]
+    if [w[0] for w in written] != [_receipt_id(r) for r in submissions]:
         raise ReceiptError("submission receipt ids changed while recording; run the aggregation again")
-    return AggregateOutcome(ids[-1], receipt, False, sub_ids)
+    _test_pause("submission receipts written, aggregate not yet")
+    written.append(home.receipts.write(aggregate))
+    home.catalog.ingest(written, home.blobs.get_bytes)
+    journal.unlink()
+    return rid
+
+
+def _recover(home: Home) -> None:
+    """Finish a commit a killed aggregation left half done (see ``_commit``); called under ``commit_lock``."""
+    journal = _journal(home)
+    if not journal.is_file():
+        return
+    try:
+        names = json.loads(journal.read_text(encoding="utf-8"))
+        ids = [*names["submissions"], names["aggregate"]]
+    except (ValueError, KeyError, TypeError):  # torn before os.replace cannot happen; a hand-edited journal can
+        ids = []
+    if ids and home.receipts.has(ids[-1]):
+        home.catalog.ingest([(i, home.receipts.read_document(i)) for i in ids], home.blobs.get_bytes)
+    journal.unlink()
+
+
+def _receipt_id_of(receipt: AggregateReceipt) -> str:
+    return sha256_hex(canonical_bytes(receipt_document(receipt)))
 
 
 def _receipt_id(receipt: SubmissionReceipt) -> str:
@@ -134,22 +228,17 @@ def _receipt_id(receipt: SubmissionReceipt) -> str:
     return sha256_hex(canonical_bytes(receipt_document(receipt)))
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path) -> bytes | PacketError:
+    """The file's bytes (at most one byte past the size limit), or why it cannot be read."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            return f.read(MAX_SUBMISSION_BYTES + 1)
     except OSError as exc:
-        raise PacketError(f"cannot read submission {path}: {exc.strerror}") from exc
+        return PacketError(f"cannot read the file: {exc.strerror or exc}")
 
 
-def _prior_submissions(home: Home, packet_set_id: str) -> dict[str, str]:
-    """packet digest -> submission digest that an earlier aggregate of this packet set accepted.
-
-    Only submissions that are inputs of an aggregate count: a submission receipt left without
-    its aggregate (by a run that failed before its commit) never locks its rater out.
-    """
-    from voxledger.stores.queries import aggregated_submissions
-
-    return aggregated_submissions(home.catalog, packet_set_id)
+def _digest(data: bytes | PacketError) -> str:
+    return sha256_hex(data) if isinstance(data, bytes) else sha256_hex(str(data).encode("utf-8"))
 
 
 @dataclass
@@ -181,23 +270,31 @@ def _missing_screening(c: Checked, key: dict[str, KeyEntry]) -> list[str]:
     ]
 
 
-def _verify_all(
-    home: Home,
-    packet_set_id: str,
-    files: list[tuple[str, bytes]],
+@dataclass(frozen=True)
+class FileCheck:
+    """One file after the checks that need no catalog: checked, or refused with the reason."""
+
+    name: str
+    sha256: str
+    checked: Checked | None = None
+    missing: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+def _check_all(
+    files: list[tuple[str, bytes | PacketError]],
     packets: dict[str, Packet],
     secret: bytes,
     protocol: ListeningProtocol,
     key: dict[str, KeyEntry],
-) -> Verdicts:
-    out = Verdicts()
-    prior = _prior_submissions(home, packet_set_id)
-    by_sha: dict[str, str] = {}
+) -> list[FileCheck]:
+    """Check every file on its own: whatever goes wrong with one file refuses that file only."""
+    out = []
     for name, data in files:
-        sha = sha256_hex(data)
+        sha = _digest(data)
         try:
-            if sha in by_sha:
-                raise PacketError(f"duplicate: the same bytes as {by_sha[sha]}")
+            if isinstance(data, PacketError):
+                raise data
             c = check_submission(name, data, packets, secret, protocol.checks)
             missing = _missing_screening(c, key)
             if missing and protocol.checks.missing_screening == "refuse":
@@ -205,20 +302,75 @@ def _verify_all(
                     f"missing screening items: {len(missing)} absent or refused ({', '.join(missing[:6])}); "
                     "the page always exports them, so this file was edited or is incomplete"
                 )
-            earlier = next((a for a in out.accepted if a.packet.packet_sha256 == c.packet.packet_sha256), None)
-            if earlier is not None or prior.get(c.packet.packet_sha256, sha) != sha:
-                where = earlier.name if earlier else f"an earlier aggregation ({prior[c.packet.packet_sha256][:12]})"
-                raise PacketError(f"replay: packet of rater {c.packet.rater_id} already has an accepted submission ({where})")
-            if any(a.submission.session_id == c.submission.session_id for a in out.accepted):
-                raise PacketError(f"replay: session {c.submission.session_id} was already submitted for another packet")
         except PacketError as exc:
-            out.rejections.append(SubmissionRejection(file=name, submission_sha256=sha, reason=str(exc)))
+            out.append(FileCheck(name, sha, reason=str(exc)))
+        except Exception as exc:  # noqa: BLE001  (one file's failure refuses that file; the batch goes on)
+            out.append(FileCheck(name, sha, reason=f"could not be checked ({type(exc).__name__}: {exc}); the other files are not affected"))
         else:
-            out.accepted.append(c)
-            if missing:
-                out.missing_screening[c.sha256] = missing
-        by_sha.setdefault(sha, name)
+            out.append(FileCheck(name, sha, c, tuple(missing)))
     return out
+
+
+def _decide(home: Home, packet_set_id: str, files: list[FileCheck]) -> Verdicts:
+    """Accept or refuse each checked file against the committed aggregates; called under ``commit_lock``.
+
+    One accepted submission per packet and one packet per session id, across raters and runs.
+    Only submissions an aggregate names count, so a run that failed or was killed before its
+    aggregate reached the store never locks a rater out.
+    """
+    from voxledger.stores.queries import aggregated_sessions, aggregated_submissions
+
+    prior = aggregated_submissions(home.catalog, packet_set_id)
+    sessions = aggregated_sessions(home.catalog, packet_set_id)
+    out = Verdicts()
+    by_sha: dict[str, str] = {}
+    for f in files:
+        reason = f.reason
+        c = f.checked
+        if reason is None and f.sha256 in by_sha:
+            reason = f"duplicate: the same bytes as {by_sha[f.sha256]}"
+        elif reason is None and c is not None:
+            reason = _replay(c, out.accepted, prior, sessions)
+        by_sha.setdefault(f.sha256, f.name)
+        if reason is not None or c is None:
+            out.rejections.append(SubmissionRejection(file=f.name, submission_sha256=f.sha256, reason=reason or "not checked"))
+            continue
+        out.accepted.append(c)
+        if f.missing:
+            out.missing_screening[c.sha256] = list(f.missing)
+    _test_pause("accept decision taken")
+    return out
+
+
+def _test_pause(where: str) -> None:
+    """Tests only (``VOXLEDGER_TEST_COMMIT_DELAY_S``, docs/settings.md): wait here, saying where on stderr.
+
+    Called after the accept decision and again before the aggregate receipt is written, so a test
+    can start a second aggregation or kill this one inside the window between decision and commit.
+    """
+    delay = load_settings().test_commit_delay_s
+    if delay:
+        sys.stderr.write(f"voxledger test pause: {where} ({delay:g} s)\n")
+        sys.stderr.flush()
+        time.sleep(delay)
+
+
+def _replay(c: Checked, accepted: list[Checked], prior: dict[str, str], sessions: dict[str, tuple[str, str]]) -> str | None:
+    packet, session = c.packet.packet_sha256, c.submission.session_id
+    earlier = next((a for a in accepted if a.packet.packet_sha256 == packet), None)
+    if earlier is not None:
+        return f"replay: packet of rater {c.packet.rater_id} already has an accepted submission ({earlier.name})"
+    if prior.get(packet, c.sha256) != c.sha256:
+        return (
+            f"replay: packet of rater {c.packet.rater_id} already has an accepted submission (an earlier aggregation, {prior[packet][:12]})"
+        )
+    twin = next((a for a in accepted if a.submission.session_id == session), None)
+    if twin is not None:
+        return f"replay: session {session} was already submitted for another packet ({twin.name}, rater {twin.packet.rater_id})"
+    sha, rater = sessions.get(session, (c.sha256, c.packet.rater_id))
+    if sha != c.sha256:
+        return f"replay: session {session} was already accepted for rater {rater} in an earlier aggregation ({sha[:12]})"
+    return None
 
 
 def _submission_receipts(
@@ -344,6 +496,7 @@ def _result(
         screening=tuple(screening),
         attrition=_attrition(packets, accepted),
         scores=tuple(stats.candidate_scores(kept, spec)),
+        screening_scores=tuple(stats.screening_scores(kept, spec)),
         deltas=tuple(stats.paired_deltas(kept, spec, directions)),
         bradley_terry=tuple(stats.bradley_terry(kept, c.name, spec) for c in protocol.criteria if c.task == "ab" and _has_ab(kept, c.name)),
         agreement=tuple(_labelled(stats.agreement(kept, c.name, c.task), c.task) for c in protocol.criteria),
