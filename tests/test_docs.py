@@ -36,4 +36,4 @@ def test_pipeline_stages_page_is_current() -> None:
 
     text = docgen.render_stages()
     assert docgen.STAGES_OUT.read_text() == text, "docs/pipeline-stages.md is stale: run python -m voxledger.docgen --write"
-    assert len(stage_names()) == 7 and all(f"| `{name}` |" in text for name in stage_names())
+    assert len(stage_names()) == 8 and all(f"| `{name}` |" in text for name in stage_names())
