@@ -265,10 +265,12 @@ class CosyVoice3Backend:
             raise TrainingError(f"{artifact_dir} has no {ADAPTER_CONFIG} or {MERGED_CONFIG}; runtime {runtime!r} needs a cosyvoice3 export")
         self.preflight()
         upstream.import_upstream(self.config.checkout_dir)
-        from cosyvoice.cli.cosyvoice import CosyVoice3
+        with upstream.upstream_code("importing cosyvoice.cli.cosyvoice"):
+            from cosyvoice.cli.cosyvoice import CosyVoice3
 
-        compat.patch_audio_loading()
-        cosy = CosyVoice3(str(self.config.model_dir))
+            compat.patch_audio_loading()
+        with upstream.upstream_code(f"building upstream's CosyVoice3 from {self.config.model_dir}"):
+            cosy = CosyVoice3(str(self.config.model_dir))
         llm = cosy.model.llm
         weights, sha = self._base_weights(base_dir)
         if runtime in ("adapter", "merged") and sha != meta["base_weights_sha256"]:  # type: ignore[index]

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import pydoc
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from safetensors.torch import load_file
 
 from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.canonical import canonical_digest, sha256_hex
-from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.errors import TrainingError, UpstreamError
 from voxledger.stores.hashing import StatCache, hash_files
 from voxledger.tasks.backends.cosyvoice3.compat import LM_DTYPE, lm_dtypes, to_lm_dtype
 from voxledger.tasks.backends.cosyvoice3.config import (
@@ -149,6 +152,55 @@ def preflight(config: CosyVoice3Config) -> UpstreamIdentity:
     )
 
 
+def pip_fix(module: str) -> str:
+    """The install command for a missing third-party module of upstream's import set."""
+    top = module.split(".", 1)[0]
+    pip: dict[str, str] = _MANIFEST.imports["pip_names"]  # type: ignore[assignment]
+    return f"pip install '{pip.get(top, top)}'"
+
+
+def upstream_failure(exc: BaseException, what: str) -> UpstreamError:
+    """One clear error for an import failure inside upstream's code (``what``: the step that failed).
+
+    hyperpyyaml's ``pydoc.locate`` wraps an import error of the module a yaml tag names in
+    ``pydoc.ErrorDuringImport`` (not an ImportError); it is unwrapped to name that module and
+    the module that is missing.
+    """
+    where, cause = what, exc
+    if isinstance(exc, pydoc.ErrorDuringImport):
+        where, cause = f"{what}: importing upstream module {exc.filename}", exc.value
+    preflight_hint = "then check the environment with `voxledger cosyvoice3 preflight CHECKOUT MODEL_DIR`"
+    if isinstance(cause, ModuleNotFoundError) and cause.name:
+        top = cause.name.split(".", 1)[0]
+        if top in ("cosyvoice", "matcha"):
+            fix = "the checkout is incomplete: run `git submodule update --init --recursive` in it (Matcha-TTS)"
+        else:
+            fix = f"{pip_fix(cause.name)} (or the extra: pip install 'voxledger[cosyvoice3]')"
+        return UpstreamError(f"{where} failed: upstream needs module {cause.name!r}, which is not installed; {fix}, {preflight_hint}")
+    missing = re.fullmatch(r"There is no such \w+ as ([\w.]+)", str(cause))  # hyperpyyaml: pydoc.locate found nothing
+    if missing:
+        name = missing.group(1)
+        fix = (
+            "the Matcha-TTS submodule is missing: run `git submodule update --init --recursive` in the checkout"
+            if name.startswith("matcha.")
+            else f"the checkout does not define it: use FunAudioLLM/CosyVoice at {_MANIFEST.upstream['commit']} (the model yaml names it)"
+        )
+        return UpstreamError(f"{where} failed: the yaml names {name}, which is not importable; {fix}, {preflight_hint}")
+    return UpstreamError(
+        f"{where} failed inside upstream's code: {type(cause).__name__}: {cause}; check that the checkout is "
+        f"FunAudioLLM/CosyVoice at {_MANIFEST.upstream['commit']} with its submodule, {preflight_hint}"
+    )
+
+
+@contextmanager
+def upstream_code(what: str) -> Iterator[None]:
+    """Turn an import failure inside upstream's code into `UpstreamError` (never 'a defect in voxledger')."""
+    try:
+        yield
+    except (ImportError, pydoc.ErrorDuringImport) as exc:
+        raise upstream_failure(exc, what) from exc
+
+
 def import_upstream(checkout: Path) -> Any:
     """Import ``cosyvoice`` from ``checkout`` (and ``matcha`` from its submodule); return the module.
 
@@ -159,7 +211,8 @@ def import_upstream(checkout: Path) -> Any:
     for path in (root / "third_party" / "Matcha-TTS", root):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
-    import cosyvoice
+    with upstream_code(f"importing cosyvoice from {root}"):
+        import cosyvoice
 
     where = Path(cosyvoice.__file__).resolve().parent
     if where != root / "cosyvoice":
@@ -188,7 +241,8 @@ def load_model_yaml(config: CosyVoice3Config, *, build_unused: bool = False) -> 
     overrides: dict[str, Any] = {"qwen_pretrain_path": str(config.model_dir / TOKENIZER_DIR)}
     if not build_unused:
         overrides.update({k: None for k in UNUSED_PARTS if k in top})
-    return dict(load_hyperpyyaml(text, overrides=overrides))
+    with upstream_code(f"loading {path}"):
+        return dict(load_hyperpyyaml(text, overrides=overrides))
 
 
 def qwen_config_dtype(qwen_dir: Path) -> str | None:
@@ -221,7 +275,8 @@ def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]
         TrainingError: the yaml's ``llm`` is not a ``cosyvoice.llm.llm.CosyVoice3LM``.
     """
     configs = load_model_yaml(config)
-    from cosyvoice.llm.llm import CosyVoice3LM
+    with upstream_code("importing cosyvoice.llm.llm"):
+        from cosyvoice.llm.llm import CosyVoice3LM
 
     llm = configs["llm"]
     if not isinstance(llm, CosyVoice3LM):
