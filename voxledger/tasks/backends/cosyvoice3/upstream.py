@@ -167,7 +167,7 @@ def upstream_failure(exc: BaseException, what: str) -> UpstreamError:
     the module that is missing.
     """
     where, cause = what, exc
-    if isinstance(exc, pydoc.ErrorDuringImport):
+    if isinstance(exc, pydoc.ErrorDuringImport) and exc.value is not None:
         where, cause = f"{what}: importing upstream module {exc.filename}", exc.value
     preflight_hint = "then check the environment with `voxledger cosyvoice3 preflight CHECKOUT MODEL_DIR`"
     if isinstance(cause, ModuleNotFoundError) and cause.name:
