@@ -302,14 +302,22 @@ class CosyVoice3Backend:
         )
 
     def export_merged(self, loaded: synth.CosyVoice3Loaded, out_dir: Path) -> None:
-        """Write ``llm.safetensors`` (adapters folded in; exactly ``llm.pt``'s keys), the prompt and its config."""
+        """Write ``llm.safetensors`` (adapters folded in; ``llm.pt``'s keys, tied weights stored once and named in its
+        ``tied`` metadata), the prompt and its config."""
         if loaded.meta is None or loaded.prompt_wav is None or loaded.runtime == "base":
             raise TrainingError(
                 f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
                 f"merged_export (got runtime {loaded.runtime!r})"
             )
         out_dir.mkdir(parents=True, exist_ok=True)
-        save_deterministic(lora.merged_state_dict(loaded.cosy.model.llm), out_dir / MERGED_FILE, metadata={"format": MERGED_FORMAT})
+        llm = loaded.cosy.model.llm
+        state, tied = lora.merged_state_dict(llm), lora.tied_keys(llm)
+        for alias, kept in tied.items():  # stored once, as llm.pt stores it (the embedding / LM head pair)
+            if not torch.equal(state[alias], state[kept]):
+                raise TrainingError(f"tied weights {alias} and {kept} differ after merging; the adapters must not touch them")
+            del state[alias]
+        metadata = {"format": MERGED_FORMAT, upstream.TIED_METADATA: json.dumps(dict(sorted(tied.items())), separators=(",", ":"))}
+        save_deterministic(state, out_dir / MERGED_FILE, metadata=metadata)
         self._write_prompt(out_dir, {**loaded.meta, "format": MERGED_FORMAT}, (loaded.prompt_wav.read_bytes(), loaded.prompt_wav.name))
 
     def synthesize(

@@ -12,6 +12,8 @@ but not part of it (two commits with identical sources behave identically).
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import pydoc
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from voxledger.schemas.base import Frozen, Sha256
@@ -56,6 +59,7 @@ TOKENIZER_FILES = _MANIFEST.folder_list("qwen_files")  # the Qwen2 folder: token
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CHECKPOINT_COUNTERS = ("epoch", "step")  # upstream's save_model mixes these ints into the state dict
 UNUSED_PARTS = ("flow", "hift", "hifigan")  # not built for LLM training (as upstream train.py does)
+TIED_METADATA = "tied"  # safetensors metadata of a merged export: JSON {alias key: stored key} (tied weights stored once)
 
 
 class UpstreamIdentity(Frozen):
@@ -65,11 +69,36 @@ class UpstreamIdentity(Frozen):
     sources_sha256: Sha256
     source_files: int
     files_sha256: dict[str, Sha256]
+    text_frontend: dict[str, str | None]
 
     @property
     def identity_sha256(self) -> str:
-        """Digest of sources and files (the commit excluded: equal sources behave equally)."""
-        return canonical_digest({"sources": self.sources_sha256, "files": self.files_sha256})
+        """Digest of sources, files and the text front end (the commit excluded: equal sources behave equally)."""
+        return canonical_digest({"sources": self.sources_sha256, "files": self.files_sha256, "text_frontend": self.text_frontend})
+
+
+TTSFRD_RESOURCE = "pretrained_models/CosyVoice-ttsfrd/resource"  # where upstream's frontend.py initialises ttsfrd from
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def text_frontend(checkout: Path) -> dict[str, str | None]:
+    """The text normaliser upstream's ``CosyVoiceFrontEnd`` will use here, as it chooses one.
+
+    ttsfrd when it is installed and its resource folder is in the checkout, else wetext when it
+    is installed, else none (text goes to the tokenizer un-normalised). It changes what the
+    model is fed for numbers, dates and symbols, so it is part of the identity.
+    """
+    if importlib.util.find_spec("ttsfrd") is not None and (checkout / TTSFRD_RESOURCE).is_dir():
+        return {"name": "ttsfrd", "version": _dist_version("ttsfrd")}
+    if importlib.util.find_spec("wetext") is not None:
+        return {"name": "wetext", "version": _dist_version("wetext")}
+    return {"name": "none", "version": None}
 
 
 def missing_files(config: CosyVoice3Config) -> list[str]:
@@ -149,6 +178,7 @@ def preflight(config: CosyVoice3Config) -> UpstreamIdentity:
         sources_sha256=sources,
         source_files=count,
         files_sha256={name: digests[path] for name, path in sorted(files.items())},
+        text_frontend=text_frontend(config.checkout_dir),
     )
 
 
@@ -290,12 +320,21 @@ def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]
 
 
 def read_llm_state(path: Path) -> dict[str, torch.Tensor]:
-    """An LLM state dict from ``llm.pt`` (torch, weights only) or ``llm.safetensors``.
+    """An LLM state dict from ``llm.pt`` (torch, weights only) or ``llm.safetensors`` (tied keys restored).
 
     Upstream training checkpoints carry int ``epoch``/``step`` entries: they are dropped. Any
     other non-tensor entry is an error.
     """
-    raw = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu", weights_only=True)
+    if path.suffix == ".safetensors":
+        raw = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            tied = json.loads((f.metadata() or {}).get(TIED_METADATA, "{}"))
+        for alias, kept in sorted(tied.items()):
+            if alias in raw or kept not in raw:
+                raise TrainingError(f"{path}: tied entry {alias} -> {kept} does not fit its tensors; re-export it")
+            raw[alias] = raw[kept]  # one tensor under both names, as in llm.pt
+    else:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
     state = {k: v for k, v in raw.items() if not (k in CHECKPOINT_COUNTERS and isinstance(v, int | float))}
     odd = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if odd:
