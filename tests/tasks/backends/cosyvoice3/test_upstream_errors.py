@@ -65,7 +65,7 @@ def test_a_missing_module_behind_a_yaml_tag_names_the_module_and_the_install(fak
     assert result["type"] == "UpstreamError" and result["voxledger"], result
     message = str(result["message"])
     assert "importing upstream module cosyvoice.tokenizer.tokenizer" in message
-    assert "'whisper'" in message and "pip install 'openai-whisper==20231117'" in message
+    assert "'whisper'" in message and "pip install --no-deps --no-build-isolation 'openai-whisper==20231117'" in message
     assert "defect" not in message and "\n" not in message
 
 

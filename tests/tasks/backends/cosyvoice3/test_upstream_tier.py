@@ -106,7 +106,7 @@ def test_yaml_build_fails_by_name_where_upstreams_imports_are_missing(
     assert result["type"] == "UpstreamError", result
     message = str(result["message"])
     assert "importing upstream module cosyvoice.tokenizer.tokenizer" in message and "'whisper'" in message
-    assert "pip install 'openai-whisper==20231117'" in message and "defect" not in message
+    assert "pip install --no-deps --no-build-isolation 'openai-whisper==20231117'" in message and "defect" not in message
 
 
 @pytest.mark.parametrize("upstream_checkout", ["fake", "real"], indirect=True)

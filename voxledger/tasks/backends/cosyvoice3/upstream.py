@@ -186,7 +186,8 @@ def pip_fix(module: str) -> str:
     """The install command for a missing third-party module of upstream's import set."""
     top = module.split(".", 1)[0]
     pip: dict[str, str] = _MANIFEST.imports["pip_names"]  # type: ignore[assignment]
-    return f"pip install '{pip.get(top, top)}'"
+    flags: dict[str, str] = _MANIFEST.imports.get("pip_flags", {})  # type: ignore[assignment]
+    return " ".join(filter(None, ["pip install", flags.get(top), f"'{pip.get(top, top)}'"]))
 
 
 def upstream_failure(exc: BaseException, what: str) -> UpstreamError:
