@@ -34,7 +34,8 @@ except Exception as exc:
 
 
 def run_build_llm(checkout: Path, config: CosyVoice3Config, pythonpath: list[Path]) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, pythonpath), str(REPO)])}
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, pythonpath), str(REPO), *inherited])}
     out = subprocess.run(
         [sys.executable, "-c", BUILD_LLM, str(checkout), str(config.model_dir), str(config.cache_dir)],
         capture_output=True, text=True, env=env, timeout=300, check=True,

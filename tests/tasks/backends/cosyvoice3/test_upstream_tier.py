@@ -28,6 +28,7 @@ from .fake_model import FAKE_TREE
 from .test_upstream_errors import run_build_llm
 
 CPU = torch.device("cpu")
+EXTRA_MODULES = ("whisper", "tiktoken", "hydra", "lightning", "matplotlib", "gdown", "wget", "omegaconf")  # what the yaml's tags import
 
 
 def _batch(n: int = 4) -> dict[str, torch.Tensor]:
@@ -94,15 +95,16 @@ def test_upstreams_lm_draws_only_from_the_backends_generator(upstream_checkout: 
     assert lora.tied_keys(llm) == {"llm.model.lm_head.weight": "llm.model.model.embed_tokens.weight"}
 
 
-def test_yaml_build_fails_by_name_where_upstreams_imports_are_missing(
+def test_yaml_builds_or_fails_by_name_where_upstreams_imports_are_missing(
     upstream_checkout: Path, fake_config: CosyVoice3Config, tmp_path: Path
 ) -> None:
     result = run_build_llm(upstream_checkout, fake_config, [])
-    if upstream_checkout == FAKE_TREE:
+    if upstream_checkout == FAKE_TREE or all(importlib.util.find_spec(m) is not None for m in EXTRA_MODULES):
+        # the fake always builds; the real yaml builds upstream's CosyVoice3LM where the extra and whisper are installed
         assert result["type"] is None, result
         return
     if importlib.util.find_spec("whisper") is not None:
-        pytest.skip("openai-whisper is installed: the real yaml's tokenizer imports; this case needs it absent")
+        pytest.skip("openai-whisper is installed but not the rest of the cosyvoice3 extra: no fixed expectation")
     assert result["type"] == "UpstreamError", result
     message = str(result["message"])
     assert "importing upstream module cosyvoice.tokenizer.tokenizer" in message and "'whisper'" in message

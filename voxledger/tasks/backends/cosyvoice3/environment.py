@@ -140,8 +140,15 @@ def _weights(config: CosyVoice3Config) -> list[EnvFinding]:
     return []
 
 
+_PROBES: dict[tuple[str, str, str | None], dict[str, Any]] = {}  # one probe per interpreter, request and path per process
+
+
 def run_probe(config: CosyVoice3Config, python: str = sys.executable) -> dict[str, Any]:
-    """`probe.py`'s report from ``python`` (this process's environment; no bytecode written)."""
+    """`probe.py`'s report from ``python`` (this process's environment; no bytecode written).
+
+    Remembered for the life of this process per (interpreter, request, ``PYTHONPATH``): importing
+    the whole set takes 10-30 s, and what is installed does not change under a running command.
+    """
     m = manifest.load_manifest()
     modules: list[str] = list(m.imports["python_modules"])  # type: ignore[call-overload]
     request = {
@@ -150,6 +157,9 @@ def run_probe(config: CosyVoice3Config, python: str = sys.executable) -> dict[st
         "paths": [str(config.checkout_dir.resolve()), str((config.checkout_dir / "third_party" / "Matcha-TTS").resolve())],
         "distributions": list(PACKAGES),
     }
+    key = (python, json.dumps(request, sort_keys=True), os.environ.get("PYTHONPATH"))
+    if key in _PROBES:
+        return _PROBES[key]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     out = subprocess.run(
         [python, str(PROBE), json.dumps(request)], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, check=False
@@ -157,7 +167,8 @@ def run_probe(config: CosyVoice3Config, python: str = sys.executable) -> dict[st
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         raise ValueError(f"exit {out.returncode}: {(out.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return dict(json.loads(lines[-1]))
+    report = _PROBES[key] = dict(json.loads(lines[-1]))
+    return report
 
 
 def _imports(probe: dict[str, Any]) -> list[EnvFinding]:
