@@ -92,6 +92,11 @@ class SynthesisError(VoxledgerError):
     """A speech synthesizer failed (unknown voice, library error, no audio produced)."""
 
 
+class UpstreamError(VoxledgerError):
+    """Third-party model code or files a backend drives (a user's checkout, its dependencies, its model
+    folder) failed to import or load; the message names the module or file and the fix."""
+
+
 class SignatureError(VoxledgerError):
     """A signed attestation does not verify with the given key, or signs something else."""
 

@@ -110,6 +110,15 @@ class Backend(Protocol):
         """Put ``trainable_state`` back (strict: every key must match)."""
         ...
 
+    def rng_state(self) -> dict[str, Any]:
+        """JSON-able state of generators the backend owns (beyond python's, numpy's and torch's global
+        ones, which the loop saves itself); stored in every working checkpoint."""
+        ...
+
+    def load_rng_state(self, state: dict[str, Any]) -> None:
+        """Put `rng_state` back on resume (``{}`` for a checkpoint that holds none)."""
+        ...
+
     def export(self, model: torch.nn.Module, out_dir: Path) -> None:
         """Write the deliverable files (safetensors + JSON config) of the current weights."""
         ...

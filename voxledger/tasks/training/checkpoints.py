@@ -1,7 +1,8 @@
 """Guarded working checkpoints: everything needed to continue a run bit-for-bit.
 
 A checkpoint folder holds the trainable weights (safetensors), the optimizer state (tensors
-only, loaded with ``weights_only=True``), the RNG states of python, numpy and torch, the loop's
+only, loaded with ``weights_only=True``), the RNG states of python, numpy and torch and of the
+backend's own generators (``Backend.rng_state``), the loop's
 progress (epoch, batch position, running sums, curve so far) and a sidecar that binds the run's
 input digests and every file's sha256. It is written to a temporary folder, fsynced and renamed
 into place, so a crash leaves either the old set of checkpoints or the new one, never half.
@@ -83,6 +84,7 @@ def write_checkpoint(
     bound: TrainingInputs,
     keep: set[int],
     keep_last: int,
+    backend_rng: dict[str, Any] | None = None,
 ) -> Path:
     """Atomically write checkpoint ``step`` under ``root``; prune older ones (keep-last-N + ``keep``)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -91,7 +93,7 @@ def write_checkpoint(
     tmp.mkdir()
     save_deterministic(trainable, tmp / "trainable.safetensors")
     torch.save(optimizer, tmp / "optimizer.pt")
-    (tmp / "rng.json").write_text(json.dumps(capture_rng()))
+    (tmp / "rng.json").write_text(json.dumps({**capture_rng(), "backend": backend_rng or {}}))
     (tmp / "progress.json").write_text(json.dumps(progress, sort_keys=True))
     files = {name: sha256_file(tmp / name) for name in FILES}
     (tmp / SIDECAR).write_text(json.dumps({"bound": bound.model_dump(mode="json"), "files": files}, sort_keys=True))

@@ -103,6 +103,7 @@ def run_loop(
         state = LoopState(**{k: v for k, v in ckpt.progress.items()})
         state.resumed_at.append(state.global_step)
         restore_rng(ckpt.rng)
+        backend.load_rng_state(ckpt.rng.get("backend", {}))
     else:
         torch.manual_seed(plan.seed)
 
@@ -117,6 +118,7 @@ def run_loop(
             bound=bound,
             keep=keep,
             keep_last=plan.keep_last,
+            backend_rng=backend.rng_state(),
         )
 
     while state.stop_reason is None:

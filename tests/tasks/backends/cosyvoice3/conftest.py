@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -10,7 +15,7 @@ import torch
 from tests.corpus_factory import build_small_corpus
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 
-from .fake_model import build_fake_model_dir
+from .fake_model import FAKE_TREE, build_fake_model_dir
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +30,64 @@ def fake_config(tmp_path_factory: pytest.TempPathFactory) -> CosyVoice3Config:
 def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared small espeak corpus (target voice spk_t in target_train / target_dev)."""
     return build_small_corpus(tmp_path_factory.mktemp("cv3-corpus") / "corpus")
+
+
+# --- upstream's real code: the fake tree and, where available, a real checkout ---------------------
+
+REPO = Path(__file__).resolve().parents[4]
+ENV_REAL_CHECKOUT = "VOXLEDGER_TEST_COSYVOICE_CHECKOUT"  # an unpacked FunAudioLLM/CosyVoice checkout (CI sets it)
+ARCHIVE = REPO.parent / "shared" / "upstream" / "cosyvoice-ace7c47.tar.gz"  # source snapshot, unpacked on demand
+UPSTREAM_PACKAGES = ("cosyvoice", "matcha")
+
+
+def real_checkout_or_reason(tmp_root: Path) -> tuple[Path | None, str]:
+    """A real checkout (the environment variable's, else the archive unpacked under ``tmp_root``), or why not."""
+    given = os.environ.get(ENV_REAL_CHECKOUT)
+    if given:
+        path = Path(given)
+        if not (path / "cosyvoice" / "llm" / "llm.py").is_file():
+            return None, f"{ENV_REAL_CHECKOUT}={given} is not a CosyVoice checkout (no cosyvoice/llm/llm.py)"
+        return path, ""
+    if not ARCHIVE.is_file():
+        return None, f"no real CosyVoice checkout: set {ENV_REAL_CHECKOUT} or put the source snapshot at {ARCHIVE}"
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(tmp_root, filter=_sources_only)
+    return tmp_root / "CosyVoice", ""
+
+
+def _sources_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter, minus links (Matcha-TTS's ``data`` links to an absolute path outside the tree)."""
+    return None if member.issym() or member.islnk() else tarfile.data_filter(member, dest)
+
+
+@contextmanager
+def upstream_from(checkout: Path) -> Iterator[Path]:
+    """Import ``cosyvoice`` / ``matcha`` from ``checkout`` inside the block; this process's modules come back after."""
+    saved_modules = {k: v for k, v in sys.modules.items() if k.split(".", 1)[0] in UPSTREAM_PACKAGES}
+    saved_path = list(sys.path)
+    for name in saved_modules:
+        del sys.modules[name]
+    try:
+        yield checkout
+    finally:
+        for name in [k for k in sys.modules if k.split(".", 1)[0] in UPSTREAM_PACKAGES]:
+            del sys.modules[name]
+        sys.modules.update(saved_modules)
+        sys.path[:] = saved_path
+
+
+@pytest.fixture(scope="session")
+def real_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real checkout, or a skip saying why there is none."""
+    path, reason = real_checkout_or_reason(tmp_path_factory.mktemp("upstream"))
+    if path is None:
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(params=["fake", "real"])
+def upstream_checkout(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """Each contract test once on the fake tree and once on upstream's real code (skipped with the reason when absent)."""
+    checkout = FAKE_TREE if request.param == "fake" else request.getfixturevalue("real_checkout")
+    with upstream_from(checkout) as path:
+        yield path

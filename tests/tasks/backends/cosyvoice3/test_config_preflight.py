@@ -96,6 +96,29 @@ def test_identity_changes_with_sources_and_weights_not_with_location(fake_config
     assert preflight(copy).files_sha256["hift.pt"] != original.files_sha256["hift.pt"]
 
 
+def test_the_text_front_end_in_use_is_part_of_the_identity(
+    fake_config: CosyVoice3Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = preflight(fake_config)
+    assert plain.text_frontend == {"name": "none", "version": None}
+    site = tmp_path / "site"  # wetext installed: upstream's frontend normalises text with it
+    (site / "wetext").mkdir(parents=True)
+    (site / "wetext" / "__init__.py").write_text("class Normalizer: ...\n")
+    (site / "wetext-0.1.8.dist-info").mkdir()
+    (site / "wetext-0.1.8.dist-info" / "METADATA").write_text("Name: wetext\nVersion: 0.1.8\n")
+    monkeypatch.syspath_prepend(str(site))
+    with_wetext = preflight(fake_config)
+    assert with_wetext.text_frontend == {"name": "wetext", "version": "0.1.8"}
+    assert with_wetext.identity_sha256 != plain.identity_sha256
+    # ttsfrd wins when installed with its resource folder in the checkout, as upstream chooses
+    (site / "ttsfrd").mkdir()
+    (site / "ttsfrd" / "__init__.py").write_text("")
+    copy = _copy(fake_config, tmp_path / "copy")
+    assert preflight(copy).text_frontend["name"] == "wetext"  # no resource folder: upstream falls back
+    (copy.checkout_dir / "pretrained_models" / "CosyVoice-ttsfrd" / "resource").mkdir(parents=True)
+    assert preflight(copy).text_frontend == {"name": "ttsfrd", "version": None}
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_git_commit_is_recorded_but_not_part_of_the_identity(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
     copy = _copy(fake_config, tmp_path)

@@ -65,3 +65,62 @@ def test_sixteen_khz_floor_in_the_audit_policy_and_channel_handling() -> None:
         features.embedding_input_16k(stereo, 24000), features.to_16k(stereo[:1], 24000)
     )  # channel 0, as extract_embedding.py
     assert torch.allclose(features.token_input_16k(stereo, 24000), features.to_16k(stereo, 24000).mean(dim=0, keepdim=True))
+
+
+def _site(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A scratch directory put first on the target interpreter's path (PYTHONPATH), holding ``files``."""
+    site = tmp_path / "site"
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text, encoding="utf-8")
+    return site
+
+
+def _linked_model(src: Path, dst: Path, drop: str) -> Path:
+    """The model folder as symlinks, without ``drop`` (a download that missed one file)."""
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if path.is_dir():
+            (dst / rel).mkdir(parents=True, exist_ok=True)
+        elif rel.as_posix() != drop:
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dst / rel).symlink_to(path)
+    return dst
+
+
+HIDE_HYDRA = "raise ModuleNotFoundError(\"No module named 'hydra'\", name='hydra')\n"  # an environment without hydra-core
+OLD_TRITON = '__version__ = "2.3.1"\n'  # triton 2.3.1's top level as torch 2.13 finds it: none of the modules it needs
+
+
+@pytest.mark.parametrize(
+    ("broken", "finding", "named"),
+    [
+        ("hydra-missing", "missing-module", ["module hydra is not installed", "pip install 'hydra-core==1.3.2'"]),
+        ("triton-breaks-torch", "triton-breaks-imports", ["triton 2.3.1", "transformers.models.qwen2.modeling_qwen2", "pip uninstall -y triton"]),
+        ("one-input-tokenizer", "onnx-signature", ["has 1 input(s)", "SPEECH_TOKENIZER_ONNX"]),
+        ("model-safetensors-missing", "missing-file", ["CosyVoice-BlankEN/model.safetensors is missing"]),
+        ("transformers-outside-range", "transformers-version", ["transformers 4.30.0 is outside the tested range", "pip install transformers==5.24.0"]),
+    ],
+)  # fmt: skip
+def test_preflight_fails_naming_the_cause_in_broken_environments(
+    broken: str, finding: str, named: list[str], fake_config: CosyVoice3Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, onnx = fake_config.model_dir, []
+    if broken == "hydra-missing":
+        monkeypatch.setenv("PYTHONPATH", str(_site(tmp_path, {"hydra/__init__.py": HIDE_HYDRA})))
+    elif broken == "triton-breaks-torch":
+        site = _site(tmp_path, {"triton/__init__.py": OLD_TRITON, "triton-2.3.1.dist-info/METADATA": "Name: triton\nVersion: 2.3.1\n"})
+        monkeypatch.setenv("PYTHONPATH", str(site))
+    elif broken == "one-input-tokenizer":
+        onnx = ["--speech-tokenizer-onnx", str(fake_config.campplus_path)]  # campplus has one input
+    elif broken == "model-safetensors-missing":
+        model = _linked_model(fake_config.model_dir, tmp_path / "model", "CosyVoice-BlankEN/model.safetensors")
+    else:
+        site = _site(tmp_path, {"transformers-4.30.0.dist-info/METADATA": "Name: transformers\nVersion: 4.30.0\n"})
+        monkeypatch.setenv("PYTHONPATH", str(site))
+    result = CliRunner().invoke(main, ["cosyvoice3", "preflight", str(FAKE_TREE), str(model), *onnx])
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith(f"[ERROR] {finding}:")]
+    block = result.output[result.output.index(lines[0]) :] if lines else ""
+    assert lines and all(text in block for text in named), result.output
+    assert finding in result.output.splitlines()[-1]  # the summary names it too

@@ -15,6 +15,7 @@ from voxledger.schemas.errors import DigestMismatchError, SynthesisError
 from voxledger.tasks.backends.cosyvoice3 import synth
 from voxledger.tasks.backends.cosyvoice3.backend import (
     ADAPTER_CONFIG,
+    ADAPTER_FILE,
     MERGED_FILE,
     CosyVoice3Backend,
 )
@@ -100,8 +101,17 @@ def test_runtimes_agree_and_merged_export_has_llm_pt_keys(fake_config: CosyVoice
     backend = CosyVoice3Backend(fake_config)
     merged = backend.load_for_inference(None, export_dir, "merged")
     backend.export_merged(adapter, tmp_path / "merged")
-    state = load_file(str(tmp_path / "merged" / MERGED_FILE))
-    assert list(state) == sorted(read_llm_state(fake_config.model_dir / "llm.pt"))  # safetensors lists keys sorted
+    llm_pt = read_llm_state(fake_config.model_dir / "llm.pt")
+    stored = load_file(str(tmp_path / "merged" / MERGED_FILE))
+    # the tied text embedding / LM head pair is stored once, as in llm.pt, and restored on reading
+    assert sorted(stored) == sorted(set(llm_pt) - {"llm.model.lm_head.weight"})
+    restored = read_llm_state(tmp_path / "merged" / MERGED_FILE)
+    assert sorted(restored) == sorted(llm_pt)
+    assert restored["llm.model.lm_head.weight"].data_ptr() == restored["llm.model.model.embed_tokens.weight"].data_ptr()
+    # size: llm.pt plus the LoRA delta, within 2% (was twice the embedding: 151936 x hidden floats more)
+    expected = (fake_config.model_dir / "llm.pt").stat().st_size + (export_dir / ADAPTER_FILE).stat().st_size
+    size = (tmp_path / "merged" / MERGED_FILE).stat().st_size
+    assert abs(size - expected) <= 0.02 * expected, (size, expected)
     exported = backend.load_for_inference(None, tmp_path / "merged", "merged_export")
     base = backend.load_for_inference(None, export_dir, "base")
     wavs = {rt.runtime: backend.synthesize(rt, TEXT, "spk_t", 5, {})[0] for rt in (adapter, merged, exported, base)}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +167,9 @@ def test_refusals(fake_config: CosyVoice3Config, small_corpus: Path) -> None:
         backend.setup(small_corpus, make_plan(lora=LoraSettings(targets=("q_proj", "qkv"))), None)
 
 
-def _run(config: CosyVoice3Config, corpus: Path, ckpt: Path, crash_at_epoch: int | None) -> tuple[dict[str, torch.Tensor], list[int]]:
+def _run(
+    config: CosyVoice3Config, corpus: Path, ckpt: Path, crash_at_epoch: int | None, progress: Callable[[str], None] | None = None
+) -> tuple[dict[str, torch.Tensor], list[int]]:
     backend = CosyVoice3Backend(config)
     setup = backend.setup(corpus, make_plan(), None)
     bound = TrainingInputs(audit_receipt="a" * 64, plan_sha256="b" * 64, base_sha256=None, manifest_sha256="c" * 64,
@@ -176,7 +180,7 @@ def _run(config: CosyVoice3Config, corpus: Path, ckpt: Path, crash_at_epoch: int
             raise KeyboardInterrupt("simulated crash")
         return f"{epoch:064d}"
 
-    result = run_loop(backend, setup.model, setup.cv_batches, make_plan(), bound, ckpt, on_epoch_end)
+    result = run_loop(backend, setup.model, setup.cv_batches, make_plan(), bound, ckpt, on_epoch_end, progress)
     assert result.state.stop_reason == "max_epochs" and len(result.state.history) == 2
     return backend.trainable_state(result.model), result.state.resumed_at
 
@@ -194,3 +198,51 @@ def test_generic_loop_resumes_to_identical_adapters(fake_config: CosyVoice3Confi
     assert resumed_at == [3]  # epoch 0 = 2 steps, then 1 step of epoch 1 before the crash
     assert set(resumed) == set(reference)
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+def test_draws_from_the_global_random_elsewhere_do_not_change_the_adapters(
+    fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path
+) -> None:
+    """Upstream's per-utterance random.random() draws from the backend's own generator: what other
+    threads (Prefect's event loop) draw from the process-wide one meanwhile changes nothing."""
+    from voxledger.tasks.threads import torch_threads
+
+    stop = threading.Event()
+
+    def hammer() -> None:  # another thread drawing at unpredictable times, as Prefect's does
+        while not stop.is_set():
+            random.random()
+
+    with torch_threads(1):
+        reference, _ = _run(fake_config, small_corpus, tmp_path / "ref", None)
+        again, _ = _run(fake_config, small_corpus, tmp_path / "again", None)
+        worker = threading.Thread(target=hammer, daemon=True)
+        worker.start()
+        try:  # and a deterministic draw from the global generator after every step
+            disturbed, _ = _run(fake_config, small_corpus, tmp_path / "disturbed", None, progress=lambda line: random.seed(len(line)))
+        finally:
+            stop.set()
+            worker.join()
+    for other in (again, disturbed):
+        assert set(other) == set(reference) and all(torch.equal(other[k], reference[k]) for k in reference)
+
+
+def test_upstreams_draws_go_to_the_private_generator_and_the_module_is_restored(trained: Trained) -> None:
+    import cosyvoice.llm.llm as upstream_llm
+
+    from voxledger.tasks.backends.cosyvoice3 import rng
+
+    assert upstream_llm.random is random
+    seen: list[float] = []
+    with rng.private_random(random.Random(7)):
+        assert upstream_llm.random is not random
+        random.seed(1)  # the process-wide generator is not the one upstream draws from
+        seen.append(upstream_llm.random.random())
+        assert upstream_llm.random.Random is random.Random  # the rest of the module stays reachable
+    assert upstream_llm.random is random
+    assert seen == [random.Random(7).random()]
+    # the backend's generator state is its seed and step: saved in checkpoints, refused when foreign
+    state = trained.backend.rng_state()
+    assert state["step"] == 12 and state["seed"] == 0
+    with pytest.raises(TrainingError, match="cannot be resumed exactly"):
+        trained.backend.load_rng_state({})

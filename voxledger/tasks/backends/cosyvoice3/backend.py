@@ -32,7 +32,7 @@ from voxledger.schemas.package import MemberRole
 from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
-from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, synth, upstream
+from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, rng, synth, upstream
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_SYSTEM_PROMPT,
     ENV_PYTHON,
@@ -48,6 +48,7 @@ ADAPTER_FILE, ADAPTER_CONFIG = "adapter.safetensors", "adapter_config.json"
 MERGED_FILE, MERGED_CONFIG = "llm.safetensors", "merged_config.json"
 RUNTIMES = ("base", "adapter", "merged", "merged_export")
 CV_RANDOM_SEED = 0  # upstream's forward draws python random() per utterance (bistream or not)
+RNG_FORMAT = "cosyvoice3-rng/1"
 
 
 def choose_prompt(examples: list[data.Example], min_duration_s: float) -> data.Example:
@@ -79,6 +80,8 @@ class CosyVoice3Backend:
         self._device = torch.device("cpu")
         self._meta: dict[str, Any] | None = None
         self._prompt: tuple[bytes, str] | None = None
+        self._seed = 0
+        self._step = 0  # train steps taken: with the seed, it decides every draw of the next step
 
     @property
     def config(self) -> CosyVoice3Config:
@@ -143,6 +146,7 @@ class CosyVoice3Backend:
         audio, rel = data.audio_bytes(train_files, prompt.utt)
         self._prompt = (audio, "prompt" + Path(rel).suffix.lower())
         self._train, self._frames_per_batch = train.examples, plan.frames_per_batch
+        self._seed, self._step = plan.seed, 0
         self._meta = {
             "format": FORMAT,
             "new_speaker": plan.new_speaker,
@@ -188,7 +192,12 @@ class CosyVoice3Backend:
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
-        out = model(batch, self._device)
+        # every draw of this step is a function of (seed, step): upstream's module-level random.random()
+        # goes to a private generator, torch's (dropout) is reseeded; other threads' draws cannot reach either
+        torch.manual_seed(rng.derived_seed("cosyvoice3-torch", self._seed, self._step) % 2**63)
+        with rng.private_random(random.Random(rng.derived_seed("cosyvoice3-upstream-random", self._seed, self._step))):
+            out = model(batch, self._device)
+        self._step += 1
         loss = out["loss"]
         if not torch.isfinite(loss):
             raise TrainingError(f"non-finite loss {float(loss)} on utterances {batch['utts'][:3]}; lower the learning rate")
@@ -198,19 +207,29 @@ class CosyVoice3Backend:
         return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "acc": float(out.get("acc", float("nan")))}
 
     def cv_loss(self, model: torch.nn.Module, batches: list[dict[str, Any]]) -> float:
-        """Utterance-weighted mean loss (as upstream's CV); python's RNG is seeded then restored."""
-        state = random.getstate()
-        random.seed(CV_RANDOM_SEED)
+        """Utterance-weighted mean loss (as upstream's CV); upstream's draws come from a private generator
+        seeded with `CV_RANDOM_SEED` (python's process-wide one is neither read nor advanced)."""
         model.eval()
         total, count = 0.0, 0
-        try:
-            with torch.no_grad():
-                for batch in batches:
-                    total += float(model(batch, self._device)["loss"]) * len(batch["utts"])
-                    count += len(batch["utts"])
-        finally:
-            random.setstate(state)
+        with torch.no_grad(), rng.private_random(random.Random(CV_RANDOM_SEED)):
+            for batch in batches:
+                total += float(model(batch, self._device)["loss"]) * len(batch["utts"])
+                count += len(batch["utts"])
         return total / max(count, 1)
+
+    def rng_state(self) -> dict[str, Any]:
+        """What decides the next step's draws: the plan's seed and the steps taken (saved in checkpoints)."""
+        return {"format": RNG_FORMAT, "seed": self._seed, "step": self._step}
+
+    def load_rng_state(self, state: dict[str, Any]) -> None:
+        """Inverse of `rng_state` (a resumed run continues the uninterrupted run's draws).
+
+        Raises:
+            TrainingError: the state is not this backend's (a checkpoint of another backend or version).
+        """
+        if state.get("format") != RNG_FORMAT:
+            raise TrainingError(f"checkpoint RNG state {state} is not {RNG_FORMAT}; start a new run (it cannot be resumed exactly)")
+        self._seed, self._step = int(state["seed"]), int(state["step"])
 
     def batch_frames(self, batch: dict[str, Any]) -> tuple[int, int]:
         return data.batch_frames(batch)
@@ -246,10 +265,12 @@ class CosyVoice3Backend:
             raise TrainingError(f"{artifact_dir} has no {ADAPTER_CONFIG} or {MERGED_CONFIG}; runtime {runtime!r} needs a cosyvoice3 export")
         self.preflight()
         upstream.import_upstream(self.config.checkout_dir)
-        from cosyvoice.cli.cosyvoice import CosyVoice3
+        with upstream.upstream_code("importing cosyvoice.cli.cosyvoice"):
+            from cosyvoice.cli.cosyvoice import CosyVoice3
 
-        compat.patch_audio_loading()
-        cosy = CosyVoice3(str(self.config.model_dir))
+            compat.patch_audio_loading()
+        with upstream.upstream_code(f"building upstream's CosyVoice3 from {self.config.model_dir}"):
+            cosy = CosyVoice3(str(self.config.model_dir))
         llm = cosy.model.llm
         weights, sha = self._base_weights(base_dir)
         if runtime in ("adapter", "merged") and sha != meta["base_weights_sha256"]:  # type: ignore[index]
@@ -281,14 +302,22 @@ class CosyVoice3Backend:
         )
 
     def export_merged(self, loaded: synth.CosyVoice3Loaded, out_dir: Path) -> None:
-        """Write ``llm.safetensors`` (adapters folded in; exactly ``llm.pt``'s keys), the prompt and its config."""
+        """Write ``llm.safetensors`` (adapters folded in; ``llm.pt``'s keys, tied weights stored once and named in its
+        ``tied`` metadata), the prompt and its config."""
         if loaded.meta is None or loaded.prompt_wav is None or loaded.runtime == "base":
             raise TrainingError(
                 f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
                 f"merged_export (got runtime {loaded.runtime!r})"
             )
         out_dir.mkdir(parents=True, exist_ok=True)
-        save_deterministic(lora.merged_state_dict(loaded.cosy.model.llm), out_dir / MERGED_FILE, metadata={"format": MERGED_FORMAT})
+        llm = loaded.cosy.model.llm
+        state, tied = lora.merged_state_dict(llm), lora.tied_keys(llm)
+        for alias, kept in tied.items():  # stored once, as llm.pt stores it (the embedding / LM head pair)
+            if not torch.equal(state[alias], state[kept]):
+                raise TrainingError(f"tied weights {alias} and {kept} differ after merging; the adapters must not touch them")
+            del state[alias]
+        metadata = {"format": MERGED_FORMAT, upstream.TIED_METADATA: json.dumps(dict(sorted(tied.items())), separators=(",", ":"))}
+        save_deterministic(state, out_dir / MERGED_FILE, metadata=metadata)
         self._write_prompt(out_dir, {**loaded.meta, "format": MERGED_FORMAT}, (loaded.prompt_wav.read_bytes(), loaded.prompt_wav.name))
 
     def synthesize(

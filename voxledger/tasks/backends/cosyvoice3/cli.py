@@ -37,19 +37,42 @@ def cosyvoice3() -> None:
     default=None,
     help="Another interpreter (upstream's pins) to report on (default $VOXLEDGER_COSYVOICE_PYTHON); running through it is not implemented.",
 )
+@click.option(
+    "--campplus-onnx",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The speaker-embedding ONNX (default $VOXLEDGER_COSYVOICE_CAMPPLUS_ONNX, else MODEL_DIR/campplus.onnx).",
+)
+@click.option(
+    "--speech-tokenizer-onnx",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The speech tokenizer ONNX (default $VOXLEDGER_COSYVOICE_SPEECH_TOKENIZER_ONNX, else MODEL_DIR/speech_tokenizer_v3.onnx).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (for scripts) instead of a table.")
-def preflight(checkout: Path, model_dir: Path, python: Path | None, as_json: bool) -> None:
-    """Check CHECKOUT and MODEL_DIR against the upstream manifest and the installed torch,
-    transformers, torchaudio and torchcodec; print each known incompatibility with its fix.
-    Writes nothing; exits non-zero when anything would stop training or synthesis.
+def preflight(
+    checkout: Path, model_dir: Path, python: Path | None, campplus_onnx: Path | None, speech_tokenizer_onnx: Path | None, as_json: bool
+) -> None:
+    """Check CHECKOUT and MODEL_DIR against the upstream manifest: required files, the ONNX graphs'
+    inputs and outputs, and upstream's whole import set imported in a child of this interpreter
+    (a missing module, a triton that breaks torch / transformers, transformers outside the tested
+    range); print each known incompatibility with its fix. Writes nothing; exits non-zero when
+    anything would stop training or synthesis.
 
     Example: voxledger cosyvoice3 preflight /opt/CosyVoice /opt/CosyVoice/pretrained_models/Fun-CosyVoice3-0.5B
     """
     from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
     from voxledger.tasks.backends.cosyvoice3.environment import check_environment
 
-    python = python or load_settings().cosyvoice.python
-    report = check_environment(CosyVoice3Config(checkout_dir=checkout, model_dir=model_dir), python)
+    settings = load_settings().cosyvoice
+    python = python or settings.python
+    config = CosyVoice3Config(
+        checkout_dir=checkout,
+        model_dir=model_dir,
+        campplus_onnx=campplus_onnx or settings.campplus_onnx,
+        speech_tokenizer_onnx=speech_tokenizer_onnx or settings.speech_tokenizer_onnx,
+    )
+    report = check_environment(config, python)
     if as_json:
         # the CLI's JSON convention (voxledger.cli.common.emit_json): stable key order
         click.echo(json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True, default=str))

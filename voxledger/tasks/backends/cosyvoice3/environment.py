@@ -1,10 +1,15 @@
 """Check a CosyVoice checkout, a model folder and the Python environment against the upstream manifest.
 
-`check_environment` is a pure check (it imports nothing from the checkout and writes nothing):
-missing files, source signatures that differ from the manifest's commit, the dtype the Qwen2
-config declares, missing third-party modules of upstream's import set, a set ``onnx_path``, and
-every known incompatibility of the installed torch / transformers / torchaudio / torchcodec with
-upstream's code, each with its fix. Findings have a severity:
+`check_environment` writes nothing: missing files, source signatures that differ from the
+manifest's commit, the dtype the Qwen2 config declares, the two ONNX graphs' inputs and outputs
+against what upstream feeds them, a set ``onnx_path``, and every known incompatibility of the
+installed torch / transformers / torchaudio / torchcodec with upstream's code, each with its fix.
+The import set is checked by importing it: `probe.py` runs in a child of this interpreter (the
+one that runs upstream, with this process's environment, ``PYTHONPATH`` included), imports
+torch, transformers' Qwen2, peft and every third-party module upstream imports (Matcha-TTS's
+``matcha.utils`` included: hydra-core, lightning, matplotlib, gdown, wget), then upstream's own
+entry modules from the checkout, and reports each failure: a missing module, a triton that
+breaks torch / transformers, transformers outside the tested range. Findings have a severity:
 
 - ``error``: training or synthesis would fail; fix it first.
 - ``warning``: it may work, but it differs from what the backend was checked against.
@@ -18,13 +23,15 @@ only; running upstream through it is not implemented (see docs/cosyvoice3.md).
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import onnxruntime
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from voxledger.schemas.base import Frozen
@@ -33,6 +40,11 @@ from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 
 Severity = Literal["error", "warning", "handled"]
 PACKAGES = ("torch", "transformers", "torchaudio", "torchcodec")
+PROBE = Path(__file__).with_name("probe.py")
+CORE_MODULES = ("torch", "transformers.models.qwen2.modeling_qwen2", "peft")  # what the backend itself imports
+UPSTREAM_ENTRY_MODULES = ("cosyvoice.llm.llm", "cosyvoice.tokenizer.tokenizer", "matcha.utils.audio", "cosyvoice.cli.cosyvoice")
+TESTED_TRANSFORMERS = SpecifierSet(">=4.51.3,<5.25")  # upstream's pin .. this repository's pin (5.24.0)
+PROBE_TIMEOUT_S = 600
 _VERSIONS_SCRIPT = (
     "import importlib.metadata as m, json, sys\n"
     "def v(n):\n    try:\n        return m.version(n)\n    except m.PackageNotFoundError:\n        return None\n"
@@ -128,21 +140,138 @@ def _weights(config: CosyVoice3Config) -> list[EnvFinding]:
     return []
 
 
-def _imports() -> list[EnvFinding]:
+_PROBES: dict[tuple[str, str, str | None], dict[str, Any]] = {}  # one probe per interpreter, request and path per process
+
+
+def run_probe(config: CosyVoice3Config, python: str = sys.executable) -> dict[str, Any]:
+    """`probe.py`'s report from ``python`` (this process's environment; no bytecode written).
+
+    Remembered for the life of this process per (interpreter, request, ``PYTHONPATH``): importing
+    the whole set takes 10-30 s, and what is installed does not change under a running command.
+    """
+    m = manifest.load_manifest()
+    modules: list[str] = list(m.imports["python_modules"])  # type: ignore[call-overload]
+    request = {
+        "modules": [*CORE_MODULES, *(x for x in modules if x not in CORE_MODULES)],
+        "upstream": list(UPSTREAM_ENTRY_MODULES) if config.checkout_dir.is_dir() else [],
+        "paths": [str(config.checkout_dir.resolve()), str((config.checkout_dir / "third_party" / "Matcha-TTS").resolve())],
+        "distributions": list(PACKAGES),
+    }
+    key = (python, json.dumps(request, sort_keys=True), os.environ.get("PYTHONPATH"))
+    if key in _PROBES:
+        return _PROBES[key]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run(
+        [python, str(PROBE), json.dumps(request)], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, check=False
+    )
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        raise ValueError(f"exit {out.returncode}: {(out.stderr.strip().splitlines() or ['no output'])[-1]}")
+    report = _PROBES[key] = dict(json.loads(lines[-1]))
+    return report
+
+
+def _imports(probe: dict[str, Any]) -> list[EnvFinding]:
     m = manifest.load_manifest()
     why: dict[str, str] = m.imports["why"]  # type: ignore[assignment]
-    pip: dict[str, str] = m.imports["pip_names"]  # type: ignore[assignment]
-    modules: list[str] = m.imports["python_modules"]  # type: ignore[assignment]
+    found: list[EnvFinding] = []
+    missing: set[str] = set()
+    broken: list[str] = []
+    for name, failure in probe["modules"].items():
+        if failure is None:
+            continue
+        gone = failure["missing"]
+        if gone and gone.split(".")[0] == name.split(".")[0]:
+            missing.add(gone.split(".")[0])
+            found.append(
+                EnvFinding(
+                    id="missing-module",
+                    severity="error",
+                    message=f"module {name} is not installed ({why.get(name, 'upstream import')})",
+                    fix=f"{upstream.pip_fix(name)} (or all of them: pip install 'voxledger[cosyvoice3]')",
+                )
+            )
+        else:
+            broken.append(f"{name} ({' <- '.join(failure['chain'])})")
+    triton = probe.get("triton")
+    if broken and triton is not None:
+        found.append(
+            EnvFinding(
+                id="triton-breaks-imports",
+                severity="error",
+                message=(
+                    f"with triton {triton['version'] or '(no metadata)'} installed at {triton['path']}, importing fails: "
+                    + "; ".join(broken)
+                ),
+                fix=(
+                    "pip uninstall -y triton (the backend does not use it; openai-whisper pulls triton 2.3.1: install whisper "
+                    "with `pip install --no-deps --no-build-isolation openai-whisper==20231117`)"
+                ),
+            )
+        )
+    elif broken:
+        found += [
+            EnvFinding(
+                id="import-error",
+                severity="error",
+                message=f"importing {b} fails",
+                fix="reinstall that package (pip install --force-reinstall)",
+            )
+            for b in broken
+        ]
+    for name, failure in probe.get("upstream", {}).items():
+        if failure is None or (failure["missing"] or "").split(".")[0] in missing or broken:
+            continue  # explained by a finding above
+        gone = failure["missing"]
+        fix = (
+            "run `git submodule update --init --recursive` in the checkout"
+            if gone and gone.split(".")[0] in ("cosyvoice", "matcha")
+            else (upstream.pip_fix(gone) if gone else "see the message; check the checkout's commit")
+        )
+        found.append(
+            EnvFinding(id="upstream-import", severity="error", message=f"importing upstream's {name} fails: {failure['message']}", fix=fix)
+        )
+    return found
+
+
+def _transformers_range(versions: dict[str, str | None]) -> list[EnvFinding]:
+    have = versions.get("transformers")
+    if have is None:
+        return []  # reported as a missing module
+    try:
+        inside = Version(have.split("+")[0]) in TESTED_TRANSFORMERS
+    except InvalidVersion:
+        inside = False
+    if inside:
+        return []
     return [
         EnvFinding(
-            id="missing-module",
+            id="transformers-version",
             severity="error",
-            message=f"module {name} is not installed ({why.get(name, 'upstream import')})",
-            fix=f"pip install {pip.get(name, name)}",
+            message=f"transformers {have} is outside the tested range {TESTED_TRANSFORMERS} (upstream pins 4.51.3, voxledger 5.24.0)",
+            fix="pip install transformers==5.24.0",
         )
-        for name in modules
-        if importlib.util.find_spec(name) is None
     ]
+
+
+def _onnx(config: CosyVoice3Config) -> list[EnvFinding]:
+    from voxledger.tasks.backends.cosyvoice3.features import ONNX_FIX, onnx_signature_problems
+
+    found = []
+    for kind, path, env in (
+        ("campplus", config.campplus_path, "CAMPPLUS_ONNX"),
+        ("speech_tokenizer", config.speech_tokenizer_path, "SPEECH_TOKENIZER_ONNX"),
+    ):
+        if not path.is_file():
+            continue  # a missing-file finding
+        try:
+            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001  (onnxruntime's own untyped errors)
+            problems = [f"{path} does not load as ONNX ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"]
+        else:
+            problems = onnx_signature_problems(session, kind, path)
+        found += [EnvFinding(id="onnx-signature", severity="error", message=p, fix=ONNX_FIX.format(env)) for p in problems]
+    return found
 
 
 def _incompatibilities(versions: dict[str, str | None]) -> list[EnvFinding]:
@@ -198,8 +327,26 @@ def _interpreter(python: Path) -> tuple[dict[str, str | None] | None, list[EnvFi
 
 def check_environment(config: CosyVoice3Config, python: Path | None = None) -> EnvironmentReport:
     """Every finding for ``config``'s checkout and model folder, this environment and ``python``."""
-    versions = {"python": ".".join(map(str, sys.version_info[:3])), **installed_versions()}
-    findings = [*_files(config), *_weights(config), *_imports(), *_incompatibilities(versions)]
+    findings = [*_files(config), *_weights(config), *_onnx(config)]
+    try:
+        probe = run_probe(config)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        probe = None
+        findings.append(
+            EnvFinding(
+                id="probe-failed",
+                severity="error",
+                message=f"importing upstream's import set in {sys.executable} failed before reporting: {exc}",
+                fix="run the import probe by hand to see the traceback: "
+                f'{sys.executable} {PROBE} \'{{"modules": ["torch", "transformers"]}}\'',
+            )
+        )
+    if probe is not None:
+        versions: dict[str, str | None] = {"python": probe["python"], **probe["versions"]}
+        findings += [*_imports(probe), *_transformers_range(versions)]
+    else:
+        versions = {"python": ".".join(map(str, sys.version_info[:3])), **installed_versions()}
+    findings += _incompatibilities(versions)
     interpreter = None
     if python is not None:
         interpreter, extra = _interpreter(python)

@@ -27,7 +27,7 @@ import torch
 import torchaudio.functional as AF
 from torchaudio.compliance import kaldi
 
-from voxledger.schemas.errors import CorpusError
+from voxledger.schemas.errors import CorpusError, UpstreamError
 
 SAMPLE_RATE_16K = 16000
 MAX_TOKEN_AUDIO_S = 30.0
@@ -88,6 +88,46 @@ def campplus_fbank(speech_16k: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# What upstream feeds each graph, by position (``cli/frontend.py``, ``tools/extract_*.py``):
+# (onnxruntime element type, rank) per input, and how many outputs it reads at least.
+ONNX_SIGNATURES: dict[str, tuple[tuple[tuple[str, int], ...], int]] = {
+    "campplus": ((("tensor(float)", 3),), 1),  # fbank (1, T, 80) -> embedding
+    "speech_tokenizer": ((("tensor(float)", 3), ("tensor(int32)", 1)), 1),  # log-mel (1, 128, T), length (1,) -> codes
+}
+ONNX_FIX = "use the file shipped with Fun-CosyVoice3-0.5B (campplus.onnx / speech_tokenizer_v3.onnx), or point VOXLEDGER_COSYVOICE_{} at it"
+
+
+def onnx_signature_problems(session: onnxruntime.InferenceSession, kind: str, path: Path) -> list[str]:
+    """How an ONNX graph's inputs / outputs differ from what upstream feeds a ``kind`` model (empty: it fits)."""
+    wanted, min_outputs = ONNX_SIGNATURES[kind]
+    inputs = [(i.name, i.type, len(i.shape)) for i in session.get_inputs()]
+    problems = []
+    if [(t, r) for _, t, r in inputs] != list(wanted):
+        got = ", ".join(f"{n}: {t} rank {r}" for n, t, r in inputs) or "none"
+        want = ", ".join(f"{t} rank {r}" for t, r in wanted)
+        problems.append(f"{path} has {len(inputs)} input(s) ({got}); upstream feeds a {kind} model {len(wanted)} ({want})")
+    if len(session.get_outputs()) < min_outputs:
+        problems.append(f"{path} has {len(session.get_outputs())} outputs; upstream reads {min_outputs}")
+    return problems
+
+
+def open_onnx(path: Path, kind: str, option: onnxruntime.SessionOptions, providers: list[str]) -> onnxruntime.InferenceSession:
+    """An onnxruntime session whose inputs and outputs are what upstream feeds and reads.
+
+    Raises:
+        UpstreamError: the file does not load, or its signature is not upstream's for ``kind``.
+    """
+    env = "CAMPPLUS_ONNX" if kind == "campplus" else "SPEECH_TOKENIZER_ONNX"
+    try:
+        session = onnxruntime.InferenceSession(str(path), sess_options=option, providers=providers)
+    except Exception as exc:  # noqa: BLE001  (onnxruntime raises its own untyped Fail / InvalidGraph)
+        raise UpstreamError(f"{kind} ONNX {path} does not load ({type(exc).__name__}: {exc}); {ONNX_FIX.format(env)}") from exc
+    problems = onnx_signature_problems(session, kind, path)
+    if problems:
+        raise UpstreamError(f"{'; '.join(problems)}; {ONNX_FIX.format(env)}")
+    return session
+
+
 class FeatureExtractor:
     """The two ONNX models of the model folder, run with onnxruntime (one intra-op thread)."""
 
@@ -98,8 +138,8 @@ class FeatureExtractor:
         self.providers = (
             ["CUDAExecutionProvider"] if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else ["CPUExecutionProvider"]
         )
-        self._campplus = onnxruntime.InferenceSession(str(campplus), sess_options=option, providers=["CPUExecutionProvider"])
-        self._tokenizer = onnxruntime.InferenceSession(str(speech_tokenizer), sess_options=option, providers=self.providers)
+        self._campplus = open_onnx(campplus, "campplus", option, ["CPUExecutionProvider"])
+        self._tokenizer = open_onnx(speech_tokenizer, "speech_tokenizer", option, self.providers)
 
     def embedding(self, speech_16k: torch.Tensor) -> np.ndarray:
         """(192,) float32 campplus speaker embedding."""

@@ -106,6 +106,26 @@ def merged_state_dict(llm: torch.nn.Module) -> dict[str, torch.Tensor]:
     return merged
 
 
+def tied_keys(llm: torch.nn.Module) -> dict[str, str]:
+    """Keys (under the plain model's names) whose tensor is another key's: alias -> the first such key.
+
+    Qwen2 ties its LM head to the text embedding (``tie_word_embeddings``): ``llm.pt`` stores that
+    storage once, and a merged export must too.
+    """
+    seen: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], str] = {}
+    aliases: dict[str, str] = {}
+    for key, value in llm.state_dict(keep_vars=True).items():
+        if ".lora_" in key:
+            continue
+        plain = key.replace(".base_layer.", ".")
+        ident = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), tuple(value.stride()))
+        if ident in seen:
+            aliases[plain] = seen[ident]
+        else:
+            seen[ident] = plain
+    return aliases
+
+
 def unwrap_lora(llm: torch.nn.Module) -> None:
     """Replace every LoRA layer by its base layer (the adapters are dropped, not merged)."""
     for name, module in list(llm.named_modules()):

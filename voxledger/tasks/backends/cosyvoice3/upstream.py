@@ -12,20 +12,26 @@ but not part of it (two commits with identical sources behave identically).
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
+import pydoc
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.canonical import canonical_digest, sha256_hex
-from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.errors import TrainingError, UpstreamError
 from voxledger.stores.hashing import StatCache, hash_files
 from voxledger.tasks.backends.cosyvoice3.compat import LM_DTYPE, lm_dtypes, to_lm_dtype
 from voxledger.tasks.backends.cosyvoice3.config import (
@@ -53,6 +59,7 @@ TOKENIZER_FILES = _MANIFEST.folder_list("qwen_files")  # the Qwen2 folder: token
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CHECKPOINT_COUNTERS = ("epoch", "step")  # upstream's save_model mixes these ints into the state dict
 UNUSED_PARTS = ("flow", "hift", "hifigan")  # not built for LLM training (as upstream train.py does)
+TIED_METADATA = "tied"  # safetensors metadata of a merged export: JSON {alias key: stored key} (tied weights stored once)
 
 
 class UpstreamIdentity(Frozen):
@@ -62,11 +69,36 @@ class UpstreamIdentity(Frozen):
     sources_sha256: Sha256
     source_files: int
     files_sha256: dict[str, Sha256]
+    text_frontend: dict[str, str | None]
 
     @property
     def identity_sha256(self) -> str:
-        """Digest of sources and files (the commit excluded: equal sources behave equally)."""
-        return canonical_digest({"sources": self.sources_sha256, "files": self.files_sha256})
+        """Digest of sources, files and the text front end (the commit excluded: equal sources behave equally)."""
+        return canonical_digest({"sources": self.sources_sha256, "files": self.files_sha256, "text_frontend": self.text_frontend})
+
+
+TTSFRD_RESOURCE = "pretrained_models/CosyVoice-ttsfrd/resource"  # where upstream's frontend.py initialises ttsfrd from
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def text_frontend(checkout: Path) -> dict[str, str | None]:
+    """The text normaliser upstream's ``CosyVoiceFrontEnd`` will use here, as it chooses one.
+
+    ttsfrd when it is installed and its resource folder is in the checkout, else wetext when it
+    is installed, else none (text goes to the tokenizer un-normalised). It changes what the
+    model is fed for numbers, dates and symbols, so it is part of the identity.
+    """
+    if importlib.util.find_spec("ttsfrd") is not None and (checkout / TTSFRD_RESOURCE).is_dir():
+        return {"name": "ttsfrd", "version": _dist_version("ttsfrd")}
+    if importlib.util.find_spec("wetext") is not None:
+        return {"name": "wetext", "version": _dist_version("wetext")}
+    return {"name": "none", "version": None}
 
 
 def missing_files(config: CosyVoice3Config) -> list[str]:
@@ -146,7 +178,58 @@ def preflight(config: CosyVoice3Config) -> UpstreamIdentity:
         sources_sha256=sources,
         source_files=count,
         files_sha256={name: digests[path] for name, path in sorted(files.items())},
+        text_frontend=text_frontend(config.checkout_dir),
     )
+
+
+def pip_fix(module: str) -> str:
+    """The install command for a missing third-party module of upstream's import set."""
+    top = module.split(".", 1)[0]
+    pip: dict[str, str] = _MANIFEST.imports["pip_names"]  # type: ignore[assignment]
+    flags: dict[str, str] = _MANIFEST.imports.get("pip_flags", {})  # type: ignore[assignment]
+    return " ".join(filter(None, ["pip install", flags.get(top), f"'{pip.get(top, top)}'"]))
+
+
+def upstream_failure(exc: BaseException, what: str) -> UpstreamError:
+    """One clear error for an import failure inside upstream's code (``what``: the step that failed).
+
+    hyperpyyaml's ``pydoc.locate`` wraps an import error of the module a yaml tag names in
+    ``pydoc.ErrorDuringImport`` (not an ImportError); it is unwrapped to name that module and
+    the module that is missing.
+    """
+    where, cause = what, exc
+    if isinstance(exc, pydoc.ErrorDuringImport) and exc.value is not None:
+        where, cause = f"{what}: importing upstream module {exc.filename}", exc.value
+    preflight_hint = "then check the environment with `voxledger cosyvoice3 preflight CHECKOUT MODEL_DIR`"
+    if isinstance(cause, ModuleNotFoundError) and cause.name:
+        top = cause.name.split(".", 1)[0]
+        if top in ("cosyvoice", "matcha"):
+            fix = "the checkout is incomplete: run `git submodule update --init --recursive` in it (Matcha-TTS)"
+        else:
+            fix = f"{pip_fix(cause.name)} (or the extra: pip install 'voxledger[cosyvoice3]')"
+        return UpstreamError(f"{where} failed: upstream needs module {cause.name!r}, which is not installed; {fix}, {preflight_hint}")
+    missing = re.fullmatch(r"There is no such \w+ as ([\w.]+)", str(cause))  # hyperpyyaml: pydoc.locate found nothing
+    if missing:
+        name = missing.group(1)
+        fix = (
+            "the Matcha-TTS submodule is missing: run `git submodule update --init --recursive` in the checkout"
+            if name.startswith("matcha.")
+            else f"the checkout does not define it: use FunAudioLLM/CosyVoice at {_MANIFEST.upstream['commit']} (the model yaml names it)"
+        )
+        return UpstreamError(f"{where} failed: the yaml names {name}, which is not importable; {fix}, {preflight_hint}")
+    return UpstreamError(
+        f"{where} failed inside upstream's code: {type(cause).__name__}: {cause}; check that the checkout is "
+        f"FunAudioLLM/CosyVoice at {_MANIFEST.upstream['commit']} with its submodule, {preflight_hint}"
+    )
+
+
+@contextmanager
+def upstream_code(what: str) -> Iterator[None]:
+    """Turn an import failure inside upstream's code into `UpstreamError` (never 'a defect in voxledger')."""
+    try:
+        yield
+    except (ImportError, pydoc.ErrorDuringImport) as exc:
+        raise upstream_failure(exc, what) from exc
 
 
 def import_upstream(checkout: Path) -> Any:
@@ -159,7 +242,8 @@ def import_upstream(checkout: Path) -> Any:
     for path in (root / "third_party" / "Matcha-TTS", root):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
-    import cosyvoice
+    with upstream_code(f"importing cosyvoice from {root}"):
+        import cosyvoice
 
     where = Path(cosyvoice.__file__).resolve().parent
     if where != root / "cosyvoice":
@@ -188,7 +272,8 @@ def load_model_yaml(config: CosyVoice3Config, *, build_unused: bool = False) -> 
     overrides: dict[str, Any] = {"qwen_pretrain_path": str(config.model_dir / TOKENIZER_DIR)}
     if not build_unused:
         overrides.update({k: None for k in UNUSED_PARTS if k in top})
-    return dict(load_hyperpyyaml(text, overrides=overrides))
+    with upstream_code(f"loading {path}"):
+        return dict(load_hyperpyyaml(text, overrides=overrides))
 
 
 def qwen_config_dtype(qwen_dir: Path) -> str | None:
@@ -221,7 +306,8 @@ def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]
         TrainingError: the yaml's ``llm`` is not a ``cosyvoice.llm.llm.CosyVoice3LM``.
     """
     configs = load_model_yaml(config)
-    from cosyvoice.llm.llm import CosyVoice3LM
+    with upstream_code("importing cosyvoice.llm.llm"):
+        from cosyvoice.llm.llm import CosyVoice3LM
 
     llm = configs["llm"]
     if not isinstance(llm, CosyVoice3LM):
@@ -235,12 +321,21 @@ def build_llm(config: CosyVoice3Config) -> tuple[torch.nn.Module, dict[str, Any]
 
 
 def read_llm_state(path: Path) -> dict[str, torch.Tensor]:
-    """An LLM state dict from ``llm.pt`` (torch, weights only) or ``llm.safetensors``.
+    """An LLM state dict from ``llm.pt`` (torch, weights only) or ``llm.safetensors`` (tied keys restored).
 
     Upstream training checkpoints carry int ``epoch``/``step`` entries: they are dropped. Any
     other non-tensor entry is an error.
     """
-    raw = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu", weights_only=True)
+    if path.suffix == ".safetensors":
+        raw = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            tied = json.loads((f.metadata() or {}).get(TIED_METADATA, "{}"))
+        for alias, kept in sorted(tied.items()):
+            if alias in raw or kept not in raw:
+                raise TrainingError(f"{path}: tied entry {alias} -> {kept} does not fit its tensors; re-export it")
+            raw[alias] = raw[kept]  # one tensor under both names, as in llm.pt
+    else:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
     state = {k: v for k, v in raw.items() if not (k in CHECKPOINT_COUNTERS and isinstance(v, int | float))}
     odd = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if odd:

@@ -186,6 +186,13 @@ class TinyBackend:
             return {k: v.detach().clone().contiguous() for k, v in get_peft_model_state_dict(model).items()}
         return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
 
+    def rng_state(self) -> dict[str, Any]:
+        """Nothing of its own: the tiny model draws only from torch's generator, which the loop saves."""
+        return {}
+
+    def load_rng_state(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (see `rng_state`)."""
+
     def load_trainable_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
         if hasattr(model, "peft_config"):
             result = set_peft_model_state_dict(model, state)
