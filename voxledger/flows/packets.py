@@ -38,7 +38,7 @@ def export_packets(
     if stimuli_file is None:
         raise PacketError("give an evaluation receipt or a stimuli file to export packets from")
     o = export_packets_fn(h, protocol, _stimuli(Path(stimuli_file)), Path(out_dir), protocol_name=name, flow=flow_name())
-    return StageOutcome(o.receipt_id, o.receipt, o.cached)
+    return StageOutcome(o.receipt_id, o.receipt, o.cached, verified=o.verified)
 
 
 @flow(name="packets")

@@ -128,13 +128,30 @@ class Home:
         return [rid for rid, _ in written]
 
     def find_cached(self, cache_key: str) -> str | None:
-        """Id of the newest succeeded receipt with this cache key, if any."""
+        """Id of the newest succeeded receipt the catalog lists under this cache key whose own
+        bytes (verified against its id) record that key and success; None if there is none."""
+        from voxledger.schemas.errors import VoxledgerError
+
+        for rid in self.cached_candidates(cache_key):
+            try:
+                doc = self.receipts.read_document(rid)
+            except VoxledgerError:  # missing, damaged or no longer valid: not a hit
+                continue
+            if doc.get("cache_key") == cache_key and doc.get("status") == "succeeded":
+                return rid
+        return None
+
+    def cached_candidates(self, cache_key: str, limit: int = 8) -> list[str]:
+        """Ids of succeeded receipts the catalog lists under this cache key, newest first.
+
+        Candidates only: the catalog is an index, so a caller serving one checks that the receipt
+        itself records the key (``tasks.stage.reuse``)."""
         with self.catalog.connect() as con:
-            row = con.execute(
-                "SELECT receipt_sha256 FROM receipts WHERE cache_key = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
-                [cache_key],
-            ).fetchone()
-        return row[0] if row else None
+            rows = con.execute(
+                "SELECT receipt_sha256 FROM receipts WHERE cache_key = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT ?",
+                [cache_key, limit],
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def rebuild_catalog(self) -> int:
         """Recreate the catalog from the store alone; return the number of receipts indexed."""

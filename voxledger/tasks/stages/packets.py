@@ -81,7 +81,7 @@ def export_packets(
     key = cache_key("packet_set", {"stimuli": stimuli_sha}, protocol_sha, {"evaluation_plan_sha256": stimuli.evaluation_plan_sha256})
     hit = reuse(home, key, PacketSetReceipt)
     if hit is not None:
-        return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir))
+        return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir), verified=hit.verified)
     design = plan_packets(protocol, stimuli)
     by_key = {(s.prompt_id, s.candidate): s for s in stimuli.stimuli}
     sources = {s.source for plans in design.trials.values() for t in plans for s in (*t.slots, *([t.reference] if t.reference else []))}

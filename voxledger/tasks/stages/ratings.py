@@ -87,7 +87,7 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
     hit = reuse(home, key, AggregateReceipt)
     if hit is not None:
         subs = tuple(i.sha256 for i in hit.receipt.inputs if i.role == "submission")
-        return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs)
+        return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs, verified=hit.verified)
     blinding, key_bytes = open_sealed_key(home, ps.parameters.key_commitment_sha256)
     verdicts = _verify_all(home, packet_set_id, files, packets, home_secret(home), protocol, {e.pseudonym: e for e in blinding.entries})
     if not verdicts.accepted:
