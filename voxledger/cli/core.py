@@ -284,23 +284,15 @@ def _render_tree(node: str, edges: list, labels: dict[str, str], up: bool) -> st
 @json_option("the rows as JSON objects")
 @click.pass_context
 def query(ctx: click.Context, sql: str, as_json: bool) -> None:
-    """Run read-only SQL against the catalog.
+    """Run one read-only SELECT against the catalog, in a sandbox with no file, network or extension access.
 
     Example: voxledger query "SELECT kind, count(*) FROM receipts GROUP BY kind"
     """
-    import duckdb
+    from voxledger.stores.sandbox import run_query
 
     if not sql.strip():
         raise click.BadParameter('give a SQL statement, e.g. "SELECT kind, count(*) FROM receipts GROUP BY kind"', param_hint="SQL")
-    with open_home(ctx).catalog.connect(read_only=True) as con:
-        try:
-            cur = con.execute(sql)
-        except duckdb.Error as exc:
-            raise CatalogError(f"query failed: {exc}") from exc
-        if cur.description is None:
-            raise CatalogError(f"query returned no result set: {sql!r} is not a query (use SELECT, SHOW or DESCRIBE)")
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
+    cols, rows = run_query(open_home(ctx).catalog, sql)
     if as_json:
         emit_json([dict(zip(cols, r, strict=True)) for r in rows])
         return

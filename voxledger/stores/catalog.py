@@ -40,14 +40,31 @@ class Catalog:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     @contextmanager
-    def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, *, read_only: bool = False, sandbox: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open the database under the file lock; migrations are applied on first write.
 
         A read-only catalog (see ``Home``) is opened without the lock file (it cannot be created
         there, and nothing writes through this handle) and refuses write connections.
+        ``sandbox`` (read-only only): no file, network or extension access from SQL, settings
+        locked (``stores.sandbox``).
         """
+        config = DUCKDB_CONFIG
+        if sandbox:
+            from voxledger.stores.sandbox import SANDBOX_CONFIG
+
+            read_only, config = True, {**DUCKDB_CONFIG, **SANDBOX_CONFIG}
+        try:
+            with self._connection(read_only, config) as con:
+                yield con
+        except duckdb.Error as exc:
+            if _is_corruption(exc):  # a block failing its checksum surfaces at the first read of it
+                raise self.damaged(exc) from exc
+            raise
+
+    @contextmanager
+    def _connection(self, read_only: bool, config: dict[str, str | bool | int | float | list[str]]) -> Iterator[duckdb.DuckDBPyConnection]:
         if self.read_only:
-            with self._connect_read_only(write=not read_only) as con:
+            with self._connect_read_only(write=not read_only, config=config) as con:
                 yield con
             return
         try:
@@ -60,7 +77,7 @@ class Catalog:
         try:
             if read_only and not self.path.exists():
                 self._open_and_migrate().close()
-            con = duckdb.connect(str(self.path), read_only=read_only, config=DUCKDB_CONFIG)
+            con = self._open(read_only, config)
             try:
                 if not read_only:
                     self._migrate(con)
@@ -71,7 +88,9 @@ class Catalog:
             self.lock.release()
 
     @contextmanager
-    def _connect_read_only(self, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _connect_read_only(
+        self, *, write: bool, config: dict[str, str | bool | int | float | list[str]]
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         if write:
             raise CatalogError(
                 f"catalog {self.path} is read-only (its home is not writable, or VOXLEDGER_READ_ONLY is set): "
@@ -79,17 +98,31 @@ class Catalog:
             )
         if not self.path.is_file():
             raise CatalogError(f"no catalog at {self.path}, and this home is read-only so none can be created; check --home")
-        try:
-            con = duckdb.connect(str(self.path), read_only=True, config=DUCKDB_CONFIG)
-        except duckdb.Error as exc:
-            raise CatalogError(f"cannot open read-only catalog {self.path}: {exc}") from exc
+        con = self._open(True, config)
         try:
             yield con
         finally:
             con.close()
 
+    def _open(self, read_only: bool, config: dict[str, str | bool | int | float | list[str]]) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection; a file DuckDB cannot open (a failed checksum, a torn or foreign file)
+        becomes one line pointing at ``voxledger catalog rebuild``, which re-derives it from the store."""
+        try:
+            return duckdb.connect(str(self.path), read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            if "lock" in str(exc).lower():
+                raise CatalogError(f"catalog {self.path} is held by another program ({_excerpt(exc)}); close it and retry") from exc
+            raise self.damaged(exc) from exc
+
+    def damaged(self, exc: BaseException) -> CatalogError:
+        """The one-line error for a catalog file DuckDB cannot read, pointing at the rebuild."""
+        return CatalogError(
+            f"catalog {self.path} cannot be read ({_excerpt(exc)}); it is an index of the store: "
+            "`voxledger catalog rebuild` re-creates it from the receipts (in a read-only home, rebuild a writable copy)"
+        )
+
     def _open_and_migrate(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(str(self.path), config=DUCKDB_CONFIG)
+        con = self._open(False, DUCKDB_CONFIG)
         self._migrate(con)
         return con
 
@@ -135,6 +168,17 @@ class Catalog:
             con.execute("COMMIT")
             after = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
         return int(after - before)
+
+
+def _excerpt(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    """Whether a DuckDB error says the file's bytes are damaged (not that a query is wrong)."""
+    text = str(exc)
+    return "Corrupt database file" in text or "checksum" in text.lower() or text.startswith("INTERNAL Error")
 
 
 SMALL_BATCH_ROWS = 64
