@@ -110,7 +110,7 @@ class Catalog:
         try:
             return duckdb.connect(str(self.path), read_only=read_only, config=config)
         except duckdb.Error as exc:
-            if "lock" in str(exc).lower():
+            if "could not set lock" in str(exc).lower():  # another program (the duckdb shell, say) holds the file
                 raise CatalogError(f"catalog {self.path} is held by another program ({_excerpt(exc)}); close it and retry") from exc
             raise self.damaged(exc) from exc
 
@@ -143,12 +143,17 @@ class Catalog:
         with self.connect() as con:
             return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
-    def ingest(self, items: Iterable[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> int:
-        """Index receipts (id, validated document) idempotently; return how many were new."""
+    def ingest(
+        self, items: Iterable[tuple[str, dict[str, Any]]], load: BlobLoader | None = None, unprojected: list[str] | None = None
+    ) -> int:
+        """Index receipts (id, validated document) idempotently; return how many were new.
+
+        ``unprojected``: see ``_rows_for`` (a rebuild passes a list and reports what it holds).
+        """
         batch = list(items)
         if not batch:
             return 0
-        tables = _rows_for(batch, load)
+        tables = _rows_for(batch, load, unprojected)
         with self.connect() as con:
             before = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
             con.execute("BEGIN")
@@ -185,29 +190,50 @@ SMALL_BATCH_ROWS = 64
 """Up to this many rows per table go in as bound parameters; more go in as one Arrow table."""
 
 
-def _rows_for(batch: list[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Turn receipt documents into rows for the core tables and any typed projections."""
+def core_rows(rid: str, doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The ``receipts``, ``artifacts`` and ``edges`` rows one receipt document stands for."""
+    receipt = {
+        "receipt_sha256": rid,
+        "kind": doc["kind"],
+        "schema_version": doc["schema_version"],
+        "flow": doc["producer"]["flow"],
+        "task": doc["producer"]["task"],
+        "status": doc["status"],
+        "started_at": datetime.fromisoformat(doc["started_at"]),
+        "finished_at": datetime.fromisoformat(doc["finished_at"]),
+        "cache_key": doc.get("cache_key"),
+        "doc": json.dumps(doc, sort_keys=True),
+    }
+    artifacts, edges = [], []
+    for a in doc["subjects"]:
+        artifacts.append({"sha256": a["sha256"], "size_bytes": a["size_bytes"], "media_type": a["media_type"]})
+        edges.append({"src": rid, "dst": a["sha256"], "role": a["role"], "direction": "output", "src_ref": "receipt"})
+    for i in doc["inputs"]:
+        edges.append({"src": i["sha256"], "dst": rid, "role": i["role"], "direction": "input", "src_ref": i["ref"]})
+    return {"receipts": [receipt], "artifacts": artifacts, "edges": edges}
+
+
+def _rows_for(
+    batch: list[tuple[str, dict[str, Any]]], load: BlobLoader | None = None, unprojected: list[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Turn receipt documents into rows for the core tables and any typed projections.
+
+    With ``unprojected`` (a rebuild), a receipt whose typed rows need an output blob that is
+    missing or damaged keeps its core rows and is listed there instead of failing the batch.
+    """
+    from voxledger.schemas.errors import BlobMissingError, DigestMismatchError
+
     tables: dict[str, list[dict[str, Any]]] = {"receipts": [], "artifacts": [], "edges": []}
     for rid, doc in batch:
-        tables["receipts"].append(
-            {
-                "receipt_sha256": rid,
-                "kind": doc["kind"],
-                "schema_version": doc["schema_version"],
-                "flow": doc["producer"]["flow"],
-                "task": doc["producer"]["task"],
-                "status": doc["status"],
-                "started_at": datetime.fromisoformat(doc["started_at"]),
-                "finished_at": datetime.fromisoformat(doc["finished_at"]),
-                "cache_key": doc.get("cache_key"),
-                "doc": json.dumps(doc, sort_keys=True),
-            }
-        )
-        for a in doc["subjects"]:
-            tables["artifacts"].append({"sha256": a["sha256"], "size_bytes": a["size_bytes"], "media_type": a["media_type"]})
-            tables["edges"].append({"src": rid, "dst": a["sha256"], "role": a["role"], "direction": "output", "src_ref": "receipt"})
-        for i in doc["inputs"]:
-            tables["edges"].append({"src": i["sha256"], "dst": rid, "role": i["role"], "direction": "input", "src_ref": i["ref"]})
-        for table, rows in project(rid, doc, load).items():
+        for table, rows in core_rows(rid, doc).items():
+            tables[table].extend(rows)
+        try:
+            projected = project(rid, doc, load)
+        except (BlobMissingError, DigestMismatchError):
+            if unprojected is None:
+                raise
+            unprojected.append(rid)
+            continue
+        for table, rows in projected.items():
             tables.setdefault(table, []).extend(rows)
     return tables

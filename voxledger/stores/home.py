@@ -6,6 +6,7 @@ Resolution order: an explicit path (``--home``), then ``VOXLEDGER_HOME``, then `
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -155,15 +156,41 @@ class Home:
 
     def rebuild_catalog(self) -> int:
         """Recreate the catalog from the store alone; return the number of receipts indexed."""
+        return self.rebuild().indexed
+
+    def rebuild(self) -> RebuildReport:
+        """Recreate the catalog from the store alone, never failing on one damaged receipt.
+
+        A receipt whose own object is missing or does not hash to its id (quarantined, say) is
+        left out and listed; one whose typed rows need an output blob that is gone keeps its
+        core rows (receipt, artifacts, lineage edges) and is listed as unprojected.
+        """
+        from voxledger.schemas.errors import VoxledgerError
+
         self.require_writable()
         tmp = self.catalog.path.with_name(self.catalog.path.name + ".rebuild")
         tmp.unlink(missing_ok=True)
         fresh = Catalog(tmp)
-        ids = list(self.receipts.ids())
-        docs: list[tuple[str, dict[str, Any]]] = [(rid, self.receipts.read_document(rid)) for rid in ids]
+        docs: list[tuple[str, dict[str, Any]]] = []
+        skipped: list[tuple[str, str]] = []
+        for rid in self.receipts.ids():
+            try:
+                docs.append((rid, self.receipts.read_document(rid)))
+            except VoxledgerError as exc:
+                skipped.append((rid, str(exc).split("\n", 1)[0]))
+        unprojected: list[str] = []
         for start in range(0, len(docs), 5000):
-            fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes)
+            fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes, unprojected)
         with self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s):
             os.replace(tmp, self.catalog.path)
         Path(str(tmp) + ".lock").unlink(missing_ok=True)
-        return len(ids)
+        return RebuildReport(len(docs), tuple(skipped), tuple(unprojected))
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """What a catalog rebuild indexed and what it had to leave out (never silently)."""
+
+    indexed: int
+    skipped: tuple[tuple[str, str], ...]  # (receipt id, why): its own bytes are missing or damaged
+    unprojected: tuple[str, ...]  # indexed without typed rows: an output blob they are read from is gone

@@ -111,6 +111,17 @@ class ReceiptStore:
             raise ReceiptError(f"receipt {rid} is a {receipt.kind} receipt, not {want!r}; give the id of a {want} receipt")  # type: ignore[attr-defined]
         return receipt
 
+    def set_aside(self, rid: str) -> None:
+        """Move the marker of a receipt whose object is missing or damaged to ``quarantine/receipts``
+        (beside the quarantined object), so a rebuild and ``store verify`` stop listing a receipt this
+        home can no longer read; lineage naming it still shows it as missing."""
+        marker = self.markers / rid[:2] / rid
+        if not marker.exists():
+            return
+        aside = self.blobs.root / "quarantine" / "receipts"
+        aside.mkdir(parents=True, exist_ok=True)
+        os.replace(marker, aside / rid)
+
     def ids(self) -> Iterator[str]:
         """Every receipt id listed in the store, sorted (deterministic rebuilds)."""
         found = [m.name for sub in self.markers.iterdir() if sub.is_dir() for m in sub.iterdir()]

@@ -99,6 +99,7 @@ def _trusted(home: Home, rid: str, key: str, kind: type[R], report: Callable[[st
         receipt = home.receipts.read(rid, kind)
     except (BlobMissingError, DigestMismatchError) as exc:
         home.blobs.quarantine(rid)  # damaged bytes: kept aside, never served
+        home.receipts.set_aside(rid)  # and no longer listed, so a rebuild does not trip over it
         _say(report, f"receipt {rid[:12]} is missing or damaged ({exc}); running the stage again")
         return None
     except ReceiptError as exc:  # intact bytes this code no longer accepts: not reusable, not damaged
