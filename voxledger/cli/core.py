@@ -202,12 +202,10 @@ def receipt_validate(path: Path) -> None:
 
     Example: voxledger receipt validate receipt.json
     """
+    from voxledger.schemas.limits import load_json
     from voxledger.stores.receipts import validate_document
 
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReceiptError(f"{path}: not valid UTF-8 JSON ({exc})") from exc
+    doc = load_json(path.read_bytes(), str(path), ReceiptError)
     model = validate_document(doc, source=str(path))
     click.echo(f"ok: {path} is a valid {model.kind} receipt")  # type: ignore[attr-defined]
 

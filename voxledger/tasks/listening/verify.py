@@ -141,9 +141,11 @@ def parse_json(data: bytes) -> object:
         raise PacketError(f"file is {len(data)} bytes, more than the {MAX_SUBMISSION_BYTES} a submission can be")
     try:
         raw = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+        bad = _bad_number(raw, "$")
+    except RecursionError as exc:
+        raise PacketError("JSON nested too deeply to read; a submission is a few levels deep: export the file again") from exc
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
-        raise PacketError(f"not UTF-8 JSON ({exc})") from exc
-    bad = _bad_number(raw, "$")
+        raise PacketError(f"not UTF-8 JSON ({str(exc)[:200]})") from exc
     if bad:
         raise PacketError(f"number out of range at {bad}: every number must be finite and integers within +-2^53; export the file again")
     return raw
