@@ -40,7 +40,10 @@ class Boundary(click.Group):
             return super().invoke(ctx)
         except VoxledgerError as exc:
             raise click.ClickException(bounded(f"{type(exc).__name__}: {exc}")) from exc
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+        except click.ClickException as exc:  # a usage error quotes the value given: a huge one is cut
+            exc.message = bounded(exc.message)  # type: ignore[misc]  (click marks it Final; the usage text must stay)
+            raise
+        except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
             raise
         except RecursionError as exc:  # an input nested past what Python follows, met where no reader checked it
             raise click.ClickException(
@@ -58,13 +61,18 @@ def bounded(message: str) -> str:
     """An error message cut to ``MAX_MESSAGE_LINES`` lines of ``MAX_LINE_CHARS`` characters, saying what
     was cut: a message quoting a hostile input (a 20 MB line, a million problems) stays short."""
     lines = message.splitlines() or [""]
-    shown = [
-        line if len(line) <= MAX_LINE_CHARS else f"{line[:MAX_LINE_CHARS]}... ({len(line):,} characters)"
-        for line in lines[:MAX_MESSAGE_LINES]
-    ]
+    shown = [_cut_line(line) for line in lines[:MAX_MESSAGE_LINES]]
     if len(lines) > MAX_MESSAGE_LINES:
         shown.append(f"... and {len(lines) - MAX_MESSAGE_LINES} more line(s)")
     return "\n".join(shown)
+
+
+def _cut_line(line: str) -> str:
+    """A long line's head and tail (where the fix usually is), the middle replaced by its size."""
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    head, tail = MAX_LINE_CHARS * 2 // 3, MAX_LINE_CHARS // 3
+    return f"{line[:head]} [... {len(line) - head - tail:,} characters cut ...] {line[-tail:]}"
 
 
 def _defect_message(exc: BaseException) -> str:

@@ -43,7 +43,7 @@ def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(doc).__name__}")
     kind = doc.get("kind")
     if kind not in KINDS:
-        raise ReceiptError(f"{source}: unknown receipt kind {kind!r}; valid kinds: {sorted(KINDS)}")
+        raise ReceiptError(f"{source}: unknown receipt kind {_cut(repr(kind), 80)}; valid kinds: {sorted(KINDS)}")
     try:
         problems = [
             f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {_cut(e.message)}"
