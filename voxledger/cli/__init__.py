@@ -41,7 +41,8 @@ class Boundary(click.Group):
         except VoxledgerError as exc:
             raise click.ClickException(bounded(f"{type(exc).__name__}: {exc}")) from exc
         except click.ClickException as exc:  # a usage error quotes the value given: a huge one is cut
-            exc.message = bounded(exc.message)  # type: ignore[misc]  (click marks it Final; the usage text must stay)
+            # click marks ``message`` Final; replacing the exception would lose the usage lines it prints
+            exc.message = bounded(exc.message)  # type: ignore[misc]
             raise
         except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
             raise
