@@ -73,6 +73,10 @@ def test_register_against_a_local_server_and_read_back(tmp_path: Path) -> None:
     assert got["deploytest-pipeline"].entrypoint == "voxledger/flows/pipeline.py:pipeline"
     assert [s.schedule.cron for s in got["deploytest-pipeline"].schedules] == ["0 3 * * *"]  # type: ignore[union-attr]
     assert got["deploytest-audit"].schedules == []
+    pipeline = got["deploytest-pipeline"]  # a tick while the last run still runs is cancelled, not stacked
+    assert pipeline.global_concurrency_limit is not None and pipeline.global_concurrency_limit.limit == 1
+    assert pipeline.concurrency_options is not None and pipeline.concurrency_options.collision_strategy == "CANCEL_NEW"
+    assert got["deploytest-audit"].global_concurrency_limit is None
 
 
 def test_cli_dry_run_lists_deployments_as_json(tmp_path: Path) -> None:

@@ -275,7 +275,7 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
     }
     console.print(f"serving pipeline {plan.name!r} on cron {schedule!r} with {json.dumps(params, default=str)}")
     with prefect_session(open_home(ctx).root):
-        pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params)
+        pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params, limit=1)  # one run at a time: ticks wait
 
 
 COMMANDS = (demo, dashboard, serve)

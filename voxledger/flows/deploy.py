@@ -31,6 +31,7 @@ class DeploymentSpec:
     cron: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # set in the worker's flow-run process
+    one_at_a_time: bool = False  # a run starting while another of this deployment runs is cancelled (and so recorded)
 
 
 def source_dir() -> Path:
@@ -72,7 +73,15 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
         )
     pipeline_params = {"home": home, "corpus": corpus, "plan_file": str(plan_file.resolve())}
     specs.append(
-        DeploymentSpec(f"{plan.name}-pipeline", PIPELINE_ENTRYPOINT, plan.pool_of("pipeline"), plan.schedule_cron, pipeline_params, env)
+        DeploymentSpec(
+            f"{plan.name}-pipeline",
+            PIPELINE_ENTRYPOINT,
+            plan.pool_of("pipeline"),
+            plan.schedule_cron,
+            pipeline_params,
+            env,
+            one_at_a_time=True,
+        )
     )
     return specs
 
@@ -103,7 +112,10 @@ def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[st
     import io
 
     from prefect import flow
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 
+    # a schedule tick while the last run still runs is cancelled, not stacked (the runs would race on one home)
+    one_at_a_time = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)
     root = str(source or source_dir())
     ids: list[str] = []
     quiet = io.StringIO()  # Prefect prints a table and hints per deployment; the caller reports instead
@@ -116,6 +128,7 @@ def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[st
                 cron=spec.cron,
                 parameters=spec.parameters,
                 job_variables={"env": spec.env} if spec.env else None,
+                concurrency_limit=one_at_a_time if spec.one_at_a_time else None,
                 build=False,
                 push=False,
                 print_next_steps=False,

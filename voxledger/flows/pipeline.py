@@ -157,6 +157,11 @@ def pipeline(
 
 
 def _pipeline(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path | None, packets_dir: str | None) -> PipelineSummary:
+    with home.open().pipeline_slot():  # one pipeline per home at a time: an overlapping run stops here, before any work
+        return _pipeline_run(home, corpus, plan_file, plans_dir, packets_dir)
+
+
+def _pipeline_run(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path | None, packets_dir: str | None) -> PipelineSummary:
     started, h = utc_now(), home.open()
     plan = load_plan(plan_file, PipelinePlan)
     plans = load_stage_plans(plan, plan_file, plans_dir)

@@ -52,6 +52,10 @@ class CatalogLockedError(CatalogError):
     """Another process held the catalog for longer than the caller's ``--lock-timeout``."""
 
 
+class HomeBusyError(VoxledgerError):
+    """Another pipeline run holds this home: overlapping runs would race on the same stages."""
+
+
 class CorpusError(VoxledgerError):
     """A corpus or manifest cannot be read; the message names the file and line."""
 

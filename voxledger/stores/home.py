@@ -6,7 +6,10 @@ Resolution order: an explicit path (``--home``), then ``VOXLEDGER_HOME``, then `
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,37 @@ class Home:
                     f"{receipt.kind} receipt not recorded: its output {subject.role!r} ({subject.sha256}) "  # type: ignore[attr-defined]
                     f"has {len(bad)} missing or damaged object(s), e.g. {bad[0]}; re-run the stage to regenerate it"
                 )
+
+    @contextmanager
+    def pipeline_slot(self) -> Iterator[None]:
+        """Hold this home's one pipeline slot for a block; HomeBusyError at once when another run holds it.
+
+        Overlapping pipelines on one home would run the same stages side by side (a schedule whose
+        run outlasts its interval, two workers on one home): the later one stops before any work,
+        naming the holder. The lock is released when the holder exits, however it exits.
+        """
+        from filelock import FileLock, Timeout
+
+        from voxledger.schemas.errors import HomeBusyError
+
+        self.require_writable()
+        self.root.mkdir(parents=True, exist_ok=True)
+        holder = self.root / "pipeline.holder"
+        lock = FileLock(str(self.root / "pipeline.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout as exc:
+            who = holder.read_text(encoding="utf-8").strip() if holder.is_file() else "another process"
+            raise HomeBusyError(
+                f"another pipeline run holds home {self.root} ({who}); this run is skipped so the two do not race on "
+                "the same stages: wait for it to end (deployments allow one run at a time and cancel the rest)"
+            ) from exc
+        try:
+            holder.write_text(f"pid {os.getpid()} since {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}\n", encoding="utf-8")
+            yield
+        finally:
+            holder.unlink(missing_ok=True)
+            lock.release()
 
     def require_writable(self) -> None:
         """Raise CatalogError before anything is written when this home is read-only."""
