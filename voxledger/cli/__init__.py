@@ -97,7 +97,8 @@ def _environment_message(ctx: click.Context, exc: BaseException) -> str | None:
     where = f" ({home.root})" if home is not None else ""
     if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "disk is full" in text or "no space left" in text:
         return (
-            f"the disk is full{where}: the command stopped before recording anything. Nothing already recorded was lost "
+            f"the disk is full{where}: the command stopped; the step it was in recorded nothing, and receipts recorded "
+            "before it (a registered plan, earlier stages) stay complete. Nothing already recorded was lost "
             "(bytes are stored before receipts, and the catalog row is written last). Free space there "
             "(old checkpoints: `voxledger checkpoints prune --plan-out prune.json`; temporary files under <home>/store/tmp), "
             f"then run the command again. ({type(exc).__name__}: {exc})"
