@@ -169,3 +169,21 @@ def test_a_catalog_failing_its_checksum_points_at_rebuild(world: tuple[Home, dic
     code, out = cli(home, "catalog", "rebuild")
     assert code == 0, out
     assert cli(home, "store", "verify")[0] == 0
+
+
+def test_a_source_tree_input_is_not_reported_for_files_never_stored(home: Home, tmp_path: Path) -> None:
+    from voxledger.stores.trees import build_manifest, manifest_bytes
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    (src / "a.wav").write_bytes(b"audio on disk only")
+    tree_sha = home.blobs.put_bytes(manifest_bytes(build_manifest(src)))
+    receipt = build_receipt(
+        IngestReceipt, flow="t", task="t", started_at=utc_now(),
+        subjects=[artifact(home.blobs, "file", home.blobs.put_bytes(b"derived"), "application/octet-stream")],
+        inputs=[InputRef(role="source_audio_tree", sha256=tree_sha, ref="artifact")],
+        parameters=IngestParameters(source="bytes", name="x", file_count=1, total_bytes=1),
+    )  # fmt: skip
+    home.record(receipt)
+    code, out = cli(home, "store", "verify")
+    assert code == 0, out

@@ -33,6 +33,12 @@ def _stage(home: Home, tmp_path: Path, name: str) -> tuple[str, str, str, str]:
     (src / "a.bin").write_bytes(b"adapter weights " * 64 + name.encode())
     (src / "sub" / "b.txt").write_bytes(b"config for " + name.encode())
     tree_sha, _ = put_tree(home.blobs, src)
+    producer = build_receipt(  # the tree is some earlier stage's output (a checkpoint, say), recorded whole
+        IngestReceipt, flow="test", task=f"produce-{name}", started_at=utc_now(),
+        subjects=[artifact(home.blobs, "checkpoint", tree_sha, TREE_MEDIA_TYPE)],
+        parameters=IngestParameters(source="tree", name=name, file_count=2, total_bytes=1),
+    )  # fmt: skip
+    home.record(producer)
     plain_sha = home.blobs.put_bytes(b"a plain input of " + name.encode())
     out_sha = home.blobs.put_bytes(b"the output of " + name.encode())
     key = cache_key("test", {"tree": tree_sha, "plain": plain_sha, "name": name}, None, {})
@@ -122,3 +128,26 @@ def test_tree_outputs_are_checked_whole(home: Home, tmp_path: Path) -> None:
     home.record(receipt)
     _flip_byte(home.blobs.path_of(manifest.entries[0].sha256))
     assert reuse(home, key, IngestReceipt) is None
+
+
+def test_a_source_tree_whose_files_were_never_stored_is_bound_by_its_manifest(home: Home, tmp_path: Path) -> None:
+    """A corpus's audio tree read from disk: the manifest is stored, the files need not be."""
+    from voxledger.stores.trees import build_manifest, manifest_bytes
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    (src / "a.wav").write_bytes(b"RIFF audio on disk only")
+    tree_sha = home.blobs.put_bytes(manifest_bytes(build_manifest(src)))
+    key = cache_key("test", {"tree": tree_sha}, None, {})
+    receipt = build_receipt(
+        IngestReceipt, flow="t", task="t", started_at=utc_now(), key=key,
+        subjects=[artifact(home.blobs, "file", home.blobs.put_bytes(b"derived"), "application/octet-stream")],
+        inputs=[InputRef(role="source_audio_tree", sha256=tree_sha, ref="artifact")],
+        parameters=IngestParameters(source="bytes", name="x", file_count=1, total_bytes=1),
+    )  # fmt: skip
+    rid = home.record(receipt)
+    hit = reuse(home, key, IngestReceipt)
+    assert hit is not None and hit.receipt_id == rid and hit.verified is not None and hit.verified.input_objects == 1
+    home.blobs.path_of(tree_sha).unlink()  # the manifest itself is still required
+    with pytest.raises(BlobMissingError, match=tree_sha):
+        reuse(home, key, IngestReceipt)

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.canonical import canonical_bytes
-from voxledger.schemas.errors import UnsafePathError, VoxledgerError
+from voxledger.schemas.errors import UnsafePathError
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.hashing import StatCache, hash_files, map_on_cores, settled_before, stat_key
 
@@ -190,27 +190,10 @@ def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list
     return store.damaged(e.sha256 for e in load_manifest(store, sha256).entries)
 
 
-_TREE_HEAD = b'{"entries":['  # every tree manifest's canonical bytes start so (RFC 8785 sorts "entries" first)
-
-
-def is_tree(store: LocalBlobStore, sha256: str) -> bool:
-    """True when an intact stored object is a tree manifest (an input records no media type:
-    the bytes say it). A missing object, or one that is not a valid manifest, is not a tree."""
-    try:
-        with open(store.path_of(sha256), "rb") as f:
-            if f.read(len(_TREE_HEAD)) != _TREE_HEAD:
-                return False
-        load_manifest(store, sha256)
-    except (OSError, ValueError, VoxledgerError):  # pydantic's ValidationError and JSON errors are ValueErrors
-        return False
-    return True
-
-
-def objects_behind(store: LocalBlobStore, sha256: str, media_type: str | None) -> list[str]:
-    """Every object an artifact stands for: itself, and for a tree (by ``media_type``, or for None
-    by its bytes) every file its manifest lists. A tree whose manifest cannot be read counts as itself."""
-    tree = media_type == TREE_MEDIA_TYPE if media_type is not None else is_tree(store, sha256)
-    if not tree or not store.intact(sha256):
+def objects_behind(store: LocalBlobStore, sha256: str, media_type: str) -> list[str]:
+    """Every object an artifact stands for: itself, and for a tree every file its manifest lists
+    (a tree whose manifest is missing or damaged counts as itself: that object is the problem)."""
+    if media_type != TREE_MEDIA_TYPE or not store.intact(sha256):
         return [sha256]
     return [sha256, *(e.sha256 for e in load_manifest(store, sha256).entries)]
 

@@ -4,8 +4,9 @@ Three checks, each reported apart:
 
 - **damaged**: an object in ``objects/`` whose bytes do not hash to its name;
 - **missing**: an object some receipt names (an output, trees whole, or an input: an artifact,
-  trees whole, or a parent receipt) that is not in the store, unless a prune receipt records
-  removing it; a receipt listed in ``receipts/`` whose own object is gone counts too;
+  a tree whole when a receipt recorded it as its tree output, or a parent receipt) that is not in
+  the store, unless a prune receipt records removing it; a receipt listed in ``receipts/`` whose
+  own object is gone counts too;
 - **catalog**: a catalog row that disagrees with the receipt it indexes (its kind, status, cache
   key, document, artifacts or lineage edges), or a row for a receipt the store does not hold. The
   catalog is an index: any disagreement is repaired by ``voxledger catalog rebuild``.
@@ -21,7 +22,7 @@ from typing import Any
 from voxledger.schemas.errors import VoxledgerError
 from voxledger.stores.catalog import core_rows
 from voxledger.stores.home import Home
-from voxledger.stores.trees import objects_behind
+from voxledger.stores.trees import TREE_MEDIA_TYPE, objects_behind
 
 Progress = Callable[[str, int, int], None]
 """(phase, done, total): called as the check advances."""
@@ -77,13 +78,14 @@ def _walk_receipts(home: Home, bad: set[str], report: VerifyReport, progress: Pr
         if progress is not None:
             progress("walking receipts", n, len(ids))
     pruned = {b for doc in docs.values() if doc["kind"] == "prune" for b in doc["parameters"]["removed_blobs"]}
+    trees = {a["sha256"] for doc in docs.values() for a in doc["subjects"] if a["media_type"] == TREE_MEDIA_TYPE}
     named: dict[str, str] = {}  # missing digest -> who names it (first referrer)
     counts: dict[str, int] = {}
     for rid, doc in docs.items():
         refs = [(f"output {a['role']!r}", a["sha256"], a["media_type"]) for a in doc["subjects"]]
-        refs += [(f"input {i['role']!r}", i["sha256"], None if i["ref"] == "artifact" else "") for i in doc["inputs"]]
+        refs += [(f"input {i['role']!r}", i["sha256"], TREE_MEDIA_TYPE if i["sha256"] in trees else "") for i in doc["inputs"]]
         for what, sha, media_type in refs:
-            behind = [sha] if media_type == "" or sha in bad else objects_behind(home.blobs, sha, media_type)
+            behind = [sha] if sha in bad else objects_behind(home.blobs, sha, media_type)
             for obj in behind:
                 if obj in pruned or home.blobs.has(obj):
                     continue

@@ -3,7 +3,9 @@
 A stage's cache key is computed from its inputs before any work. The catalog only points at
 candidates: ``reuse`` serves a stored receipt only after the receipt hashes to its id, records
 the very cache key asked for (a catalog row claiming another key is passed over), succeeded, and
-every object behind its outputs and its inputs (tree artifacts whole) hashes right. A damaged
+every object behind its outputs and its inputs hashes right: a tree output whole, and a tree
+input whole when some receipt recorded it as its tree output (a source tree that only names files
+on disk, say a corpus's audio before it was stored, is bound by its manifest's digest alone). A damaged
 output is moved to quarantine and the stage runs again, so its producer regenerates the bytes (a
 put of the right bytes heals the store); a missing or damaged input is quarantined and the stage
 refuses with a clear error, since running again could not bring it back. The same receipt id
@@ -21,7 +23,8 @@ from typing import Generic, TypeVar
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, ReceiptError
 from voxledger.stores.home import Home
-from voxledger.stores.trees import damaged_objects, objects_behind
+from voxledger.stores.queries import output_trees
+from voxledger.stores.trees import TREE_MEDIA_TYPE, damaged_objects, objects_behind
 
 R = TypeVar("R", bound=ReceiptBase)
 
@@ -77,7 +80,8 @@ def reuse(home: Home, key: str | None, kind: type[R], *, report: Callable[[str],
             passed += 1
             continue
         outputs = _objects(home, [(s.role, s.sha256, s.media_type) for s in receipt.subjects])
-        inputs = _objects(home, [(i.role, i.sha256, None if i.ref == "artifact" else "") for i in receipt.inputs])
+        trees = output_trees(home.catalog, [i.sha256 for i in receipt.inputs if i.ref == "artifact"])
+        inputs = _objects(home, [(i.role, i.sha256, TREE_MEDIA_TYPE if i.sha256 in trees else "") for i in receipt.inputs])
         bad = home.blobs.damaged([*outputs, *inputs])
         bad_inputs = [d for d in bad if d in inputs]
         for sha in bad:
@@ -116,12 +120,12 @@ def _trusted(home: Home, rid: str, key: str, kind: type[R], report: Callable[[st
     return receipt
 
 
-def _objects(home: Home, refs: list[tuple[str, str, str | None]]) -> dict[str, str]:
-    """Every object behind ``refs`` (role, digest, media type; None: a tree when its bytes say so;
-    "": a receipt) mapped to the first role it stands behind, in order."""
+def _objects(home: Home, refs: list[tuple[str, str, str]]) -> dict[str, str]:
+    """Every object behind ``refs`` (role, digest, media type) mapped to the first role it stands
+    behind, in order."""
     found: dict[str, str] = {}
     for role, sha, media_type in refs:
-        for obj in objects_behind(home.blobs, sha, media_type) if media_type != "" else [sha]:
+        for obj in objects_behind(home.blobs, sha, media_type):
             found.setdefault(obj, role)
     return found
 
