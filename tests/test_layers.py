@@ -70,12 +70,12 @@ def test_settings_import_only_schemas() -> None:
 
 
 def test_catalog_sql_lives_in_stores() -> None:
-    """Tasks, flows, the CLI and dashboards ask the catalog through functions in ``stores/``; the
-    one exception is ``voxledger query``, which runs the user's own SQL."""
+    """Tasks, flows, the CLI and dashboards ask the catalog through functions in ``stores/``, the
+    user's own SQL of ``voxledger query`` included (``stores/sandbox.py``)."""
     import re
 
     pattern = re.compile(r"\.execute\(")
-    allowed = {"voxledger/cli/core.py": 1}
+    allowed: dict[str, int] = {}
     found: dict[str, int] = {}
     for layer in ("tasks", "flows", "cli", "dashboards"):
         for path in sorted((ROOT / "voxledger" / layer).rglob("*.py")):

@@ -73,6 +73,22 @@ def test_register_against_a_local_server_and_read_back(tmp_path: Path) -> None:
     assert got["deploytest-pipeline"].entrypoint == "voxledger/flows/pipeline.py:pipeline"
     assert [s.schedule.cron for s in got["deploytest-pipeline"].schedules] == ["0 3 * * *"]  # type: ignore[union-attr]
     assert got["deploytest-audit"].schedules == []
+    pipeline = got["deploytest-pipeline"]  # a tick while the last run still runs is cancelled, not stacked
+    assert pipeline.global_concurrency_limit is not None and pipeline.global_concurrency_limit.limit == 1
+    assert pipeline.concurrency_options is not None and pipeline.concurrency_options.collision_strategy == "CANCEL_NEW"
+    assert got["deploytest-audit"].global_concurrency_limit is None
+    # runs send heartbeats, and a run whose heartbeats stop (its worker was SIGKILLed) is marked Crashed
+    assert all(d.job_variables["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30" for d in got.values())
+    from prefect.automations import Automation
+
+    from voxledger.flows.deploy import CRASH_AFTER_S, ZOMBIE_AUTOMATION
+
+    zombie = Automation.read(name=ZOMBIE_AUTOMATION)
+    assert zombie.trigger.posture == "Proactive" and zombie.trigger.within.total_seconds() == CRASH_AFTER_S  # type: ignore[union-attr]
+    assert [(a.type, a.state) for a in zombie.actions] == [("change-flow-run-state", "CRASHED")]  # type: ignore[attr-defined]
+    register(specs)  # created once, not once per registration
+    with get_client(sync_client=True) as client:
+        assert [a.name for a in client.read_automations()].count(ZOMBIE_AUTOMATION) == 1
 
 
 def test_cli_dry_run_lists_deployments_as_json(tmp_path: Path) -> None:

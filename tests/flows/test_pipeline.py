@@ -34,6 +34,10 @@ def test_pipeline_runs_then_is_served_from_cache(first_run, corpus: Path) -> Non
     second = run(home_dir, corpus, plans)
     t_second = time.perf_counter() - t0
     assert all(s["cached"] for s in second["stages"])
+    # every hit says how many stored objects it checked before it was served (receipt, outputs, inputs)
+    assert all(s.get("verified_objects", 0) >= 3 for s in second["stages"]), [
+        (s["stage"], s.get("verified_objects")) for s in second["stages"]
+    ]
     assert [s["receipt_id"] for s in second["stages"]] == [s["receipt_id"] for s in first["stages"]]  # identical lineage
     print(f"pipeline first {t_first:.1f} s, cached {t_second:.1f} s, ratio {t_second / t_first:.3f}")
     # change only the adapter plan: audit and base training stay cached, everything downstream reruns

@@ -98,3 +98,26 @@ def test_killed_command_leaves_nothing_and_the_next_one_works(tmp_path: Path) ->
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     time.sleep(0.5)
     assert not [pid for pid, (_, pgid, _) in _processes().items() if pgid == new.pid]
+
+
+def test_a_copied_home_does_not_reuse_or_stop_the_originals_server(tmp_path: Path) -> None:
+    """``cp -a`` carries server.json along: the copy must neither reuse nor stop the original's server."""
+    import shutil
+
+    from voxledger.flows.server import server_dir, stop_server
+    from voxledger.tasks.processes import pid_alive
+
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)  # plays the server
+    try:
+        server_dir(original).mkdir(parents=True)
+        state = {"pid": standin.pid, "port": 1, "api_url": "http://127.0.0.1:1/api", "started_at": 0.0, "home": str(original.resolve())}
+        (server_dir(original) / "server.json").write_text(json.dumps(state))
+        shutil.copytree(original, copy)
+        assert read_state(original) is not None and read_state(original).pid == standin.pid  # type: ignore[union-attr]
+        assert read_state(copy) is None
+        assert stop_server(copy) is False
+        assert pid_alive(standin.pid) and standin.poll() is None  # the original's server was left alone
+    finally:
+        standin.send_signal(signal.SIGKILL)
+        standin.wait()

@@ -100,6 +100,9 @@ def test_transient_errors_are_retried_and_others_are_not() -> None:
     assert transient_store_error(wrapped)
     assert transient_store_error(client_error(503, "SlowDown"))
     assert transient_store_error(client_error(500, "InternalError"))
+    from botocore.exceptions import IncompleteReadError
+
+    assert transient_store_error(IncompleteReadError(actual_bytes=5, expected_bytes=10))  # a body cut short
     assert not transient_store_error(client_error(403, "AccessDenied"))
     assert not transient_store_error(client_error(412, "PreconditionFailed"))
     assert not transient_store_error(VoxledgerError("object abc does not hash to its key"))

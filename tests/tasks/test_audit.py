@@ -206,3 +206,18 @@ def test_audio_changed_between_hashing_and_measuring_is_refused(tmp_path: Path, 
     sf.write(wav, 0.2 * np.sin(np.arange(16000) / 5.0), 16000)
     with pytest.raises(DigestMismatchError, match="changed during the audit"):
         measure_file(tmp_path, utt, POLICY, expected_sha256=hashed)
+
+
+def test_an_impossible_transcript_for_its_clip_is_an_error(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    """A 1 MB transcript for a clip of a few seconds is not a fast speaker but the wrong transcript."""
+    keep = {k: v for k, v in clips.items() if not (k[0] == "spk_b" and k[1] < 5)}
+    corpus = make_corpus(tmp_path / "c", keep)
+    sf.write(corpus / "wavs" / "huge.wav", keep[("spk_a", 0)], 16000, subtype="PCM_16")
+    line = json.dumps({"id": "huge", "audio": "wavs/huge.wav", "text": "word " * 200_000, "speaker": "spk_a", "split": "train"})
+    with open(corpus / "manifest.jsonl", "a") as f:
+        f.write(line + "\n")
+    out = audit_corpus_fn(home, corpus, POLICY, policy_name="test")
+    rate = [f for f in out.receipt.result.findings if f.code == "speaking_rate" and "huge" in f.utterance_ids]
+    assert len(rate) == 1 and rate[0].severity == "error" and "does not belong to this clip" in rate[0].message
+    assert POLICY.speaking_rate_severity == "warning"  # the policy's own severity is for plausible rates only
+    assert out.receipt.result.verdict == "fail"

@@ -50,15 +50,54 @@ class Boundary(click.Group):
             sys.stderr.flush()
             os._exit(130)
         except VoxledgerError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise click.ClickException(bounded(f"{type(exc).__name__}: {exc}")) from exc
+        except click.ClickException as exc:  # a usage error quotes the value given: a huge one is cut
+            # click marks ``message`` Final; replacing the exception would lose the usage lines it prints
+            exc.message = bounded(exc.message)  # type: ignore[misc]
             raise
+        except (click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except RecursionError as exc:  # an input nested past what Python follows, met where no reader checked it
+            raise click.ClickException(
+                "input nested too deeply to read (RecursionError): no voxledger plan, receipt or manifest nests like that; check the file"
+            ) from exc
         except Exception as exc:  # noqa: BLE001  (the one boundary: a defect still ends in one line)
-            raise click.ClickException(_environment_message(ctx, exc) or _defect_message(exc)) from exc
+            raise click.ClickException(bounded(_environment_message(ctx, exc) or _defect_message(exc))) from exc
+
+
+MAX_MESSAGE_LINES = 40
+MAX_LINE_CHARS = 600
+
+
+def bounded(message: str) -> str:
+    """An error message cut to ``MAX_MESSAGE_LINES`` lines of ``MAX_LINE_CHARS`` characters, saying what
+    was cut: a message quoting a hostile input (a 20 MB line, a million problems) stays short."""
+    lines = message.splitlines() or [""]
+    shown = [_cut_line(line) for line in lines[:MAX_MESSAGE_LINES]]
+    if len(lines) > MAX_MESSAGE_LINES:
+        shown.append(f"... and {len(lines) - MAX_MESSAGE_LINES} more line(s)")
+    return "\n".join(shown)
+
+
+def _cut_line(line: str) -> str:
+    """A long line's head and tail (where the fix usually is), the middle replaced by its size."""
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    head, tail = MAX_LINE_CHARS * 2 // 3, MAX_LINE_CHARS // 3
+    return f"{line[:head]} [... {len(line) - head - tail:,} characters cut ...] {line[-tail:]}"
 
 
 def _defect_message(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
+
+
+def _lock_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--lock-timeout``: a finite number of seconds, more than 0 and at most a week."""
+    import math
+
+    if not math.isfinite(value) or not 0 < value <= 7 * 24 * 3600:
+        raise click.BadParameter(f"{value!r} is not a wait in seconds: give a finite number above 0 and at most 604800 (a week)")
+    return value
 
 
 def _environment_message(ctx: click.Context, exc: BaseException) -> str | None:
@@ -69,7 +108,8 @@ def _environment_message(ctx: click.Context, exc: BaseException) -> str | None:
     where = f" ({home.root})" if home is not None else ""
     if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "disk is full" in text or "no space left" in text:
         return (
-            f"the disk is full{where}: the command stopped before recording anything. Nothing already recorded was lost "
+            f"the disk is full{where}: the command stopped; the step it was in recorded nothing, and receipts recorded "
+            "before it (a registered plan, earlier stages) stay complete. Nothing already recorded was lost "
             "(bytes are stored before receipts, and the catalog row is written last). Free space there "
             "(old checkpoints: `voxledger checkpoints prune --plan-out prune.json`; temporary files under <home>/store/tmp), "
             f"then run the command again. ({type(exc).__name__}: {exc})"
@@ -107,7 +147,12 @@ def _version() -> str:
     help="Home directory of the store and catalog (default $VOXLEDGER_HOME, else ./.voxledger).",
 )
 @click.option(
-    "--lock-timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for another process holding the catalog."
+    "--lock-timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    callback=_lock_timeout,
+    help="Seconds to wait for another process holding the catalog (finite, above 0).",
 )
 @click.pass_context
 def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:

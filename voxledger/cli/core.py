@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from voxledger.cli.common import cli_console, emit_json, json_option, open_home, resolve_node, resolve_receipt, run_flow
-from voxledger.schemas.errors import CatalogError, ReceiptError
+from voxledger.schemas.errors import CatalogError, ReceiptError, VoxledgerError
 
 console = cli_console()
 
@@ -45,27 +45,45 @@ def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
 @json_option()
 @click.pass_context
 def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) -> None:
-    """Re-hash objects (all of them when none is named; digests or unique prefixes); fail naming every bad one.
+    """Check the whole home: re-hash every object, find every object a receipt names that is missing,
+    and compare the catalog's rows with the receipts (digests or unique prefixes: re-hash only those).
 
     Example: voxledger store verify
     """
-    from voxledger.schemas.errors import VoxledgerError
+    from voxledger.stores.verify import VerifyReport, verify_store
 
     home = open_home(ctx)
-    todo = [_stored_digest(ctx, d) for d in digests] or sorted(home.blobs.iter_digests())
-    bad: list[str] = []
-    with Progress(console=console, transient=True, disable=as_json) as progress:
-        for d in progress.track(todo, description="verifying"):
+    if digests:
+        report = VerifyReport(objects=len(digests))
+        for d in [_stored_digest(ctx, d) for d in digests]:
             try:
                 home.blobs.verify(d)
             except VoxledgerError as exc:
-                bad.append(str(exc))
+                report.damaged.append(str(exc))
+    else:
+        with Progress(console=console, transient=True, disable=as_json) as bar:
+            task = bar.add_task("verifying", total=None)
+            report = verify_store(home, lambda phase, done, total: bar.update(task, description=phase, completed=done, total=total))
     if as_json:
-        emit_json({"checked": len(todo), "bad": bad})
-    if bad:
-        raise click.ClickException(f"{len(bad)} of {len(todo)} objects failed:\n" + "\n".join(bad))
+        emit_json(
+            {
+                "checked": report.objects,
+                "receipts": report.receipts,
+                "bad": report.damaged,
+                "missing": report.missing,
+                "catalog": report.catalog,
+            }
+        )
+    problems = report.problems
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more (--json lists all)"] if len(problems) > 20 else [])
+        raise click.ClickException(
+            f"{len(report.damaged)} damaged, {len(report.missing)} missing, {len(report.catalog)} catalog disagreement(s) "
+            f"({report.objects} objects, {report.receipts} receipts checked):\n" + "\n".join(shown)
+        )
     if not as_json:
-        click.echo(f"ok: {len(todo)} objects verified")
+        walked = f", every object named by {report.receipts} receipts present, catalog consistent" if not digests else ""
+        click.echo(f"ok: {report.objects} objects verified{walked}")
 
 
 def _run_sync(ctx: click.Context, kind: str, full: bool, as_json: bool) -> None:
@@ -148,6 +166,8 @@ def store_status(ctx: click.Context, offline: bool, as_json: bool) -> None:
 def _stored_digest(ctx: click.Context, ref: str) -> str:
     """A digest as given (64 hex), else the one stored object or catalog node it is a unique prefix of."""
     ref = ref.strip().lower()
+    if not ref or len(ref) > 64 or any(c not in "0123456789abcdef" for c in ref):  # never a path: checked before any use
+        raise VoxledgerError(f"{ref[:80]!r} is not a digest or digest prefix: give 8 to 64 hex characters (0-9, a-f)")
     if len(ref) == 64 or len(ref) < 8:
         return ref if len(ref) == 64 else resolve_node(ctx, ref)  # resolve_node explains what is wrong with it
     folder = open_home(ctx).blobs.objects / ref[:2]
@@ -182,12 +202,10 @@ def receipt_validate(path: Path) -> None:
 
     Example: voxledger receipt validate receipt.json
     """
+    from voxledger.schemas.limits import load_json
     from voxledger.stores.receipts import validate_document
 
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReceiptError(f"{path}: not valid UTF-8 JSON ({exc})") from exc
+    doc = load_json(path.read_bytes(), str(path), ReceiptError)
     model = validate_document(doc, source=str(path))
     click.echo(f"ok: {path} is a valid {model.kind} receipt")  # type: ignore[attr-defined]
 
@@ -284,23 +302,15 @@ def _render_tree(node: str, edges: list, labels: dict[str, str], up: bool) -> st
 @json_option("the rows as JSON objects")
 @click.pass_context
 def query(ctx: click.Context, sql: str, as_json: bool) -> None:
-    """Run read-only SQL against the catalog.
+    """Run one read-only SELECT against the catalog, in a sandbox with no file, network or extension access.
 
     Example: voxledger query "SELECT kind, count(*) FROM receipts GROUP BY kind"
     """
-    import duckdb
+    from voxledger.stores.sandbox import run_query
 
     if not sql.strip():
         raise click.BadParameter('give a SQL statement, e.g. "SELECT kind, count(*) FROM receipts GROUP BY kind"', param_hint="SQL")
-    with open_home(ctx).catalog.connect(read_only=True) as con:
-        try:
-            cur = con.execute(sql)
-        except duckdb.Error as exc:
-            raise CatalogError(f"query failed: {exc}") from exc
-        if cur.description is None:
-            raise CatalogError(f"query returned no result set: {sql!r} is not a query (use SELECT, SHOW or DESCRIBE)")
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
+    cols, rows = run_query(open_home(ctx).catalog, sql)
     if as_json:
         emit_json([dict(zip(cols, r, strict=True)) for r in rows])
         return
@@ -354,8 +364,21 @@ def catalog_rebuild(ctx: click.Context) -> None:
 
     Example: voxledger catalog rebuild
     """
-    n = open_home(ctx).rebuild_catalog()
-    click.echo(f"rebuilt catalog from {n} receipts")
+    report = open_home(ctx).rebuild()
+    click.echo(f"rebuilt catalog from {report.indexed} receipts")
+    if report.skipped:
+        rid, why = report.skipped[0]
+        click.echo(
+            f"warning: {len(report.skipped)} receipt(s) left out, their own bytes missing or damaged (quarantined copies "
+            f"stay in store/quarantine): e.g. {rid}: {why[:200]}",
+            err=True,
+        )
+    if report.unprojected:
+        click.echo(
+            f"warning: {len(report.unprojected)} receipt(s) indexed without their typed rows, an output blob they are "
+            f"read from being missing or damaged: e.g. {report.unprojected[0]}; `voxledger store verify` lists what is gone",
+            err=True,
+        )
 
 
 @catalog.command("migrations")

@@ -303,7 +303,9 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
     try:
         with prefect_session(open_home(ctx).root):
             console.print(f"polling for scheduled runs of deployment pipeline/voxledger-{plan.name}; Ctrl-C stops")
-            pipeline.serve(name=f"voxledger-{plan.name}", cron=schedule, parameters=params, print_starting_message=False)
+            pipeline.serve(
+                name=f"voxledger-{plan.name}", cron=schedule, parameters=params, print_starting_message=False, limit=1
+            )  # one run at a time: ticks wait
     finally:
         signal.signal(signal.SIGINT, previous)
     console.print("stopped")

@@ -124,6 +124,27 @@ def _locate(ctx: click.Context, ref: str) -> tuple[Path, bool]:
     return home.blobs.path_of(digest), True
 
 
+def _verified_package(ctx: click.Context, ref: str) -> tuple[Path, bool, Any]:
+    """(file, whether it is the store's copy, ``Verified``): every member checked against the
+    manifest and, for a package named by digest, the whole file (tar padding and end blocks
+    included) hashed against that digest.
+
+    Raises DigestMismatchError when the file's bytes do not hash to the digest that named it.
+    """
+    from voxledger.schemas.errors import DigestMismatchError
+    from voxledger.tasks.packaging.archive import verify_package
+
+    path, in_store = _locate(ctx, ref)
+    verified = verify_package(path)
+    named = path.parent.name + path.name if in_store else None
+    if named is not None and verified.sha256 != named:
+        raise DigestMismatchError(
+            f"package {named}: the stored file hashes to {verified.sha256} (its members match the manifest, other bytes "
+            "of the tar differ); restore it from a replica (`voxledger store pull`) or rebuild the package"
+        )
+    return path, in_store, verified
+
+
 def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[str, Any] | None]:
     from voxledger.stores.home import resolve_home
 
@@ -150,15 +171,14 @@ def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[
 @json_option("the result")
 @click.pass_context
 def verify(ctx: click.Context, package_ref: str, key: Path | None, attestation: Path | None, as_json: bool) -> None:
-    """Re-hash every member against the manifest (naming any that differ); optionally check a signature.
+    """Re-hash every member against the manifest (naming any that differ) and, for a package named by
+    digest, the whole file against that digest; optionally check a signature.
 
     Example: voxledger package verify releases/t-lora-spk_t-613c67a6.tar --key release.pub
     """
-    from voxledger.tasks.packaging.archive import verify_package
     from voxledger.tasks.packaging.attest import verify_envelope
 
-    path, in_store = _locate(ctx, package_ref)
-    verified = verify_package(path)
+    path, in_store, verified = _verified_package(ctx, package_ref)
     signed_by = None
     if key is not None:
         envelope_path = attestation or (None if in_store else path.with_name(path.name + ".dsse.json"))
@@ -199,12 +219,10 @@ def attest(ctx: click.Context, package_ref: str, key: Path | None, output: Path 
 
     Example: voxledger package attest releases/t-lora-spk_t-613c67a6.tar --key release.key
     """
-    from voxledger.tasks.packaging.archive import verify_package
     from voxledger.tasks.packaging.attest import package_statement, sign_statement
     from voxledger.tasks.stages.package import publication_name
 
-    path, in_store = _locate(ctx, package_ref)
-    verified = verify_package(path)
+    path, in_store, verified = _verified_package(ctx, package_ref)
     rid, doc = _package_receipt(ctx, verified.sha256)
     name = publication_name(verified.manifest.name, verified.sha256) if in_store else path.name
     statement = package_statement(verified.sha256, name, verified.manifest, rid, doc)

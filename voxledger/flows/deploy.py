@@ -31,6 +31,7 @@ class DeploymentSpec:
     cron: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # set in the worker's flow-run process
+    one_at_a_time: bool = False  # a run starting while another of this deployment runs is cancelled (and so recorded)
 
 
 def source_dir() -> Path:
@@ -72,7 +73,15 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
         )
     pipeline_params = {"home": home, "corpus": corpus, "plan_file": str(plan_file.resolve())}
     specs.append(
-        DeploymentSpec(f"{plan.name}-pipeline", PIPELINE_ENTRYPOINT, plan.pool_of("pipeline"), plan.schedule_cron, pipeline_params, env)
+        DeploymentSpec(
+            f"{plan.name}-pipeline",
+            PIPELINE_ENTRYPOINT,
+            plan.pool_of("pipeline"),
+            plan.schedule_cron,
+            pipeline_params,
+            env,
+            one_at_a_time=True,
+        )
     )
     return specs
 
@@ -94,8 +103,55 @@ def ensure_pools(names: set[str]) -> list[str]:
     return created
 
 
+HEARTBEAT_S = 30
+"""Seconds between a flow run's heartbeats (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` in every deployment)."""
+CRASH_AFTER_S = 90
+"""A running flow run whose heartbeats stop for this long (its worker was killed) is marked Crashed."""
+ZOMBIE_AUTOMATION = "voxledger: mark flow runs without heartbeats crashed"
+
+
+def ensure_zombie_automation() -> str:
+    """Create (once) the automation that marks a flow run Crashed when its heartbeats stop for
+    ``CRASH_AFTER_S`` without a final state: a SIGKILLed worker never reports its runs, which would
+    otherwise stay Running. Returns the automation's id."""
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    try:
+        found: Any = Automation.read(name=ZOMBIE_AUTOMATION)  # sync here (Prefect's dual sync/async methods)
+        return str(found.id)
+    except ValueError:  # not there yet
+        pass
+    ended = [f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")]
+    automation: Any = Automation(
+        name=ZOMBIE_AUTOMATION,
+        trigger=EventTrigger(
+            posture=Posture.Proactive,
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", *ended},
+            match={"prefect.resource.id": ["prefect.flow-run.*"]},
+            for_each={"prefect.resource.id"},
+            threshold=1,
+            within=timedelta(seconds=CRASH_AFTER_S),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                name=None, state=StateType.CRASHED, message=f"no heartbeat for {CRASH_AFTER_S} s: its worker died", force=False
+            )
+        ],
+    ).create()
+    return str(automation.id)
+
+
 def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[str]:
     """Register every spec against the current Prefect API; return the deployment ids.
+
+    Every deployment's runs send heartbeats, and the API gets the automation that marks a run
+    whose heartbeats stop Crashed (``ensure_zombie_automation``).
 
     Flows are loaded from ``source`` (default: this checkout), never built into an image.
     """
@@ -103,7 +159,10 @@ def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[st
     import io
 
     from prefect import flow
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 
+    # a schedule tick while the last run still runs is cancelled, not stacked (the runs would race on one home)
+    one_at_a_time = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)
     root = str(source or source_dir())
     ids: list[str] = []
     quiet = io.StringIO()  # Prefect prints a table and hints per deployment; the caller reports instead
@@ -115,11 +174,13 @@ def register(specs: list[DeploymentSpec], source: Path | None = None) -> list[st
                 work_pool_name=spec.work_pool,
                 cron=spec.cron,
                 parameters=spec.parameters,
-                job_variables={"env": spec.env} if spec.env else None,
+                job_variables={"env": {**spec.env, "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}},
+                concurrency_limit=one_at_a_time if spec.one_at_a_time else None,
                 build=False,
                 push=False,
                 print_next_steps=False,
                 ignore_warnings=True,
             )
         ids.append(str(deployment_id))
+    ensure_zombie_automation()
     return ids

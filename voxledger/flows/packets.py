@@ -34,11 +34,12 @@ def export_packets(
     h, protocol, name = open_home(home), plan.validated(ListeningProtocol), plan.source_name
     if evaluation_rid is not None:
         out = export_packets_for_evaluation(h, evaluation_rid, protocol, name, Path(out_dir), flow=flow_name())
-        return StageOutcome(out["receipt_id"], h.receipts.read(out["receipt_id"], PacketSetReceipt), bool(out["cached"]))
+        receipt = h.receipts.read(out["receipt_id"], PacketSetReceipt)
+        return StageOutcome(out["receipt_id"], receipt, bool(out["cached"]), verified=out.get("verified"))
     if stimuli_file is None:
         raise PacketError("give an evaluation receipt or a stimuli file to export packets from")
     o = export_packets_fn(h, protocol, _stimuli(Path(stimuli_file)), Path(out_dir), protocol_name=name, flow=flow_name())
-    return StageOutcome(o.receipt_id, o.receipt, o.cached)
+    return StageOutcome(o.receipt_id, o.receipt, o.cached, verified=o.verified)
 
 
 @flow(name="packets")

@@ -64,9 +64,11 @@ class _Open:
 
     receipt_id: str | None = None
     cached: bool = False
+    verified_objects: int | None = None
 
     def done(self, outcome: StageOutcome[Any]) -> StageOutcome[Any]:
         self.receipt_id, self.cached = outcome.receipt_id, outcome.cached
+        self.verified_objects = outcome.verified.objects if outcome.verified is not None else None
         return outcome
 
 
@@ -90,8 +92,18 @@ class StageLog:
             )
             raise
         wall = time.perf_counter() - t0
-        self.records.append(StageRecord(stage=name, receipt_id=cur.receipt_id, cached=cur.cached, wall_s=wall, status="succeeded"))
-        report(f"stage {name}: {'cached' if cur.cached else 'done'} in {wall:.1f} s")
+        self.records.append(
+            StageRecord(
+                stage=name,
+                receipt_id=cur.receipt_id,
+                cached=cur.cached,
+                wall_s=wall,
+                status="succeeded",
+                verified_objects=cur.verified_objects,
+            )
+        )
+        checked = f" ({cur.verified_objects} objects verified)" if cur.verified_objects is not None else ""
+        report(f"stage {name}: {'cached' if cur.cached else 'done'}{checked} in {wall:.1f} s")
 
     def failed(self) -> StageRecord | None:
         return next((r for r in self.records if r.status == "failed"), None)
@@ -145,6 +157,11 @@ def pipeline(
 
 
 def _pipeline(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path | None, packets_dir: str | None) -> PipelineSummary:
+    with home.open().pipeline_slot():  # one pipeline per home at a time: an overlapping run stops here, before any work
+        return _pipeline_run(home, corpus, plan_file, plans_dir, packets_dir)
+
+
+def _pipeline_run(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path | None, packets_dir: str | None) -> PipelineSummary:
     started, h = utc_now(), home.open()
     plan = load_plan(plan_file, PipelinePlan)
     plans = load_stage_plans(plan, plan_file, plans_dir)

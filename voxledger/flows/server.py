@@ -44,6 +44,7 @@ class ServerState:
     port: int
     api_url: str
     started_at: float
+    home: str = ""  # the resolved home it serves: a copied home (cp -a) holds the original's file, not its server
 
 
 def server_dir(home_root: Path) -> Path:
@@ -69,12 +70,15 @@ def server_env(home_root: Path) -> dict[str, str]:
 
 
 def read_state(home_root: Path) -> ServerState | None:
-    """The recorded server, or None (absent or unreadable state file)."""
+    """The recorded server of this very home, or None (absent or unreadable state file, or one
+    written for another home: a copy of it)."""
     try:
         doc = json.loads((server_dir(home_root) / "server.json").read_text())
-        return ServerState(int(doc["pid"]), int(doc["port"]), str(doc["api_url"]), float(doc["started_at"]))
+        state = ServerState(int(doc["pid"]), int(doc["port"]), str(doc["api_url"]), float(doc["started_at"]), str(doc.get("home", "")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    # a state file copied along with its home names the original's server: never reuse or stop that one
+    return state if state.home == str(home_root.resolve()) else None
 
 
 def _write_state(home_root: Path, state: ServerState) -> None:
@@ -140,7 +144,7 @@ def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
     cmd = [sys.executable, "-m", "voxledger.flows.server", str(home_root), str(port), str(idle_timeout_s)]
     proc = subprocess.Popen(cmd, env=server_env(home_root), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
-    _write_state(home_root, ServerState(proc.pid, port, api_url, time.time()))
+    _write_state(home_root, ServerState(proc.pid, port, api_url, time.time(), str(home_root.resolve())))
     if not _wait_healthy(api_url, proc.pid, timeout_s):
         _kill_group(proc.pid)
         raise ServerError(

@@ -23,11 +23,12 @@ TRANSIENT_S3_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestT
 
 def transient_store_error(exc: BaseException) -> bool:
     """Whether a second try can fix ``exc``: a dropped or refused connection, a timeout, throttling, a 5xx."""
-    from botocore.exceptions import ClientError, ReadTimeoutError
+    from botocore.exceptions import ClientError, ConnectionClosedError, IncompleteReadError, ReadTimeoutError, ResponseStreamingError
     from botocore.exceptions import ConnectionError as BotoConnectionError
 
+    broke_off = (IncompleteReadError, ResponseStreamingError, ConnectionClosedError)  # a body cut short: the connection failed
     for e in _chain(exc):
-        if isinstance(e, (ConnectionError, TimeoutError, BotoConnectionError, ReadTimeoutError)):
+        if isinstance(e, (ConnectionError, TimeoutError, BotoConnectionError, ReadTimeoutError, *broke_off)):
             return True
         if isinstance(e, ClientError):
             err = e.response.get("Error", {})

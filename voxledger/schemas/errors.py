@@ -52,6 +52,10 @@ class CatalogLockedError(CatalogError):
     """Another process held the catalog for longer than the caller's ``--lock-timeout``."""
 
 
+class HomeBusyError(VoxledgerError):
+    """Another pipeline run holds this home: overlapping runs would race on the same stages."""
+
+
 class CorpusError(VoxledgerError):
     """A corpus or manifest cannot be read; the message names the file and line."""
 
@@ -118,7 +122,14 @@ def validation_lines(
     """
     errors = exc.errors()
     shown = errors if limit is None else errors[:limit]
-    lines = [f"{error_path(e, sep, root)}: {e['msg']}" + (f" (got {e.get('input')!r})" if show_input else "") for e in shown]
+    lines = [
+        f"{error_path(e, sep, root)}: {_cut(e['msg'])}" + (f" (got {_cut(repr(e.get('input')))})" if show_input else "") for e in shown
+    ]
     if len(errors) > len(shown):
         lines.append(f"... and {len(errors) - len(shown)} more")
     return lines
+
+
+def _cut(text: str, limit: int = 120) -> str:
+    """At most ``limit`` characters of a value an error quotes (a 20 MB field is not echoed)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"

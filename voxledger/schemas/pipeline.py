@@ -56,6 +56,12 @@ class StageRecord(Frozen):
     wall_s: float
     status: Literal["succeeded", "failed", "skipped"]
     detail: str = ""
+    verified_objects: int | None = Field(
+        default=None,
+        ge=0,
+        exclude_if=lambda v: v is None,
+        description="on a cache hit in this process: stored objects checked intact before reuse (receipt, outputs and inputs, trees whole)",
+    )
 
 
 class PipelineParameters(Frozen):

@@ -40,14 +40,31 @@ class Catalog:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     @contextmanager
-    def connect(self, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, *, read_only: bool = False, sandbox: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open the database under the file lock; migrations are applied on first write.
 
         A read-only catalog (see ``Home``) is opened without the lock file (it cannot be created
         there, and nothing writes through this handle) and refuses write connections.
+        ``sandbox`` (read-only only): no file, network or extension access from SQL, settings
+        locked (``stores.sandbox``).
         """
+        config = DUCKDB_CONFIG
+        if sandbox:
+            from voxledger.stores.sandbox import SANDBOX_CONFIG
+
+            read_only, config = True, {**DUCKDB_CONFIG, **SANDBOX_CONFIG}
+        try:
+            with self._connection(read_only, config) as con:
+                yield con
+        except duckdb.Error as exc:
+            if _is_corruption(exc):  # a block failing its checksum surfaces at the first read of it
+                raise self.damaged(exc) from exc
+            raise
+
+    @contextmanager
+    def _connection(self, read_only: bool, config: dict[str, str | bool | int | float | list[str]]) -> Iterator[duckdb.DuckDBPyConnection]:
         if self.read_only:
-            with self._connect_read_only(write=not read_only) as con:
+            with self._connect_read_only(write=not read_only, config=config) as con:
                 yield con
             return
         try:
@@ -60,7 +77,7 @@ class Catalog:
         try:
             if read_only and not self.path.exists():
                 self._open_and_migrate().close()
-            con = duckdb.connect(str(self.path), read_only=read_only, config=DUCKDB_CONFIG)
+            con = self._open(read_only, config)
             try:
                 if not read_only:
                     self._migrate(con)
@@ -71,7 +88,9 @@ class Catalog:
             self.lock.release()
 
     @contextmanager
-    def _connect_read_only(self, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _connect_read_only(
+        self, *, write: bool, config: dict[str, str | bool | int | float | list[str]]
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         if write:
             raise CatalogError(
                 f"catalog {self.path} is read-only (its home is not writable, or VOXLEDGER_READ_ONLY is set): "
@@ -79,17 +98,31 @@ class Catalog:
             )
         if not self.path.is_file():
             raise CatalogError(f"no catalog at {self.path}, and this home is read-only so none can be created; check --home")
-        try:
-            con = duckdb.connect(str(self.path), read_only=True, config=DUCKDB_CONFIG)
-        except duckdb.Error as exc:
-            raise CatalogError(f"cannot open read-only catalog {self.path}: {exc}") from exc
+        con = self._open(True, config)
         try:
             yield con
         finally:
             con.close()
 
+    def _open(self, read_only: bool, config: dict[str, str | bool | int | float | list[str]]) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection; a file DuckDB cannot open (a failed checksum, a torn or foreign file)
+        becomes one line pointing at ``voxledger catalog rebuild``, which re-derives it from the store."""
+        try:
+            return duckdb.connect(str(self.path), read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            if "could not set lock" in str(exc).lower():  # another program (the duckdb shell, say) holds the file
+                raise CatalogError(f"catalog {self.path} is held by another program ({_excerpt(exc)}); close it and retry") from exc
+            raise self.damaged(exc) from exc
+
+    def damaged(self, exc: BaseException) -> CatalogError:
+        """The one-line error for a catalog file DuckDB cannot read, pointing at the rebuild."""
+        return CatalogError(
+            f"catalog {self.path} cannot be read ({_excerpt(exc)}); it is an index of the store: "
+            "`voxledger catalog rebuild` re-creates it from the receipts (in a read-only home, rebuild a writable copy)"
+        )
+
     def _open_and_migrate(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(str(self.path), config=DUCKDB_CONFIG)
+        con = self._open(False, DUCKDB_CONFIG)
         self._migrate(con)
         return con
 
@@ -110,12 +143,17 @@ class Catalog:
         with self.connect() as con:
             return [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
-    def ingest(self, items: Iterable[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> int:
-        """Index receipts (id, validated document) idempotently; return how many were new."""
+    def ingest(
+        self, items: Iterable[tuple[str, dict[str, Any]]], load: BlobLoader | None = None, unprojected: list[str] | None = None
+    ) -> int:
+        """Index receipts (id, validated document) idempotently; return how many were new.
+
+        ``unprojected``: see ``_rows_for`` (a rebuild passes a list and reports what it holds).
+        """
         batch = list(items)
         if not batch:
             return 0
-        tables = _rows_for(batch, load)
+        tables = _rows_for(batch, load, unprojected)
         with self.connect() as con:
             before = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
             con.execute("BEGIN")
@@ -137,33 +175,65 @@ class Catalog:
         return int(after - before)
 
 
+def _excerpt(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    """Whether a DuckDB error says the file's bytes are damaged (not that a query is wrong)."""
+    text = str(exc)
+    return "Corrupt database file" in text or "checksum" in text.lower() or text.startswith("INTERNAL Error")
+
+
 SMALL_BATCH_ROWS = 64
 """Up to this many rows per table go in as bound parameters; more go in as one Arrow table."""
 
 
-def _rows_for(batch: list[tuple[str, dict[str, Any]]], load: BlobLoader | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Turn receipt documents into rows for the core tables and any typed projections."""
+def core_rows(rid: str, doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The ``receipts``, ``artifacts`` and ``edges`` rows one receipt document stands for."""
+    receipt = {
+        "receipt_sha256": rid,
+        "kind": doc["kind"],
+        "schema_version": doc["schema_version"],
+        "flow": doc["producer"]["flow"],
+        "task": doc["producer"]["task"],
+        "status": doc["status"],
+        "started_at": datetime.fromisoformat(doc["started_at"]),
+        "finished_at": datetime.fromisoformat(doc["finished_at"]),
+        "cache_key": doc.get("cache_key"),
+        "doc": json.dumps(doc, sort_keys=True),
+    }
+    artifacts, edges = [], []
+    for a in doc["subjects"]:
+        artifacts.append({"sha256": a["sha256"], "size_bytes": a["size_bytes"], "media_type": a["media_type"]})
+        edges.append({"src": rid, "dst": a["sha256"], "role": a["role"], "direction": "output", "src_ref": "receipt"})
+    for i in doc["inputs"]:
+        edges.append({"src": i["sha256"], "dst": rid, "role": i["role"], "direction": "input", "src_ref": i["ref"]})
+    return {"receipts": [receipt], "artifacts": artifacts, "edges": edges}
+
+
+def _rows_for(
+    batch: list[tuple[str, dict[str, Any]]], load: BlobLoader | None = None, unprojected: list[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Turn receipt documents into rows for the core tables and any typed projections.
+
+    With ``unprojected`` (a rebuild), a receipt whose typed rows need an output blob that is
+    missing or damaged keeps its core rows and is listed there instead of failing the batch.
+    """
+    from voxledger.schemas.errors import BlobMissingError, DigestMismatchError
+
     tables: dict[str, list[dict[str, Any]]] = {"receipts": [], "artifacts": [], "edges": []}
     for rid, doc in batch:
-        tables["receipts"].append(
-            {
-                "receipt_sha256": rid,
-                "kind": doc["kind"],
-                "schema_version": doc["schema_version"],
-                "flow": doc["producer"]["flow"],
-                "task": doc["producer"]["task"],
-                "status": doc["status"],
-                "started_at": datetime.fromisoformat(doc["started_at"]),
-                "finished_at": datetime.fromisoformat(doc["finished_at"]),
-                "cache_key": doc.get("cache_key"),
-                "doc": json.dumps(doc, sort_keys=True),
-            }
-        )
-        for a in doc["subjects"]:
-            tables["artifacts"].append({"sha256": a["sha256"], "size_bytes": a["size_bytes"], "media_type": a["media_type"]})
-            tables["edges"].append({"src": rid, "dst": a["sha256"], "role": a["role"], "direction": "output", "src_ref": "receipt"})
-        for i in doc["inputs"]:
-            tables["edges"].append({"src": i["sha256"], "dst": rid, "role": i["role"], "direction": "input", "src_ref": i["ref"]})
-        for table, rows in project(rid, doc, load).items():
+        for table, rows in core_rows(rid, doc).items():
+            tables[table].extend(rows)
+        try:
+            projected = project(rid, doc, load)
+        except (BlobMissingError, DigestMismatchError):
+            if unprojected is None:
+                raise
+            unprojected.append(rid)
+            continue
+        for table, rows in projected.items():
             tables.setdefault(table, []).extend(rows)
     return tables

@@ -6,6 +6,10 @@ Resolution order: an explicit path (``--home``), then ``VOXLEDGER_HOME``, then `
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +104,37 @@ class Home:
                     f"has {len(bad)} missing or damaged object(s), e.g. {bad[0]}; re-run the stage to regenerate it"
                 )
 
+    @contextmanager
+    def pipeline_slot(self) -> Iterator[None]:
+        """Hold this home's one pipeline slot for a block; HomeBusyError at once when another run holds it.
+
+        Overlapping pipelines on one home would run the same stages side by side (a schedule whose
+        run outlasts its interval, two workers on one home): the later one stops before any work,
+        naming the holder. The lock is released when the holder exits, however it exits.
+        """
+        from filelock import FileLock, Timeout
+
+        from voxledger.schemas.errors import HomeBusyError
+
+        self.require_writable()
+        self.root.mkdir(parents=True, exist_ok=True)
+        holder = self.root / "pipeline.holder"
+        lock = FileLock(str(self.root / "pipeline.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout as exc:
+            who = holder.read_text(encoding="utf-8").strip() if holder.is_file() else "another process"
+            raise HomeBusyError(
+                f"another pipeline run holds home {self.root} ({who}); this run is skipped so the two do not race on "
+                "the same stages: wait for it to end (deployments allow one run at a time and cancel the rest)"
+            ) from exc
+        try:
+            holder.write_text(f"pid {os.getpid()} since {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}\n", encoding="utf-8")
+            yield
+        finally:
+            holder.unlink(missing_ok=True)
+            lock.release()
+
     def require_writable(self) -> None:
         """Raise CatalogError before anything is written when this home is read-only."""
         if self.read_only:
@@ -128,26 +163,69 @@ class Home:
         return [rid for rid, _ in written]
 
     def find_cached(self, cache_key: str) -> str | None:
-        """Id of the newest succeeded receipt with this cache key, if any."""
+        """Id of the newest succeeded receipt the catalog lists under this cache key whose own
+        bytes (verified against its id) record that key and success; None if there is none."""
+        from voxledger.schemas.errors import VoxledgerError
+
+        for rid in self.cached_candidates(cache_key):
+            try:
+                doc = self.receipts.read_document(rid)
+            except VoxledgerError:  # missing, damaged or no longer valid: not a hit
+                continue
+            if doc.get("cache_key") == cache_key and doc.get("status") == "succeeded":
+                return rid
+        return None
+
+    def cached_candidates(self, cache_key: str, limit: int = 8) -> list[str]:
+        """Ids of succeeded receipts the catalog lists under this cache key, newest first.
+
+        Candidates only: the catalog is an index, so a caller serving one checks that the receipt
+        itself records the key (``tasks.stage.reuse``)."""
         with self.catalog.connect() as con:
-            row = con.execute(
-                "SELECT receipt_sha256 FROM receipts WHERE cache_key = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
-                [cache_key],
-            ).fetchone()
-        return row[0] if row else None
+            rows = con.execute(
+                "SELECT receipt_sha256 FROM receipts WHERE cache_key = ? AND status = 'succeeded' ORDER BY finished_at DESC LIMIT ?",
+                [cache_key, limit],
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def rebuild_catalog(self) -> int:
         """Recreate the catalog from the store alone; return the number of receipts indexed."""
+        return self.rebuild().indexed
+
+    def rebuild(self) -> RebuildReport:
+        """Recreate the catalog from the store alone, never failing on one damaged receipt.
+
+        A receipt whose own object is missing or does not hash to its id (quarantined, say) is
+        left out and listed; one whose typed rows need an output blob that is gone keeps its
+        core rows (receipt, artifacts, lineage edges) and is listed as unprojected.
+        """
+        from voxledger.schemas.errors import VoxledgerError
+
         self.require_writable()
         tmp = self.catalog.path.with_name(self.catalog.path.name + ".rebuild")
         # the lock is held throughout: a receipt committed while the store is read would be lost by the replace
         with self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s):
             tmp.unlink(missing_ok=True)
             fresh = Catalog(tmp)
-            ids = list(self.receipts.ids())
-            docs: list[tuple[str, dict[str, Any]]] = [(rid, self.receipts.read_document(rid)) for rid in ids]
+            docs: list[tuple[str, dict[str, Any]]] = []
+            skipped: list[tuple[str, str]] = []
+            for rid in self.receipts.ids():
+                try:
+                    docs.append((rid, self.receipts.read_document(rid)))
+                except VoxledgerError as exc:
+                    skipped.append((rid, str(exc).split("\n", 1)[0]))
+            unprojected: list[str] = []
             for start in range(0, len(docs), 5000):
-                fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes)
+                fresh.ingest(docs[start : start + 5000], self.blobs.get_bytes, unprojected)
             os.replace(tmp, self.catalog.path)
         Path(str(tmp) + ".lock").unlink(missing_ok=True)
-        return len(ids)
+        return RebuildReport(len(docs), tuple(skipped), tuple(unprojected))
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """What a catalog rebuild indexed and what it had to leave out (never silently)."""
+
+    indexed: int
+    skipped: tuple[tuple[str, str], ...]  # (receipt id, why): its own bytes are missing or damaged
+    unprojected: tuple[str, ...]  # indexed without typed rows: an output blob they are read from is gone

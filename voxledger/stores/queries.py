@@ -168,3 +168,16 @@ def latest_pipeline_run(catalog: Catalog, status: str = "succeeded") -> str | No
             "SELECT receipt_sha256 FROM receipts WHERE kind = 'pipeline_run' AND status = ? ORDER BY finished_at DESC LIMIT 1", [status]
         ).fetchone()
     return str(row[0]) if row else None
+
+
+def output_trees(catalog: Catalog, digests: list[str]) -> set[str]:
+    """Which of ``digests`` some receipt recorded as a tree output (so its files are in the store)."""
+    if not digests:
+        return set()
+    from voxledger.stores.trees import TREE_MEDIA_TYPE
+
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT sha256 FROM artifacts WHERE media_type = ? AND list_contains(?, sha256)", [TREE_MEDIA_TYPE, digests]
+        ).fetchall()
+    return {str(r[0]) for r in rows}

@@ -43,19 +43,28 @@ def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(doc).__name__}")
     kind = doc.get("kind")
     if kind not in KINDS:
-        raise ReceiptError(f"{source}: unknown receipt kind {kind!r}; valid kinds: {sorted(KINDS)}")
-    problems = [
-        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-        for e in sorted(_validator(kind).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    ]
+        raise ReceiptError(f"{source}: unknown receipt kind {_cut(repr(kind), 80)}; valid kinds: {sorted(KINDS)}")
+    try:
+        problems = [
+            f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {_cut(e.message)}"
+            for e in sorted(_validator(kind).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+        ]
+    except RecursionError as exc:
+        raise ReceiptError(f"{source}: nested too deeply to validate; no receipt kind nests like that") from exc
+    if len(problems) > 50:
+        problems = [*problems[:50], f"... and {len(problems) - 50} more"]
     if problems:
         raise ReceiptError(f"{source}: {len(problems)} schema problem(s) in {kind} receipt:\n  " + "\n  ".join(problems))
     try:
         model: ReceiptBase = RECEIPT_ADAPTER.validate_python(doc)
     except ValidationError as exc:
-        lines = validation_lines(exc, sep="/", root="<root>")
+        lines = validation_lines(exc, sep="/", root="<root>", limit=50)
         raise ReceiptError(f"{source}: {len(lines)} problem(s) in {kind} receipt:\n  " + "\n  ".join(lines)) from exc
     return model
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def receipt_document(receipt: ReceiptBase) -> dict[str, Any]:
@@ -95,7 +104,12 @@ class ReceiptStore:
         """Read a receipt's document, verified against its id and validated."""
         if not is_sha256_hex(rid):
             raise ReceiptError(f"{rid!r} is not a receipt id (64 hex characters)")
-        doc = json.loads(self.blobs.get_bytes(rid))
+        try:
+            doc = json.loads(self.blobs.get_bytes(rid))
+        except (RecursionError, ValueError) as exc:  # the bytes hash right, yet are not a receipt: never written by voxledger
+            raise ReceiptError(
+                f"receipt {rid} is not a JSON receipt document ({type(exc).__name__}); `voxledger lineage {rid[:12]}` shows who names it"
+            ) from exc
         validate_document(doc, source=f"receipt {rid}")
         return doc  # type: ignore[no-any-return]
 
@@ -114,6 +128,17 @@ class ReceiptStore:
             want = kind.model_fields["kind"].default
             raise ReceiptError(f"receipt {rid} is a {receipt.kind} receipt, not {want!r}; give the id of a {want} receipt")  # type: ignore[attr-defined]
         return receipt
+
+    def set_aside(self, rid: str) -> None:
+        """Move the marker of a receipt whose object is missing or damaged to ``quarantine/receipts``
+        (beside the quarantined object), so a rebuild and ``store verify`` stop listing a receipt this
+        home can no longer read; lineage naming it still shows it as missing."""
+        marker = self.markers / rid[:2] / rid
+        if not marker.exists():
+            return
+        aside = self.blobs.root / "quarantine" / "receipts"
+        aside.mkdir(parents=True, exist_ok=True)
+        os.replace(marker, aside / rid)
 
     def ids(self) -> Iterator[str]:
         """Every receipt id listed in the store, sorted (deterministic rebuilds)."""

@@ -99,23 +99,68 @@ def _code(exc: ClientError) -> str:
     return str(err.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
 
 
-class _VerifyingStream(io.RawIOBase):
-    """Reads a response body and, on reaching its end, raises DigestMismatchError if bytes differ."""
+MAX_RESUMES = 8
+"""How many times one download is resumed (a ranged GET from the byte it broke off at) before giving up."""
 
-    def __init__(self, body: Any, sha256: str, where: str) -> None:
-        self._body, self._expected, self._where = body, sha256, where
+
+def _read_broke_off(exc: BaseException) -> bool:
+    """A body read that ended early or stalled: the connection, not the object, failed."""
+    from botocore.exceptions import ConnectionClosedError, IncompleteReadError, ReadTimeoutError, ResponseStreamingError
+    from urllib3.exceptions import HTTPError as Urllib3Error
+
+    return isinstance(
+        exc,
+        (IncompleteReadError, ResponseStreamingError, ReadTimeoutError, ConnectionClosedError, Urllib3Error, ConnectionError, TimeoutError),
+    )
+
+
+class _VerifyingStream(io.RawIOBase):
+    """Reads a response body and, on reaching its end, raises DigestMismatchError if bytes differ.
+
+    A body that breaks off (truncated, reset, stalled) is resumed with ``reopen(offset)``, a
+    ranged GET from the first byte not yet received, so progress is kept and the digest still
+    covers every byte exactly once; ``resumes`` counts them.
+    """
+
+    def __init__(self, body: Any, sha256: str, where: str, reopen: Callable[[int], Any] | None = None) -> None:
+        self._body: Any = body
+        self._expected, self._where, self._reopen = sha256, where, reopen
         self._h = hashlib.sha256()
         self._checked = False
+        self.offset = 0
+        self.resumes = 0
 
     def readable(self) -> bool:
         return True
 
+    def _read(self, n: int) -> bytes:
+        while True:
+            try:
+                if self._body is None:
+                    self._body = self._reopen(self.offset)  # type: ignore[misc]
+                chunk: bytes = self._body.read(n)
+                return chunk
+            except Exception as exc:  # noqa: BLE001  (classified: only a broken-off read is resumed)
+                if self._reopen is None or not _read_broke_off(exc):
+                    raise
+                if self.resumes >= MAX_RESUMES:
+                    raise VoxledgerError(
+                        f"download of {self._where} broke off {self.resumes + 1} times (last at byte {self.offset:,}: "
+                        f"{type(exc).__name__}); the network or the server is failing, retry later"
+                    ) from exc
+                self.resumes += 1
+                time.sleep(min(2.0, 0.05 * 2**self.resumes))
+                if self._body is not None:
+                    self._body.close()
+                self._body = None
+
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        chunk: bytes = self._body.read(len(buffer))
+        chunk = self._read(len(buffer))
         n = len(chunk)
         if n:
             memoryview(buffer)[:n] = chunk
             self._h.update(chunk)
+            self.offset += n
         elif not self._checked:
             self._checked = True
             actual = self._h.hexdigest()
@@ -127,7 +172,8 @@ class _VerifyingStream(io.RawIOBase):
         return n
 
     def close(self) -> None:
-        self._body.close()
+        if self._body is not None:
+            self._body.close()
         super().close()
 
 
@@ -299,8 +345,21 @@ class S3BlobStore:
         """Open an object for streaming; reading to the end verifies its digest."""
         key = self.key_of(sha256)
         body = self._get(key, sha256)["Body"]
-        raw = _VerifyingStream(body, sha256, f"s3://{self.config.bucket}/{key}")
+        raw = _VerifyingStream(body, sha256, f"s3://{self.config.bucket}/{key}", self._resume_from(key))
         return io.BufferedReader(raw, CHUNK_BYTES)
+
+    def _resume_from(self, key: str) -> Callable[[int], Any]:
+        """A function giving the body of ``key`` from a byte offset on (a ranged GET), for resumes."""
+
+        def reopen(offset: int) -> Any:
+            try:
+                return self.client.get_object(Bucket=self.config.bucket, Key=key, Range=f"bytes={offset}-")["Body"]
+            except ClientError as exc:
+                if _code(exc) in ("416", "InvalidRange"):  # it broke off after the last byte: nothing is left
+                    return io.BytesIO(b"")
+                raise
+
+        return reopen
 
     def get_bytes(self, sha256: str) -> bytes:
         """Read a whole (small) object, verified."""
@@ -450,7 +509,9 @@ class S3BlobStore:
             body = self._call("get_object", Key=key)["Body"]
         except ClientError as exc:
             raise BlobMissingError(f"journal segment {name} is not in {self.url}; it was listed a moment ago, so retry") from exc
-        with io.BufferedReader(_VerifyingStream(body, expected, f"s3://{self.config.bucket}/{key}"), CHUNK_BYTES) as f:
+        with io.BufferedReader(
+            _VerifyingStream(body, expected, f"s3://{self.config.bucket}/{key}", self._resume_from(key)), CHUNK_BYTES
+        ) as f:
             doc = json.loads(f.read())
         rids = doc.get("receipts") if isinstance(doc, dict) and doc.get("format") == JOURNAL_FORMAT else None
         if not isinstance(rids, list) or not all(isinstance(r, str) and is_sha256_hex(r) for r in rids):

@@ -190,6 +190,14 @@ def damaged_objects(store: LocalBlobStore, sha256: str, media_type: str) -> list
     return store.damaged(e.sha256 for e in load_manifest(store, sha256).entries)
 
 
+def objects_behind(store: LocalBlobStore, sha256: str, media_type: str) -> list[str]:
+    """Every object an artifact stands for: itself, and for a tree every file its manifest lists
+    (a tree whose manifest is missing or damaged counts as itself: that object is the problem)."""
+    if media_type != TREE_MEDIA_TYPE or not store.intact(sha256):
+        return [sha256]
+    return [sha256, *(e.sha256 for e in load_manifest(store, sha256).entries)]
+
+
 def load_manifest(store: LocalBlobStore, tree_sha256: str) -> TreeManifest:
     """Read and validate a tree manifest from the store (verified; a manifest this process wrote or
     read is parsed again only when its object was rewritten since)."""

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from voxledger.schemas.base import utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanParameters, PlanReceipt
 from voxledger.schemas.errors import PlanError, validation_lines
+from voxledger.schemas.limits import MAX_PLAN_BYTES, load_yaml
 from voxledger.schemas.promotion import PromotionPolicy
 from voxledger.stores.home import Home
 from voxledger.stores.queries import registered_plans
@@ -58,11 +58,15 @@ def check_plan(plan: BaseModel, source: str) -> None:
 def load_plan(path: Path, model: type[M]) -> M:
     """Read a YAML plan and validate it (schema, then `check_plan`), listing every problem with its field path."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise PlanError(f"plan file {path} is {path.stat().st_size:,} bytes, more than the {MAX_PLAN_BYTES:,} a plan may hold")
+        raw = load_yaml(path.read_text(encoding="utf-8"), f"plan file {path}", PlanError)
     except FileNotFoundError as exc:
         raise PlanError(f"plan file {path} does not exist") from exc
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise PlanError(f"plan file {path} is not readable YAML: {exc}") from exc
+    except IsADirectoryError as exc:
+        raise PlanError(f"plan file {path} is a directory; give the .yaml file") from exc
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"plan file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
     if not isinstance(raw, dict):
         raise PlanError(f"plan file {path} must hold a mapping at the top level, got {type(raw).__name__}")
     try:

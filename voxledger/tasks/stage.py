@@ -1,35 +1,59 @@
 """The one stage runner every task uses: verified reuse, then build, then record.
 
-A stage's cache key is computed from its inputs before any work. ``reuse`` serves a stored
-receipt only after the receipt and every object behind its outputs (tree artifacts whole) hash
-right; a damaged object is moved to quarantine and the stage runs again, so its producer
-regenerates the bytes (a put of the right bytes heals the store). The same receipt id comes back
-whether the stage ran or not, so lineage is identical either way. ``record`` commits a new
-receipt, and ``Home.record`` refuses one that names a missing or damaged output.
+A stage's cache key is computed from its inputs before any work. The catalog only points at
+candidates: ``reuse`` serves a stored receipt only after the receipt hashes to its id, records
+the very cache key asked for (a catalog row claiming another key is passed over), succeeded, and
+every object behind its outputs and its inputs hashes right: a tree output whole, and a tree
+input whole when some receipt recorded it as its tree output (a source tree that only names files
+on disk, say a corpus's audio before it was stored, is bound by its manifest's digest alone). A damaged
+output is moved to quarantine and the stage runs again, so its producer regenerates the bytes (a
+put of the right bytes heals the store); a missing or damaged input is quarantined and the stage
+refuses with a clear error, since running again could not bring it back. The same receipt id
+comes back whether the stage ran or not, so lineage is identical either way. ``record`` commits
+a new receipt, and ``Home.record`` refuses one that names a missing or damaged output.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, ReceiptError
 from voxledger.stores.home import Home
-from voxledger.stores.trees import damaged_objects
+from voxledger.stores.queries import output_trees
+from voxledger.stores.trees import TREE_MEDIA_TYPE, damaged_objects, objects_behind
 
 R = TypeVar("R", bound=ReceiptBase)
 
 
 @dataclass(frozen=True)
+class ReuseCheck:
+    """What a cache hit verified before it was served.
+
+    ``objects``: distinct stored objects found intact (the receipt, its outputs and its inputs,
+    trees whole); ``passed_over``: catalog rows for the key that were not served (a receipt
+    recording another key, failed, damaged or of another kind).
+    """
+
+    cache_key: str
+    output_objects: int
+    input_objects: int
+    objects: int
+    passed_over: int = 0
+
+
+@dataclass(frozen=True)
 class StageOutcome(Generic[R]):
-    """What a stage returns: the receipt id, the typed receipt, and whether it was reused."""
+    """What a stage returns: the receipt id, the typed receipt, whether it was reused, and what
+    the reuse verified (None when the stage ran, or when the check happened in another process)."""
 
     receipt_id: str
     receipt: R
     cached: bool
+    verified: ReuseCheck | None = field(default=None, kw_only=True)
 
 
 def damaged_outputs(home: Home, receipt: ReceiptBase) -> list[str]:
@@ -41,30 +65,78 @@ def damaged_outputs(home: Home, receipt: ReceiptBase) -> list[str]:
 
 
 def reuse(home: Home, key: str | None, kind: type[R], *, report: Callable[[str], None] | None = None) -> StageOutcome[R] | None:
-    """The stored receipt for ``key`` when it and all its outputs verify; None means run the stage.
+    """The stored receipt for ``key`` when it and everything it names verify; None means run the stage.
 
     Damaged outputs are quarantined (kept under ``store/quarantine``) so the re-run regenerates
-    them; ``report`` hears which.
+    them; ``report`` hears which. Raises BlobMissingError or DigestMismatchError when an input of
+    the matching receipt is missing or damaged (naming the role, the digest and the fix).
     """
-    rid = home.find_cached(key) if key else None
-    if rid is None:
+    if not key:
         return None
+    passed = 0
+    for rid in home.cached_candidates(key):
+        receipt = _trusted(home, rid, key, kind, report)
+        if receipt is None:
+            passed += 1
+            continue
+        outputs = _objects(home, [(s.role, s.sha256, s.media_type) for s in receipt.subjects])
+        trees = output_trees(home.catalog, [i.sha256 for i in receipt.inputs if i.ref == "artifact"])
+        inputs = _objects(home, [(i.role, i.sha256, TREE_MEDIA_TYPE if i.sha256 in trees else "") for i in receipt.inputs])
+        bad = home.blobs.damaged([*outputs, *inputs])
+        bad_inputs = [d for d in bad if d in inputs]
+        for sha in bad:
+            home.blobs.quarantine(sha)
+        if bad_inputs:
+            raise _input_error(receipt, rid, bad_inputs, inputs)
+        if bad:
+            _say(report, f"{len(bad)} damaged output(s) of receipt {rid[:12]} quarantined (e.g. {bad[0][:12]}); regenerating")
+            return None
+        check = ReuseCheck(key, len(outputs), len(inputs), len({rid, *outputs, *inputs}), passed)
+        logging.getLogger("voxledger.stage").info("reused %s receipt %s: %d object(s) verified", receipt.kind, rid[:12], check.objects)  # type: ignore[attr-defined]
+        return StageOutcome(rid, receipt, cached=True, verified=check)
+    return None
+
+
+def _trusted(home: Home, rid: str, key: str, kind: type[R], report: Callable[[str], None] | None) -> R | None:
+    """The receipt a catalog row names, when it hashes right, is of ``kind``, succeeded and records ``key``."""
     try:
         receipt = home.receipts.read(rid, kind)
     except (BlobMissingError, DigestMismatchError) as exc:
         home.blobs.quarantine(rid)  # damaged bytes: kept aside, never served
+        home.receipts.set_aside(rid)  # and no longer listed, so a rebuild does not trip over it
         _say(report, f"receipt {rid[:12]} is missing or damaged ({exc}); running the stage again")
         return None
     except ReceiptError as exc:  # intact bytes this code no longer accepts: not reusable, not damaged
         _say(report, f"receipt {rid[:12]} does not validate under this code ({exc}); running the stage again")
         return None
-    bad = damaged_outputs(home, receipt)
-    for sha in bad:
-        home.blobs.quarantine(sha)
-    if bad:
-        _say(report, f"{len(bad)} damaged output(s) of receipt {rid[:12]} quarantined (e.g. {bad[0][:12]}); regenerating")
+    if receipt.cache_key != key or receipt.status != "succeeded":
+        _say(
+            report,
+            f"the catalog lists receipt {rid[:12]} under cache key {key[:12]}, but the receipt records key "
+            f"{(receipt.cache_key or 'none')[:12]} and status {receipt.status}: not served (the catalog disagrees "
+            "with the store; `voxledger catalog rebuild` re-derives it)",
+        )
         return None
-    return StageOutcome(rid, receipt, cached=True)
+    return receipt
+
+
+def _objects(home: Home, refs: list[tuple[str, str, str]]) -> dict[str, str]:
+    """Every object behind ``refs`` (role, digest, media type) mapped to the first role it stands
+    behind, in order."""
+    found: dict[str, str] = {}
+    for role, sha, media_type in refs:
+        for obj in objects_behind(home.blobs, sha, media_type):
+            found.setdefault(obj, role)
+    return found
+
+
+def _input_error(receipt: ReceiptBase, rid: str, bad: list[str], inputs: dict[str, str]) -> BlobMissingError:
+    return BlobMissingError(
+        f"{receipt.kind} receipt {rid} matches this work, but {len(bad)} of the {len(inputs)} object(s) behind its "  # type: ignore[attr-defined]
+        f"inputs are missing or damaged (e.g. {bad[0]} of input {inputs[bad[0]]!r}; damaged copies are kept in "
+        "store/quarantine): not served from cache. Restore the object (`voxledger store pull` from a replica, or "
+        "re-run the stage that produced it) and run again"
+    )
 
 
 def record(home: Home, receipt: R) -> StageOutcome[R]:

@@ -211,6 +211,21 @@ def test_cli_build_verify_attest_and_tampering(built: Built, tmp_path: Path) -> 
     assert code != 0 and "neither a file nor a package digest" in out
 
 
+def test_package_verify_by_digest_hashes_the_whole_file(built: Built, tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    sha = home.blobs.put_file(built.out.package_path)
+    assert _cli(home, "package", "verify", sha)[0] == 0
+    path = home.blobs.path_of(sha)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    assert data[-1] == 0  # the tar's end padding: no member and no header covers it
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, out = _cli(home, "package", "verify", sha)
+    assert code == 1 and f"package {sha}: the stored file hashes to" in out and "Traceback" not in out, out
+    assert len(out.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_red_merged_export_fails_packaging_and_publishes_nothing(built: Built, tmp_path: Path) -> None:
     strict = EquivalencePlan(stages=PROBE_PLAN.stages, bands=EquivalenceBands(green_max_rel=1e-12, yellow_max_rel=1e-11))

@@ -11,6 +11,11 @@ from voxledger.tasks.audit.fingerprint import near_duplicate_pairs
 from voxledger.tasks.audit.measure import FileFacts
 from voxledger.tasks.metrics.normalise import basic
 
+IMPLAUSIBLE_RATE_FACTOR = 4.0
+"""A transcript read more than this many times faster than the policy's ``max_chars_per_s`` is not
+the clip's transcript (no speech is that fast): an error whatever ``speaking_rate_severity`` says.
+A module constant, not a policy field, so existing policies keep their digests."""
+
 
 def _group_of(split: str, rule: LeakageRule) -> str:
     for group in rule.partition:
@@ -194,7 +199,20 @@ def file_findings(utt: Utterance, f: FileFacts, policy: AuditPolicy) -> list[Fin
         add("dc_offset", policy.dc_offset_severity, f"DC offset {s.dc_offset:+.4f}", s.dc_offset, v.max_abs_dc_offset)
     if ("too_fast" in s.problems or "too_slow" in s.problems) and "silent" not in s.problems:
         bound = v.max_chars_per_s if "too_fast" in s.problems else v.min_chars_per_s
-        add("speaking_rate", policy.speaking_rate_severity, f"{s.chars_per_s:.1f} characters/s for this transcript", s.chars_per_s, bound)
+        if "too_fast" in s.problems and (s.chars_per_s or 0.0) > IMPLAUSIBLE_RATE_FACTOR * v.max_chars_per_s:
+            message = (
+                f"{s.chars_per_s:.1f} characters/s for this transcript, over {IMPLAUSIBLE_RATE_FACTOR:g}x the policy's "
+                f"max_chars_per_s: no speech is this fast, the transcript does not belong to this clip"
+            )
+            add("speaking_rate", "error", message, s.chars_per_s, IMPLAUSIBLE_RATE_FACTOR * v.max_chars_per_s)
+        else:
+            add(
+                "speaking_rate",
+                policy.speaking_rate_severity,
+                f"{s.chars_per_s:.1f} characters/s for this transcript",
+                s.chars_per_s,
+                bound,
+            )
     return out
 
 

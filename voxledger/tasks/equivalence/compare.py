@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pydantic
-import yaml
 
 from voxledger.schemas.equivalence import (
     FLOAT_KINDS,
@@ -27,6 +26,7 @@ from voxledger.schemas.equivalence import (
     StageSpec,
 )
 from voxledger.schemas.errors import EquivalenceError, PlanError, validation_lines
+from voxledger.schemas.limits import MAX_PLAN_BYTES, excerpt, load_yaml
 from voxledger.tasks.equivalence.dumps import (
     DumpIndex,
     DumpSource,
@@ -152,9 +152,11 @@ def load_equivalence_plan(path: Path | str) -> EquivalencePlan:
     """Read and validate a plan YAML file; ``PlanError`` names the file and every problem."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise PlanError(f"equivalence plan {path}: cannot read: {exc}") from exc
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise PlanError(f"equivalence plan {path} is {path.stat().st_size:,} bytes, more than the {MAX_PLAN_BYTES:,} a plan may hold")
+        data = load_yaml(path.read_text(encoding="utf-8"), f"equivalence plan {path}", PlanError)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"equivalence plan {path}: cannot read: {excerpt(str(exc), 200)}") from exc
     if not isinstance(data, dict):
         raise PlanError(f"equivalence plan {path}: expected a mapping at the top level")
     try:

@@ -172,7 +172,7 @@ def parse_json(data: bytes) -> object:
     try:
         raw = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as exc:
-        raise PacketError(f"not UTF-8 JSON ({exc})") from exc
+        raise PacketError(f"not UTF-8 JSON ({str(exc)[:200]})") from exc
     bad = _bad_value(raw)
     if bad:
         raise PacketError(bad)

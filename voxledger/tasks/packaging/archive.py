@@ -112,8 +112,9 @@ def read_manifest(data: bytes, package: Path) -> PackageManifest:
 
     try:
         manifest = PackageManifest.model_validate(json.loads(data))
-    except (ValueError, ValidationError) as exc:
-        raise DigestMismatchError(f"package {package}: {MANIFEST_NAME} is not a valid package manifest: {exc}") from exc
+    except (ValueError, ValidationError, RecursionError) as exc:
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:400]
+        raise DigestMismatchError(f"package {package}: {MANIFEST_NAME} is not a valid package manifest: {detail}") from exc
     if canonical_bytes(manifest) != data:
         raise DigestMismatchError(f"package {package}: {MANIFEST_NAME} is not in canonical form: it was edited after packaging")
     return manifest

@@ -24,6 +24,7 @@ from voxledger.schemas.errors import DigestMismatchError, EquivalenceError
 from voxledger.schemas.package import PackageManifest
 from voxledger.schemas.training import BackendName
 from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.processes import die_with_parent
 
 
 def probe_stages(
@@ -92,7 +93,7 @@ def reload_in_fresh_process(
             str(threads),
         ]
         started = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s, preexec_fn=die_with_parent)  # noqa: PLW1509
         wall = time.perf_counter() - started
         if proc.returncode != 0:
             raise EquivalenceError(f"the fresh-process reload of {package} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -37,6 +37,7 @@ from voxledger.stores.hashing import sha256_file
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, put_tree
 from voxledger.tasks.corpus.kaldi import is_kaldi_dir
+from voxledger.tasks.processes import die_with_parent
 from voxledger.tasks.receipting import artifact, build_receipt
 
 SHELL_TOKENS = frozenset({"|", "||", "&", "&&", ";", ";;", ">", ">>", "<", "<<", "2>", "2>>", "&>", "2>&1", ">&2"})
@@ -102,7 +103,14 @@ def _run(argv: list[str], cwd: Path, dest: Path, timeout_s: float, where: str) -
     with open(dest, "xb") as out:
         try:
             proc = subprocess.run(  # noqa: S603 - no shell: the vector was checked by command_argv
-                [program, *argv[1:]], cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, timeout=timeout_s, check=False
+                [program, *argv[1:]],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                timeout=timeout_s,
+                check=False,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - async-signal-safe: one prctl call
             )
         except subprocess.TimeoutExpired as exc:
             raise CorpusError(

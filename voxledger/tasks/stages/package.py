@@ -187,7 +187,7 @@ def package_adapter_fn(
         published = None
         if retention_root is not None:
             published = publish_file(path, sha, retention_root, publication_name(verify_package(path).manifest.name, sha))
-        return PackageOutcome(hit.receipt_id, receipt, True, sha, path, published)
+        return PackageOutcome(hit.receipt_id, receipt, True, sha, path, published, verified=hit.verified)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
         work = Path(tmp)
         sha, manifest = assemble_package(home.blobs, request, work / "package.tar")

@@ -81,7 +81,7 @@ def export_packets(
     key = cache_key("packet_set", {"stimuli": stimuli_sha}, protocol_sha, {"evaluation_plan_sha256": stimuli.evaluation_plan_sha256})
     hit = reuse(home, key, PacketSetReceipt)
     if hit is not None:
-        return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir))
+        return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir), verified=hit.verified)
     design = plan_packets(protocol, stimuli)
     by_key = {(s.prompt_id, s.candidate): s for s in stimuli.stimuli}
     sources = {s.source for plans in design.trials.values() for t in plans for s in (*t.slots, *([t.reference] if t.reference else []))}
@@ -260,7 +260,8 @@ class _PacketWriter:
 def export_packets_for_evaluation(
     home: Home, evaluation_rid: str, protocol: ListeningProtocol, protocol_name: str, out_dir: Path, flow: str = "packets"
 ) -> dict[str, Any]:
-    """Export per-rater packets for an evaluation; returns the packet-set summary."""
+    """Export per-rater packets for an evaluation; returns the packet-set summary (``verified``: what a
+    cache hit checked, a ``ReuseCheck``, or None)."""
     stimuli = stimuli_from_evaluation(home, evaluation_rid)
     if out_dir.exists() and any(out_dir.iterdir()):
         # a re-run: export beside it and accept only if the folder already holds exactly these packets
@@ -272,6 +273,11 @@ def export_packets_for_evaluation(
             shutil.rmtree(scratch, ignore_errors=True)
         if not same:
             raise PacketError(f"{out_dir} already holds other packets; choose a new folder (nothing is overwritten)")
-        return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": sorted(str(p) for p in out_dir.iterdir())}
+        return {
+            "receipt_id": out.receipt_id,
+            "cached": out.cached,
+            "packets": sorted(str(p) for p in out_dir.iterdir()),
+            "verified": out.verified,
+        }
     out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_name, flow=flow)
-    return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs]}
+    return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs], "verified": out.verified}

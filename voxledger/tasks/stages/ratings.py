@@ -155,7 +155,7 @@ def _cached(home: Home, key: str) -> AggregateOutcome | None:
     if hit is None:
         return None
     subs = tuple(i.sha256 for i in hit.receipt.inputs if i.role == "submission")
-    return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs)
+    return AggregateOutcome(hit.receipt_id, hit.receipt, True, subs, verified=hit.verified)
 
 
 @contextmanager

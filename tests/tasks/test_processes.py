@@ -1,0 +1,47 @@
+"""A child voxledger waits on (the reload probe, a decode command) dies when voxledger is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from voxledger.tasks.processes import pid_alive
+
+PARENT = """
+import subprocess, sys
+from voxledger.tasks.processes import die_with_parent
+use = sys.argv[1] == "yes"
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=die_with_parent if use else None)
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def _orphan_survives(use: bool) -> bool:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, "yes" if use else "no"], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)  # what a killed worker or a SIGKILLed package build gets
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and pid_alive(child):
+        try:  # reap it if it was re-parented to us (a subreaper); otherwise init does
+            os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    alive = pid_alive(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_a_waited_child_dies_with_its_parent() -> None:
+    assert not _orphan_survives(use=True)
+    assert _orphan_survives(use=False)  # the control: without it the child is orphaned and keeps running
