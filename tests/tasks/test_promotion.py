@@ -101,6 +101,34 @@ def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) ->
         promote_adapter_fn(home, lora.receipt_id, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
 
 
+def test_plan_power_reads_a_stored_gate_evaluation(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
+    import yaml
+
+    home, corpus, _, run = setup
+    out = promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+    rules = (*PASSING, GateRule(metric="cer:basic", statistic="delta_high", op="<=", threshold=0.05),
+             GateRule(metric="cer:basic", statistic="failure_rate_delta_high", op="<=", threshold=0.1))  # fmt: skip
+    path = tmp_path / "power.yaml"
+    path.write_text(yaml.safe_dump(policy(rules, name="power").model_dump(mode="json")))
+    res = CliRunner().invoke(
+        main, ["--home", str(home.root), "plan", "power", str(path), "--pilot", out.receipt.parameters.evaluation[:16], "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert [r["rule"] for r in doc["rules"]] == [
+        "challenger_mean(content_gate_pass) >= 0", "challenger_mean(cer:basic) <= 5", "delta_high(cer:basic) <= 0.05",
+        "failure_rate_delta_high(cer:basic) <= 0.1"]  # fmt: skip
+    assert doc["rules"][0]["note"].startswith("not assessed") and doc["rules"][3]["note"].startswith("not assessed")
+    paired = doc["rules"][2]
+    assert (
+        paired["prompts"] == 5 and paired["candidate"].startswith("epoch") and paired["confidence"] == pytest.approx(0.975)
+    )  # Bonferroni over 2
+    check = CliRunner().invoke(main, ["--home", str(home.root), "plan", "check", str(path)])
+    assert check.exit_code == 0 and "valid promotion policy 'power'" in check.output
+    bad = CliRunner().invoke(main, ["--home", str(home.root), "plan", "power", str(path), "--pilot", run[:16]])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+
+
 @pytest.mark.prefect  # prune --execute runs as a Prefect flow
 def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
     from voxledger.schemas.errors import TrainingError

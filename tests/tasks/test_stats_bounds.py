@@ -217,3 +217,23 @@ def test_two_part_error_rate_comparison() -> None:
     assert split.rate_delta.method == "newcombe_paired" and split.rate_delta.high is not None and split.rate_delta.high > 0.05
     assert split.kept.units == 19
     assert isinstance(split.kept, Interval)
+
+
+def test_power_formula_matches_simulation_through_the_gate() -> None:
+    from voxledger.tasks.power import power_of, prompts_needed
+
+    # a WER non-inferiority rule: true delta +0.02, prompt sd 0.08, margin 0.05, 20 prompts
+    effect, sd, margin, k = 0.02, 0.08, 0.05, 20
+    predicted = power_of("delta_high", "<=", margin, effect, sd, k, 0.95)
+    rng, passed, reps = np.random.default_rng(8), 0, 1500
+    rule = GateRule(metric="wer:basic", statistic="delta_high", op="<=", threshold=margin)
+    for _ in range(reps):
+        base = rng.uniform(0.2, 0.4, k)
+        comp = compare(pairs((base + rng.normal(effect, sd, k)).tolist()), pairs(base.tolist()))
+        passed += judge(rule, "c", {("c", "wer:basic"): comp}, {}).passed
+    assert abs(passed / reps - predicted) < 0.04  # Monte Carlo se ~0.013
+    need = prompts_needed("delta_high", "<=", margin, effect, sd, 0.95, 0.8)
+    assert need is not None and need > k and power_of("delta_high", "<=", margin, effect, sd, need, 0.95) >= 0.8
+    assert power_of("delta_high", "<=", margin, effect, sd, need - 1, 0.95) < 0.8
+    # an effect on the wrong side of the margin never reaches 80%
+    assert prompts_needed("delta_high", "<=", margin, 0.06, sd, 0.95, 0.8) is None

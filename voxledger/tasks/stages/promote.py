@@ -289,6 +289,18 @@ def promote_adapter_fn(
     return decide_promotion(home, prepared, ev, flow=flow)
 
 
+def _power_warning(home: Home, policy: PromotionPolicy, evaluation_rid: str) -> str | None:
+    """The policy's power at the effects and spread this gate evaluation measured, flagged under 50%."""
+    from voxledger.schemas.errors import EvaluationError
+    from voxledger.tasks.power import policy_power, power_warning
+
+    try:
+        warning = power_warning(policy_power(home, policy, evaluation_rid))
+    except EvaluationError:
+        return None
+    return None if warning is None else f"at the effects this gate measured, {warning}"
+
+
 def decide_promotion(
     home: Home, rnd: PromotionRound, ev: StageOutcome[EvaluationReceipt], *, flow: str = "promote_adapter"
 ) -> StageOutcome[PromotionReceipt]:
@@ -362,6 +374,7 @@ def decide_promotion(
             promoted=promoted.name if promoted else None,
             moves=tuple(moves),
             error_control=round_control(policy.gate_plan, len(decisions)),
+            power_warning=_power_warning(home, policy, ev.receipt_id),
         ),
     )
     return record(home, receipt)
