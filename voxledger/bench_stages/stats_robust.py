@@ -380,6 +380,35 @@ def family_rows(reps: int, seed: int) -> list[Figure]:
     ]
 
 
+def power_rows(reps: int, seed: int) -> list[Figure]:
+    """``plan power``'s prediction against the gate itself: a speaker-similarity rule
+    ``delta_low >= 0.05`` with a true delta 0.10 and prompt sd 0.12 (a demo-like effect), in a
+    3-challenger round (Bonferroni), at 20 prompts and at the count it recommends for 80%."""
+    from voxledger.tasks.power import power_of, prompts_needed
+
+    effect, sd, margin = 0.10, 0.12, 0.05
+    conf = round_confidence(SETTINGS.confidence, 3)
+    round_st = SETTINGS.model_copy(update={"confidence": conf})
+    need = prompts_needed("delta_low", ">=", margin, effect, sd, conf, 0.8) or 5
+    rule = [_rule("speaker_sim", "delta_low", ">=", margin)]
+    rng = np.random.default_rng(seed)
+    figures = []
+    for k in (20, need):
+        passed = 0
+        for _ in range(reps):
+            b = rng.uniform(0.3, 0.6, k)
+            passed += _passes(_comparison(b + rng.normal(effect, sd, k), b, round_st, metric="speaker_sim"), rule)
+        predicted = 100 * power_of("delta_low", ">=", margin, effect, sd, k, conf)
+        figures.append(
+            Figure(f"power, speaker_sim delta_low >= 0.05 (effect 0.10, sd 0.12), {k} prompts: predicted", predicted, "%", "plan power")
+        )
+        goal = ">= 80: " + ("ok" if _pct(passed, reps) >= 80 else "SHORT") if k == need else "descriptive"
+        figures.append(
+            Figure(f"power, speaker_sim delta_low >= 0.05 (effect 0.10, sd 0.12), {k} prompts: simulated", _pct(passed, reps), "%", goal)
+        )
+    return figures
+
+
 def bench_robust(reps: int) -> list[Figure]:
     """Every round-two scenario at ``reps`` simulated data sets (fixed seeds)."""
     figures: list[Figure] = []
@@ -391,4 +420,5 @@ def bench_robust(reps: int) -> list[Figure]:
     figures += round_rows(reps, seed=25)
     figures += family_rows(reps, seed=26)
     figures += bootstrap_rows(max(100, reps // 4), seed=27)
+    figures += power_rows(max(100, reps // 2), seed=28)
     return figures

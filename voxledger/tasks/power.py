@@ -160,8 +160,8 @@ def policy_power(home: Home, policy: PromotionPolicy, pilot_receipt: str, target
     for rule in policy.rules:
         label = rule_label(rule)
         if rule.statistic in ("challenger_mean", "failure_rate_delta_high"):
-            note = "not assessed: power is computed for rules on a paired delta"
-            out.append(RulePower(label, None, None, None, k, seeds, conf, None, None, {}, note))
+            skipped = "not assessed: power is computed for rules on a paired delta"
+            out.append(RulePower(label, None, None, None, k, seeds, conf, None, None, {}, skipped))
             continue
         kept = rule.statistic.startswith("kept_")
         pilots = pilot_deltas(home, pilot_receipt, rule.metric, kept, gate.statistics.failure_threshold)
@@ -174,7 +174,7 @@ def policy_power(home: Home, policy: PromotionPolicy, pilot_receipt: str, target
         sd = _sd_at(best, seeds)
         power = power_of(statistic, rule.op, rule.threshold, effect, sd, k, conf)
         by_seeds = {s: prompts_needed(statistic, rule.op, rule.threshold, effect, _sd_at(best, s), conf, target) for s in (1, 2, 4)}
-        note = None if best.seed_var is not None else "the pilot had one seed per prompt: more seeds are assumed not to help"
+        seed_note = None if best.seed_var is not None else "the pilot had one seed per prompt: more seeds are assumed not to help"
         out.append(
             RulePower(
                 label,
@@ -187,7 +187,7 @@ def policy_power(home: Home, policy: PromotionPolicy, pilot_receipt: str, target
                 None if math.isnan(power) else power,
                 prompts_needed(statistic, rule.op, rule.threshold, effect, sd, conf, target),
                 by_seeds,
-                note,
+                seed_note,
             )
         )
     return out
