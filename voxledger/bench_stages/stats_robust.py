@@ -380,32 +380,37 @@ def family_rows(reps: int, seed: int) -> list[Figure]:
     ]
 
 
+DEMO_WER_SD = 0.2874
+"""Prompt sd of the demo's WER delta: README's adapter - base +0.005 [-0.129, 0.140] over 20 prompts
+(cluster_t), so se = 0.269 / (2 t(0.975, 19)) = 0.0643 and sd = se sqrt(20)."""
+
+
 def power_rows(reps: int, seed: int) -> list[Figure]:
-    """``plan power``'s prediction against the gate itself: a speaker-similarity rule
-    ``delta_low >= 0.05`` with a true delta 0.10 and prompt sd 0.12 (a demo-like effect), in a
-    3-challenger round (Bonferroni), at 20 prompts and at the count it recommends for 80%."""
+    """``plan power`` against the gate itself, at the demo's WER rule ``delta_high <= 0.15``, true
+    delta +0.005, prompt sd ``DEMO_WER_SD``: one challenger at 95% and 20 prompts (the demo gate
+    as it ran), and a 3-challenger round (Bonferroni) at 20 prompts and at the count recommended."""
     from voxledger.tasks.power import power_of, prompts_needed
 
-    effect, sd, margin = 0.10, 0.12, 0.05
-    conf = round_confidence(SETTINGS.confidence, 3)
-    round_st = SETTINGS.model_copy(update={"confidence": conf})
-    need = prompts_needed("delta_low", ">=", margin, effect, sd, conf, 0.8) or 5
-    rule = [_rule("speaker_sim", "delta_low", ">=", margin)]
+    effect, sd, margin = 0.005, DEMO_WER_SD, 0.15
+    conf3 = round_confidence(SETTINGS.confidence, 3)
+    need = prompts_needed("delta_high", "<=", margin, effect, sd, conf3, 0.8) or 5
+    rule = [_rule("wer:basic", "delta_high", "<=", margin)]
     rng = np.random.default_rng(seed)
     figures = []
-    for k in (20, need):
+    for k, conf, what in (
+        (20, SETTINGS.confidence, "1 challenger at 95%"),
+        (20, conf3, "3-challenger round"),
+        (need, conf3, "3-challenger round"),
+    ):
+        st = SETTINGS.model_copy(update={"confidence": conf})
         passed = 0
         for _ in range(reps):
-            b = rng.uniform(0.3, 0.6, k)
-            passed += _passes(_comparison(b + rng.normal(effect, sd, k), b, round_st, metric="speaker_sim"), rule)
-        predicted = 100 * power_of("delta_low", ">=", margin, effect, sd, k, conf)
-        figures.append(
-            Figure(f"power, speaker_sim delta_low >= 0.05 (effect 0.10, sd 0.12), {k} prompts: predicted", predicted, "%", "plan power")
-        )
-        goal = ">= 80: " + ("ok" if _pct(passed, reps) >= 80 else "SHORT") if k == need else "descriptive"
-        figures.append(
-            Figure(f"power, speaker_sim delta_low >= 0.05 (effect 0.10, sd 0.12), {k} prompts: simulated", _pct(passed, reps), "%", goal)
-        )
+            b = rng.uniform(0.2, 0.6, k)
+            passed += _passes(_comparison(b + rng.normal(effect, sd, k), b, st), rule)
+        label = f"power, demo WER rule delta_high <= 0.15 (effect +0.005, sd {sd}), {what}, {k} prompts"
+        figures.append(Figure(f"{label}: predicted", 100 * power_of("delta_high", "<=", margin, effect, sd, k, conf), "%", "plan power"))
+        goal = (">= 80: " + ("ok" if _pct(passed, reps) >= 80 else "SHORT")) if k == need else "descriptive"
+        figures.append(Figure(f"{label}: simulated", _pct(passed, reps), "%", goal))
     return figures
 
 
