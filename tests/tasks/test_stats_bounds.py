@@ -16,7 +16,8 @@ from voxledger.schemas.promotion import GateRule
 from voxledger.tasks.evaluation.intervals import bounded_t, newcombe_paired, no_spread, wilson
 from voxledger.tasks.evaluation.stats import adjust_family, clustered_interval, failure_split, paired_delta
 from voxledger.tasks.listening.stats import candidate_scores, crossed_mean, paired_deltas
-from voxledger.tasks.stages.promote import judge, round_confidence
+from voxledger.tasks.power import round_confidence
+from voxledger.tasks.stages.promote import judge
 
 SETTINGS = StatisticsSettings()
 SHA = "0" * 64

@@ -35,7 +35,8 @@ from voxledger.schemas.listening_receipts import RatingRow
 from voxledger.schemas.promotion import GateRule
 from voxledger.tasks.evaluation.stats import adjust_family, clustered_interval, failure_split, interval_of_means, paired_delta, t_test
 from voxledger.tasks.listening.stats import crossed_mean, paired_deltas
-from voxledger.tasks.stages.promote import judge, round_confidence
+from voxledger.tasks.power import round_confidence
+from voxledger.tasks.stages.promote import judge
 
 MARGIN = 0.02
 SETTINGS = StatisticsSettings()

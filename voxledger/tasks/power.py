@@ -31,11 +31,19 @@ from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import EvaluationReceipt, Observation
 from voxledger.schemas.promotion import GateRule, PromotionPolicy
 from voxledger.stores.home import Home
-from voxledger.tasks.stages.promote import round_confidence
 
 TARGET_POWER = 0.8
 FLAG_POWER = 0.5
 MAX_PROMPTS = 5000
+
+
+def round_confidence(confidence: float, challengers: int) -> float:
+    """Per-challenger confidence that holds the round's error at ``1 - confidence`` (Bonferroni).
+
+    A round promotes if any challenger passes, so its false-pass rate is at most the sum over
+    challengers; each challenger's intervals are therefore computed at ``1 - (1 - confidence) / m``.
+    """
+    return 1 - (1 - confidence) / max(1, challengers)
 
 
 @dataclass(frozen=True)

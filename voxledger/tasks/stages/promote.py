@@ -26,6 +26,7 @@ from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import latest_alias_move, promotion_that_moved
 from voxledger.tasks.plans import check_plan, plan_digest, register_plan
+from voxledger.tasks.power import policy_power, power_warning, round_confidence
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
 from voxledger.tasks.stages.evaluate import evaluate_plan_fn
@@ -55,15 +56,6 @@ def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPol
     if policy.include_last and ckpts[-1] not in chosen:
         chosen.append(ckpts[-1])
     return sorted(chosen, key=lambda c: c[1].parameters.epoch)
-
-
-def round_confidence(confidence: float, challengers: int) -> float:
-    """Per-challenger confidence that holds the round's error at ``1 - confidence`` (Bonferroni).
-
-    A round promotes if any challenger passes, so its false-pass rate is at most the sum over
-    challengers; each challenger's intervals are therefore computed at ``1 - (1 - confidence) / m``.
-    """
-    return 1 - (1 - confidence) / max(1, challengers)
 
 
 def round_control(template: GatePlan, challengers: int) -> str:
@@ -292,7 +284,6 @@ def promote_adapter_fn(
 def _power_warning(home: Home, policy: PromotionPolicy, evaluation_rid: str) -> str | None:
     """The policy's power at the effects and spread this gate evaluation measured, flagged under 50%."""
     from voxledger.schemas.errors import EvaluationError
-    from voxledger.tasks.power import policy_power, power_warning
 
     try:
         warning = power_warning(policy_power(home, policy, evaluation_rid))
