@@ -253,3 +253,12 @@ def test_power_of_the_demo_gate_wer_rule() -> None:
     weak = RulePower("delta_high(wer:whisper_en) <= 0.15", "epoch1", 0.005, DEMO_WER_SD, 20, 1, conf3, 0.38, 45, {1: 45}, None)
     assert "38% at 20 prompts, 45 for 80%" in (power_warning([weak]) or "")
     assert power_warning([weak.__class__(**{**weak.__dict__, "power": 0.6})]) is None
+
+
+def test_a_challenger_mean_on_too_few_surviving_prompts_fails() -> None:
+    # speaker similarity of a challenger that passed the content gate on 3 of 20 prompts
+    iv = clustered_interval([0.7, 0.8, 0.75], ["p0", "p1", "p2"], SETTINGS, metric="speaker_sim")
+    rule = GateRule(metric="speaker_sim", statistic="challenger_mean", op=">=", threshold=0.5)
+    failed = judge(rule, "c", {}, {("c", "speaker_sim"): iv}, min_units=5)
+    assert not failed.passed and "rests on 3 prompt(s)" in failed.detail and "at least 5" in failed.detail
+    assert judge(rule, "c", {}, {("c", "speaker_sim"): iv}, min_units=3).passed

@@ -97,16 +97,25 @@ def _paired_interval(rule: GateRule, c: Comparison) -> tuple[Interval | None, st
 
 
 def judge(
-    rule: GateRule, challenger: str, comparisons: dict[tuple[str, str], Comparison], means: dict[tuple[str, str], Interval]
+    rule: GateRule,
+    challenger: str,
+    comparisons: dict[tuple[str, str], Comparison],
+    means: dict[tuple[str, str], Interval],
+    min_units: int = 1,
 ) -> RuleValue:
     """Evaluate one rule; a missing metric, or an interval that could not be estimated (too few
     compared prompts, no spread beyond round-off), fails the rule with the reason stated, whatever
-    the rule reads (the mean delta too: a mean delta without an interval is not evidence)."""
+    the rule reads (the mean delta too: a mean delta without an interval is not evidence). A
+    ``challenger_mean`` fails when it rests on fewer than ``min_units`` prompts (a metric measured
+    only on rows that passed the content gate can lose most of them)."""
     value: float | None = None
     reason = f"{rule.metric} was not measured for {challenger}"
     if rule.statistic == "challenger_mean":
         iv = means.get((challenger, rule.metric))
-        value = iv.mean if iv is not None else None
+        if iv is not None and iv.units < min_units:
+            reason = f"challenger_mean({rule.metric}) for {challenger} rests on {iv.units} prompt(s); the gate needs at least {min_units}"
+        else:
+            value = iv.mean if iv is not None else None
     else:
         c = comparisons.get((challenger, rule.metric))
         if c is not None:
@@ -301,8 +310,10 @@ def decide_promotion(
     comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
     means = {(s.candidate, m): iv for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
     decisions = []
+    # the method's minimum, or every gate prompt when the policy has fewer (a challenger_mean-only policy)
+    need = min(policy.gate_plan.statistics.min_units(), len(policy.gate_plan.prompts))
     for (rid, ck), cand in zip(rnd.challengers, rnd.candidates, strict=True):
-        rules = tuple(judge(r, cand.name, comparisons, means) for r in policy.rules)
+        rules = tuple(judge(r, cand.name, comparisons, means, need) for r in policy.rules)
         decisions.append(
             ChallengerDecision(
                 name=cand.name,
