@@ -193,6 +193,15 @@ def _print_report(doc: dict[str, Any]) -> None:
     console.print(comp)
     if family:
         console.print(family)
+    for c in result["comparisons"]:
+        f = c.get("failures")
+        if f and c["metric"] in SHOWN:
+            console.print(
+                f"{c['candidate']} - {c['baseline']} {c['metric']} in two parts: failed prompts (mean >= {f['threshold']:g}) "
+                f"{f['candidate_failed']} vs {f['baseline_failed']} of {f['prompts']}, rate difference "
+                f"{interval_cell(f['rate_delta'], signed=True)}; delta over the {f['kept']['units']} prompts kept "
+                f"{interval_cell(f['kept'], signed=True)}"
+            )
     for n in sorted(notes):
         console.print(f"note: {n}")
 
