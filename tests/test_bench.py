@@ -139,3 +139,18 @@ def test_quick_train_and_prefect(tmp_path: Path) -> None:
     check_figures(figures[:8], TRAIN)
     assert [(f["name"].startswith("train tiny full"), f["unit"]) for f in figures[:2]] == [(True, "utterances/s"), (True, "frames/s")]
     check_figures(figures[8:], PREFECT)
+
+
+def test_stats_round_two_scenarios_run_through_the_gate() -> None:
+    from voxledger.bench_stages.stats_robust import bench_robust
+
+    figures = bench_robust(40)  # a smoke run: the measured table is docs/statistics.md (1000 per row)
+    names = [f.name for f in figures]
+    prefixes = ("catastrophic 5%", "catastrophic 10%", "equal failures 5%", "equal failures 10%", "round-off constant delta",
+                "identical challenger", "bounded: gate pass rate", "bounded: MUSHRA", "bounded: ACR", "3-challenger round",
+                "18-way family", "listening 6 pairs", "cluster_bootstrap_t, 20 x 1", "power, demo WER rule")  # fmt: skip
+    assert all(any(n.startswith(p) for n in names) for p in prefixes), names
+    assert len(figures) == 61 and all(math.isfinite(f.value) and 0 <= f.value <= 100 for f in figures)
+    by = {f.name: f.value for f in figures}
+    assert by["round-off constant delta: estimable"] == 0 and by["identical challenger: passes any paired rule"] == 0
+    assert by["bounded: gate pass rate 0.9, 20 prompts, Wilson: intervals outside the range"] == 0

@@ -133,10 +133,17 @@ SECTIONS = ("hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "d
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
 
 
-def run_all(*, quick: bool = False, sections: tuple[str, ...] = ("hash", "corpus", "catalog"), home: str | None = None) -> list[Figure]:
+def run_all(
+    *,
+    quick: bool = False,
+    sections: tuple[str, ...] = ("hash", "corpus", "catalog"),
+    home: str | None = None,
+    replications: int | None = None,
+) -> list[Figure]:
     """Run the benchmarks; ``quick`` shrinks every size (a smoke run, not a measurement).
 
-    ``home`` is the voxledger home whose past pipeline runs the ``demo`` section reads.
+    ``home`` is the voxledger home whose past pipeline runs the ``demo`` section reads;
+    ``replications`` sets the simulated data sets per row of the ``stats`` section.
     """
     figures: list[Figure] = []
     work = Path(tempfile.mkdtemp(prefix="voxledger-bench-"))
@@ -150,7 +157,7 @@ def run_all(*, quick: bool = False, sections: tuple[str, ...] = ("hash", "corpus
         if set(sections) - {"hash", "corpus", "catalog"}:
             from voxledger.bench_stages import run_stages
 
-            figures += run_stages(work, sections, quick=quick, home=home)
+            figures += run_stages(work, sections, quick=quick, home=home, replications=replications)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return figures

@@ -37,10 +37,10 @@ def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
 
 # A 1-epoch test model fails the content gate (so it has no speaker similarity): these rules use
 # metrics every valid row gets, with bounds loose enough for it. Its CER deltas can be the same on
-# every prompt, where no interval is estimable (a delta_high rule fails, with that reason), so the
-# passing policy gates on the mean delta.
+# every prompt, where no interval is estimable, and then every paired rule fails with that reason
+# (delta_mean too), so the passing policy gates on the challenger's own means.
 PASSING = (GateRule(metric="content_gate_pass", statistic="challenger_mean", op=">=", threshold=0.0),
-           GateRule(metric="cer:basic", statistic="delta_mean", op="<=", threshold=5.0))  # fmt: skip
+           GateRule(metric="cer:basic", statistic="challenger_mean", op="<=", threshold=5.0))  # fmt: skip
 UNMEASURED = (GateRule(metric="speaker_sim", statistic="delta_mean", op=">=", threshold=-2.0),)
 IMPOSSIBLE = (GateRule(metric="wer:whisper_en", statistic="delta_high", op="<=", threshold=-5.0, why="cannot pass"),)
 
@@ -64,6 +64,7 @@ def test_first_promotion_sets_champion_and_history(setup: tuple[Home, Path, str,
     assert r.parameters.incumbent == "base"  # no champion yet: judged against the base model
     names = [c.name for c in r.result.challengers]
     assert "epoch1" in names  # the last epoch is always a challenger
+    assert f"over the round's {len(names)} challenger(s)" in (r.result.error_control or "")
     assert all(v.value is not None for c in r.result.challengers for v in c.rules)
     champ = alias_state(home, "champion")
     assert champ is not None and champ.receipt_sha256 == out.receipt_id
@@ -98,6 +99,34 @@ def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) ->
     lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=other.receipt.subject("best").sha256)
     with pytest.raises(GateFailedError, match="serves on base .* trained on base"):
         promote_adapter_fn(home, lora.receipt_id, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+
+
+def test_plan_power_reads_a_stored_gate_evaluation(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
+    import yaml
+
+    home, corpus, _, run = setup
+    out = promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+    rules = (*PASSING, GateRule(metric="cer:basic", statistic="delta_high", op="<=", threshold=0.05),
+             GateRule(metric="cer:basic", statistic="failure_rate_delta_high", op="<=", threshold=0.1))  # fmt: skip
+    path = tmp_path / "power.yaml"
+    path.write_text(yaml.safe_dump(policy(rules, name="power").model_dump(mode="json")))
+    res = CliRunner().invoke(
+        main, ["--home", str(home.root), "plan", "power", str(path), "--pilot", out.receipt.parameters.evaluation[:16], "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert [r["rule"] for r in doc["rules"]] == [
+        "challenger_mean(content_gate_pass) >= 0", "challenger_mean(cer:basic) <= 5", "delta_high(cer:basic) <= 0.05",
+        "failure_rate_delta_high(cer:basic) <= 0.1"]  # fmt: skip
+    assert doc["rules"][0]["note"].startswith("not assessed") and doc["rules"][3]["note"].startswith("not assessed")
+    paired = doc["rules"][2]
+    assert (
+        paired["prompts"] == 5 and paired["candidate"].startswith("epoch") and paired["confidence"] == pytest.approx(0.975)
+    )  # Bonferroni over 2
+    check = CliRunner().invoke(main, ["--home", str(home.root), "plan", "check", str(path)])
+    assert check.exit_code == 0 and "valid promotion policy 'power'" in check.output
+    bad = CliRunner().invoke(main, ["--home", str(home.root), "plan", "power", str(path), "--pilot", run[:16]])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
 
 
 @pytest.mark.prefect  # prune --execute runs as a Prefect flow

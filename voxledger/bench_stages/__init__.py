@@ -43,8 +43,11 @@ __all__ = [
 ]
 
 
-def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str | None = None) -> list[Figure]:
-    """The stage sections named in ``sections``, in a fixed order; ``quick`` shrinks every size."""
+def run_stages(
+    work: Path, sections: tuple[str, ...], *, quick: bool, home: str | None = None, replications: int | None = None
+) -> list[Figure]:
+    """The stage sections named in ``sections``, in a fixed order; ``quick`` shrinks every size;
+    ``replications`` sets the simulated data sets per row of ``stats``."""
     figures: list[Figure] = []
     if "audit" in sections:
         figures += bench_audit(work, 300 if quick else 10_000)
@@ -60,7 +63,7 @@ def run_stages(work: Path, sections: tuple[str, ...], *, quick: bool, home: str 
     if "stats" in sections:
         from voxledger.bench_stages.stats import bench_stats
 
-        figures += bench_stats(quick)
+        figures += bench_stats(quick, replications)
     if "corpus-scale" in sections:
         from voxledger.bench_stages.corpus_scale import bench_corpus_scale
 

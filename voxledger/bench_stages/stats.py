@@ -132,9 +132,18 @@ def _figures(label: str, rates: Rates, legacy: bool = False) -> list[Figure]:
     return [Figure(f"{label}: Type-I at 5%", t1, "%", f"3-7: {tag}"), Figure(f"{label}: coverage at 95%", cov, "%", f">= 93: {ctag}")]
 
 
-def bench_stats(quick: bool = False) -> list[Figure]:
-    """The simulation table (fixed seeds): every selectable method x design x data model."""
-    reps, boot_reps = (300, 150) if quick else (4000, 1000)
+DEFAULT_REPLICATIONS = 1000
+QUICK_REPLICATIONS = 150
+
+
+def bench_stats(quick: bool = False, replications: int | None = None) -> list[Figure]:
+    """The simulation table (fixed seeds): every selectable method x design x data model, then the
+    round-two scenarios (``stats_robust``). ``replications`` data sets per t row (default 1000,
+    150 with ``quick``); bootstrap and legacy rows use a quarter of that (at least 100)."""
+    from voxledger.bench_stages.stats_robust import bench_robust
+
+    reps = replications or (QUICK_REPLICATIONS if quick else DEFAULT_REPLICATIONS)
+    boot_reps = max(100, reps // 4)
     figures: list[Figure] = []
     runs: list[tuple[str, Callable[[], Rates], bool]] = []
     for name, k, seeds in EVAL_DESIGNS:
@@ -164,4 +173,4 @@ def bench_stats(quick: bool = False) -> list[Figure]:
             )
     for label, run, legacy in runs:
         figures += _figures(label, run(), legacy)
-    return figures
+    return figures + bench_robust(reps)

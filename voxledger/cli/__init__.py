@@ -27,6 +27,7 @@ from voxledger.cli import equivalence as _equivalence
 from voxledger.cli import init as _init
 from voxledger.cli import listening as _listening
 from voxledger.cli import package as _package
+from voxledger.cli import plan as _plan
 from voxledger.cli import provenance as _provenance
 from voxledger.cli import server as _server
 from voxledger.cli import stages as _stages
@@ -177,6 +178,7 @@ for _module in (
     _init,
     _listening,
     _package,
+    _plan,
     _provenance,
     _server,
     _stages,

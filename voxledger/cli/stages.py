@@ -173,10 +173,14 @@ def _print_report(doc: dict[str, Any]) -> None:
         title="paired comparisons (unit: prompt; seeds averaged within a prompt)",
     )
     notes: set[str] = set()
+    family = ""
     for c in result["comparisons"]:
         if c["metric"] in SHOWN:
             t = c["test"]
             p = "-" if t["p_value"] is None else f"{t['p_value']:.2e}"
+            if t.get("p_adjusted") is not None:
+                p += f" ({t['adjustment']} {t['p_adjusted']:.2e})"
+                family = f"p adjusted over the family '{t['family']}' ({t['family_size']} tests, {t['adjustment']})"
             comp.add_row(
                 f"{c['candidate']} - {c['baseline']}",
                 c["metric"],
@@ -185,8 +189,19 @@ def _print_report(doc: dict[str, Any]) -> None:
                 p,
                 f"{t['units']} prompts / {c['n_pairs']} pairs",
             )
-            notes.update(n for n in (c["delta"].get("note"), t.get("note")) if n)
+            notes.update(n for n in (c["delta"].get("note"), t.get("note"), c["delta"].get("fallback")) if n)
     console.print(comp)
+    if family:
+        console.print(family)
+    for c in result["comparisons"]:
+        f = c.get("failures")
+        if f and c["metric"] in SHOWN:
+            console.print(
+                f"{c['candidate']} - {c['baseline']} {c['metric']} in two parts: failed prompts (mean >= {f['threshold']:g}) "
+                f"{f['candidate_failed']} vs {f['baseline_failed']} of {f['prompts']}, rate difference "
+                f"{interval_cell(f['rate_delta'], signed=True)}; delta over the {f['kept']['units']} prompts kept "
+                f"{interval_cell(f['kept'], signed=True)}"
+            )
     for n in sorted(notes):
         console.print(f"note: {n}")
 

@@ -34,6 +34,29 @@ MetricName = Literal[
     "rtf",
 ]
 LOWER_IS_BETTER: frozenset[str] = frozenset({"wer", "cer", "silence_fraction", "clipping_fraction", "rtf"})
+METRIC_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "wer": (0.0, None),
+    "cer": (0.0, None),
+    "speaker_sim": (-1.0, 1.0),
+    "predicted_mos_ovrl": (1.0, 5.0),
+    "predicted_mos_sig": (1.0, 5.0),
+    "predicted_mos_bak": (1.0, 5.0),
+    "duration_s": (0.0, None),
+    "expected_duration_ratio": (0.0, None),
+    "silence_fraction": (0.0, 1.0),
+    "clipping_fraction": (0.0, 1.0),
+    "content_gate_pass": (0.0, 1.0),
+    "anchor_hit_rate": (0.0, 1.0),
+    "rtf": (0.0, None),
+}
+"""The range each metric's values can take (None: unbounded on that side); no interval leaves it."""
+PROPORTION_METRICS: frozenset[str] = frozenset({"content_gate_pass"})
+"""0/1 outcomes per row: Wilson intervals for their rates, Newcombe for paired differences."""
+
+
+def metric_range(metric: str) -> tuple[float | None, float | None]:
+    """The range of ``metric`` (``wer:whisper_en`` -> the range of ``wer``); unbounded when unknown."""
+    return METRIC_RANGES.get(metric.split(":", 1)[0], (None, None))
 
 
 class Anchor(Frozen):
@@ -95,6 +118,10 @@ class MetricSuite(Frozen):
 
 IntervalMethod = Literal["cluster_t", "cluster_bootstrap_t"]
 TestMethod = Literal["cluster_t"]
+RecordedInterval = Literal["cluster_t", "cluster_bootstrap_t", "wilson", "newcombe_paired"]
+"""What an interval in a receipt was computed with: the plan's method, or the proportion method
+(``wilson`` for a 0/1 metric's rate, ``newcombe_paired`` for a paired difference of rates)."""
+Multiplicity = Literal["holm", "fdr_bh"]
 MIN_PROMPTS: dict[str, int] = {"cluster_t": 5, "cluster_bootstrap_t": 5}
 """Fewest prompts (independent units) each method needs; docs/statistics.md gives the reasons."""
 
@@ -106,6 +133,10 @@ class StatisticsSettings(Frozen):
     ``cluster_bootstrap_t`` a studentized bootstrap resampling prompts (better for skewed
     metrics with many prompts). ``test``: ``cluster_t`` is a one-sample t test on per-prompt mean
     deltas. Seeds are nested in prompts and averaged within each prompt first.
+    ``multiplicity``: how the p-values of one evaluation's comparisons (its family) are adjusted:
+    ``holm`` (familywise error, the default) or ``fdr_bh`` (Benjamini-Hochberg false discovery
+    rate). ``failure_threshold``: a prompt whose mean error rate (WER, CER) reaches it counts as a
+    failed prompt in the two-part comparison of error rates.
     """
 
     bootstrap_resamples: int = Field(default=2000, ge=100)
@@ -114,6 +145,10 @@ class StatisticsSettings(Frozen):
     cluster: Literal["prompt"] = "prompt"
     interval: IntervalMethod = "cluster_t"
     test: TestMethod = "cluster_t"
+    # fields added after the first release are left out of the canonical form at their default,
+    # so the digests of plans written before them do not change
+    multiplicity: Multiplicity = Field(default="holm", exclude_if=lambda v: v == "holm")
+    failure_threshold: float = Field(default=0.5, gt=0, exclude_if=lambda v: v == 0.5)
 
     def min_units(self) -> int:
         """Fewest prompts the chosen interval and test need."""
@@ -190,21 +225,27 @@ class Interval(Frozen):
     """A mean over prompts with a confidence interval; ``low``/``high`` are None when not estimable.
 
     ``mean`` weights every prompt equally (the mean of per-prompt means); ``n`` counts rows,
-    ``units`` the prompts the interval rests on; ``note`` says why an interval is missing.
+    ``units`` the prompts the interval rests on; ``note`` says why an interval is missing;
+    ``fallback`` says when the plan's method left the metric's range and a bounded one replaced it.
     """
 
     mean: float
     low: float | None
     high: float | None
     n: int
-    method: IntervalMethod
+    method: RecordedInterval
     unit: Literal["prompt"] = "prompt"
     units: int
     note: str | None = None
+    fallback: str | None = None
 
 
 class PairedTest(Frozen):
-    """A test of ``mean delta = 0`` at the level of the unit; ``p_value`` is None when not estimable."""
+    """A test of ``mean delta = 0`` at the level of the unit; ``p_value`` is None when not estimable.
+
+    ``p_adjusted`` is ``p_value`` adjusted over ``family`` (``family_size`` estimable tests, with
+    ``adjustment``): every comparison of one evaluation forms one family.
+    """
 
     method: TestMethod
     unit: Literal["prompt"] = "prompt"
@@ -212,6 +253,26 @@ class PairedTest(Frozen):
     statistic: float | None
     p_value: float | None
     note: str | None = None
+    p_adjusted: float | None = None
+    adjustment: Multiplicity | None = None
+    family: str | None = None
+    family_size: int | None = None
+
+
+class FailureSplit(Frozen):
+    """Two-part comparison of an error rate: failed prompts, and the metric over the prompts kept.
+
+    A side fails a prompt when its mean error rate there reaches ``threshold``. ``rate_delta`` is
+    the difference of failure rates (candidate - baseline, Newcombe paired interval, inside
+    [-1, 1]); ``kept`` is the paired delta over prompts neither side failed.
+    """
+
+    threshold: float
+    prompts: int
+    candidate_failed: int
+    baseline_failed: int
+    rate_delta: Interval
+    kept: Interval
 
 
 class CandidateSummary(Frozen):
@@ -236,6 +297,7 @@ class Comparison(Frozen):
     test: PairedTest
     n_pairs: int
     lower_is_better: bool
+    failures: FailureSplit | None = None
 
 
 class EvaluationResult(Frozen):

@@ -260,6 +260,7 @@ class CandidateScore(Frozen):
     method: CrossedMethod = "two_way_cluster_t"
     df: int | None = None
     note: str | None = None
+    fallback: str | None = None  # set when the t interval left the scale's range and a bounded one replaced it
 
 
 class PairedDelta(Frozen):
@@ -280,8 +281,13 @@ class PairedDelta(Frozen):
     t_statistic: float | None = None
     df: int | None = None
     p_value: float | None
-    better: str | None  # the candidate the interval favours under the criterion's direction
+    better: str | None  # the candidate favoured under the criterion's direction (Holm-adjusted p and interval agree)
     note: str | None = None
+    p_adjusted: float | None = None
+    adjustment: Literal["holm"] | None = None
+    family: str | None = None
+    family_size: int | None = None
+    fallback: str | None = None
 
 
 class BradleyTerry(Frozen):

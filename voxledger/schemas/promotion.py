@@ -9,7 +9,16 @@ from pydantic import Field, model_validator
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.evaluation import MetricSuite, Prompt, StatisticsSettings
 
-Statistic = Literal["delta_mean", "delta_low", "delta_high", "challenger_mean"]
+Statistic = Literal[
+    "delta_mean",
+    "delta_low",
+    "delta_high",
+    "challenger_mean",
+    "failure_rate_delta_high",
+    "kept_delta_mean",
+    "kept_delta_low",
+    "kept_delta_high",
+]
 
 
 class GateRule(Frozen):
@@ -18,6 +27,11 @@ class GateRule(Frozen):
     ``delta_high`` is the upper bound of the delta's CI: "WER may not get worse by more than 2
     points even at the pessimistic end" reads ``metric: wer:whisper_en, statistic: delta_high,
     op: "<=", threshold: 0.02``.
+
+    Error rates (``wer:*``, ``cer:*``) also have a two-part comparison robust to a few
+    catastrophic prompts: ``failure_rate_delta_high`` is the upper end of the difference of
+    failed-prompt rates (Newcombe), ``kept_delta_*`` the delta over prompts neither side failed.
+    Every paired statistic, ``delta_mean`` included, fails when its interval is not estimable.
     """
 
     metric: str
@@ -43,6 +57,7 @@ class GatePlan(Frozen):
 
 
 PAIRED_STATISTICS = frozenset({"delta_mean", "delta_low", "delta_high"})
+SPLIT_STATISTICS = frozenset({"failure_rate_delta_high", "kept_delta_mean", "kept_delta_low", "kept_delta_high"})
 
 
 class PromotionPolicy(Frozen):
@@ -61,7 +76,7 @@ class PromotionPolicy(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> PromotionPolicy:
-        paired = [f"{r.statistic}({r.metric})" for r in self.rules if r.statistic in PAIRED_STATISTICS]
+        paired = [f"{r.statistic}({r.metric})" for r in self.rules if r.statistic != "challenger_mean"]
         need, have = self.gate_plan.statistics.min_units(), len(self.gate_plan.prompts)
         if paired and have < need:
             raise ValueError(
@@ -118,11 +133,17 @@ class PromotionParameters(Frozen):
 
 
 class PromotionResult(Frozen):
-    """Every challenger's rule values, the decision, and the alias moves."""
+    """Every challenger's rule values, the decision, and the alias moves.
+
+    ``error_control`` says how the round's false-pass rate is held across its challengers;
+    ``power_warning`` flags a policy with under 50% power at its own margin (``plan power``).
+    """
 
     challengers: tuple[ChallengerDecision, ...]
     promoted: str | None
     moves: tuple[AliasMove, ...]
+    error_control: str | None = None
+    power_warning: str | None = None
 
 
 class PromotionReceipt(ReceiptBase):

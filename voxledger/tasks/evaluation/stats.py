@@ -8,8 +8,12 @@ are averaged within the prompt first and every interval and test works on the pe
 - ``cluster_bootstrap_t``: studentized bootstrap of the prompt means (resampling prompts), which
   follows a skewed metric better than the t interval once there are enough prompts.
 
-Fewer prompts than the method needs (``MIN_PROMPTS``), or no spread between prompts, give an
-interval reported as not estimable (``low``/``high`` None and a ``note``), never a zero-width one.
+Fewer prompts than the method needs (``MIN_PROMPTS``), or no spread between prompts beyond
+round-off (``intervals.no_spread``), give an interval reported as not estimable (``low``/``high``
+None and a ``note``), never a zero-width one. Intervals stay inside the metric's range: Wilson for
+0/1 rates, Newcombe for their paired differences, a logit/log-scale fallback (recorded in
+``fallback``) when a t interval crosses a bound. Error rates also get a two-part comparison
+(``failure_split``), and the p-values of one evaluation are adjusted as one family.
 """
 
 from __future__ import annotations
@@ -21,7 +25,20 @@ import numpy as np
 from scipy import stats
 
 from voxledger.schemas.errors import EvaluationError
-from voxledger.schemas.evaluation import MIN_PROMPTS, Interval, PairedTest, StatisticsSettings
+from voxledger.schemas.evaluation import (
+    MIN_PROMPTS,
+    PROPORTION_METRICS,
+    FailureSplit,
+    Interval,
+    Multiplicity,
+    PairedTest,
+    StatisticsSettings,
+    metric_range,
+)
+from voxledger.tasks.evaluation.intervals import Bounds, adjust, bounded_t, delta_bounds, inside, newcombe_paired, no_spread, wilson
+
+ERROR_RATES = frozenset({"wer", "cer"})
+"""Metrics compared in two parts as well (failed prompts, and the rest): ``failure_split``."""
 
 
 def check_values(values: list[float], clusters: list[str], what: str) -> None:
@@ -47,12 +64,14 @@ def prompt_means(values: list[float], clusters: list[str], what: str = "values")
     return np.array([np.mean(groups[k]) for k in sorted(groups)])
 
 
-def _not_estimable(means: np.ndarray, n: int, settings: StatisticsSettings) -> str | None:
+def _not_estimable(means: np.ndarray, settings: StatisticsSettings, scale: float, proportion: bool) -> str | None:
     need = MIN_PROMPTS[settings.interval]
     if means.size < need:
         return f"{means.size} prompt(s); {settings.interval} needs at least {need} (add prompts to the plan)"
-    if np.ptp(means) == 0:
-        return f"all {means.size} prompt means equal {means[0]:g}: no spread between prompts, so no interval can be estimated"
+    if not proportion and no_spread(means, scale):
+        return (
+            f"all {means.size} prompt means equal {means[0]:g} up to round-off: no spread between prompts, so no interval can be estimated"
+        )
     return None
 
 
@@ -79,55 +98,175 @@ def bootstrap_t_interval(means: np.ndarray, confidence: float, resamples: int, s
     return m - float(q_high) * se, m - float(q_low) * se
 
 
-def interval_of_means(means: np.ndarray, n: int, settings: StatisticsSettings) -> Interval:
-    """The plan's interval over unit means (not estimable when too few units or no spread)."""
-    note = _not_estimable(means, n, settings)
-    base = {"mean": float(means.mean()), "n": n, "method": settings.interval, "units": int(means.size)}
+def interval_of_means(
+    means: np.ndarray,
+    n: int,
+    settings: StatisticsSettings,
+    *,
+    bounds: Bounds = (None, None),
+    scale: float = 0.0,
+    proportion: bool = False,
+) -> Interval:
+    """The plan's interval over unit means, inside ``bounds`` (not estimable when too few units or
+    no spread beyond round-off relative to ``scale``).
+
+    ``proportion``: the units are rates of a 0/1 outcome, and the Wilson interval over units is
+    used (exact for one row per prompt, conservative with more, since a mean of values in [0, 1]
+    with mean p has variance at most p(1 - p)).
+    """
+    note = _not_estimable(means, settings, scale, proportion)
+    mean = float(means.mean())
+    base = {"mean": mean, "n": n, "units": int(means.size)}
     if note is not None:
-        return Interval(**base, low=None, high=None, note=note)  # type: ignore[arg-type]
+        return Interval(**base, method=settings.interval, low=None, high=None, note=note)  # type: ignore[arg-type]
+    if proportion:
+        low, high = wilson(float(means.sum()), int(means.size), settings.confidence)
+        return Interval(**base, method="wilson", low=low, high=high)  # type: ignore[arg-type]
     if settings.interval == "cluster_t":
-        low, high = t_interval(means, settings.confidence)
-    else:
-        low, high = bootstrap_t_interval(means, settings.confidence, settings.bootstrap_resamples, settings.bootstrap_seed)
-    return Interval(**base, low=low, high=high)  # type: ignore[arg-type]
+        low, high, fell_back = bounded_t(mean, float(stats.sem(means)), means.size - 1, settings.confidence, bounds)
+        fallback = None
+        if fell_back:
+            fallback = f"the t interval left the range {_range(bounds)}; delta-method interval on the {_scale(bounds)} scale used"
+        return Interval(**base, method="cluster_t", low=low, high=high, fallback=fallback)  # type: ignore[arg-type]
+    low, high = bootstrap_t_interval(means, settings.confidence, settings.bootstrap_resamples, settings.bootstrap_seed)
+    fallback = None
+    if not inside(low, high, bounds):
+        lo, hi = bounds
+        low, high = max(low, lo) if lo is not None else low, min(high, hi) if hi is not None else high
+        fallback = f"the bootstrap-t interval left the range {_range(bounds)}; clipped to it"
+    return Interval(**base, method="cluster_bootstrap_t", low=low, high=high, fallback=fallback)  # type: ignore[arg-type]
 
 
-def clustered_interval(values: list[float], clusters: list[str], settings: StatisticsSettings, what: str = "values") -> Interval:
+def _range(bounds: Bounds) -> str:
+    lo, hi = bounds
+    return f"[{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}]"
+
+
+def _scale(bounds: Bounds) -> str:
+    return "logit" if bounds[0] is not None and bounds[1] is not None else "log"
+
+
+def clustered_interval(
+    values: list[float], clusters: list[str], settings: StatisticsSettings, what: str = "values", metric: str | None = None
+) -> Interval:
     """Mean of per-prompt means with the plan's interval; ``clusters`` gives each value's prompt id.
+
+    ``metric`` (when given) sets the range the interval must stay inside and whether it is a
+    proportion (``schemas.evaluation.METRIC_RANGES``, ``PROPORTION_METRICS``).
 
     Raises:
         EvaluationError: lengths differ, no values, or a value is NaN or infinite.
     """
-    return interval_of_means(prompt_means(values, clusters, what), len(values), settings)
+    means = prompt_means(values, clusters, what)
+    bounds = metric_range(metric) if metric else (None, None)
+    scale = float(np.max(np.abs(values)))
+    return interval_of_means(means, len(values), settings, bounds=bounds, scale=scale, proportion=metric in PROPORTION_METRICS)
 
 
-def t_test(means: np.ndarray, settings: StatisticsSettings) -> PairedTest:
-    """One-sample t test of mean 0 on unit means; not estimable below the minimum or without spread."""
+def t_test(means: np.ndarray, settings: StatisticsSettings, scale: float = 0.0) -> PairedTest:
+    """One-sample t test of mean 0 on unit means; not estimable below the minimum or without spread
+    (beyond round-off relative to ``scale``), so never p = 0 from a constant delta."""
     need = MIN_PROMPTS[settings.test]
     note = None
     if means.size < need:
         note = f"{means.size} prompt(s); {settings.test} needs at least {need} (add prompts to the plan)"
-    elif np.ptp(means) == 0:
-        note = f"all {means.size} prompt deltas equal {means[0]:g}: no spread, the test is undefined"
+    elif no_spread(means, scale):
+        note = f"all {means.size} prompt deltas equal {means[0]:g} up to round-off: no spread, the test is undefined"
     if note is not None:
         return PairedTest(method=settings.test, units=int(means.size), statistic=None, p_value=None, note=note)
     res = stats.ttest_1samp(means, 0.0)
     return PairedTest(method=settings.test, units=int(means.size), statistic=float(res.statistic), p_value=float(res.pvalue))
 
 
+def _paired_means(
+    cand: dict[tuple[str, int], float], base: dict[tuple[str, int], float], what: str
+) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray, float]:
+    keys = sorted(set(cand) & set(base))
+    if not keys:
+        raise EvaluationError(f"{what}: no shared (prompt, seed) pairs between candidate and baseline")
+    prompts = [k[0] for k in keys]
+    c = prompt_means([cand[k] for k in keys], prompts, what)
+    b = prompt_means([base[k] for k in keys], prompts, what)
+    scale = float(max(np.max(np.abs(c)), np.max(np.abs(b))))
+    return keys, c, b, scale
+
+
 def paired_delta(
-    cand: dict[tuple[str, int], float], base: dict[tuple[str, int], float], settings: StatisticsSettings, what: str = "delta"
+    cand: dict[tuple[str, int], float],
+    base: dict[tuple[str, int], float],
+    settings: StatisticsSettings,
+    what: str = "delta",
+    metric: str | None = None,
 ) -> tuple[Interval, PairedTest, int]:
     """Delta (candidate - baseline) over shared (prompt, seed) keys, averaged per prompt.
 
-    Returns the interval of the mean delta, the test at the prompt level, and the number of pairs.
+    Returns the interval of the mean delta (inside the range a difference of ``metric`` can take;
+    Newcombe's paired interval for a 0/1 metric with one seed), the test at the prompt level, and
+    the number of pairs. Minimums count the prompts actually compared.
 
     Raises:
         EvaluationError: no shared pairs, or a non-finite value.
     """
-    keys = sorted(set(cand) & set(base))
-    if not keys:
-        raise EvaluationError(f"{what}: no shared (prompt, seed) pairs between candidate and baseline")
-    diffs = [cand[k] - base[k] for k in keys]
-    means = prompt_means(diffs, [k[0] for k in keys], what)
-    return interval_of_means(means, len(diffs), settings), t_test(means, settings), len(keys)
+    keys, c, b, scale = _paired_means(cand, base, what)
+    means = c - b
+    bounds = delta_bounds(metric_range(metric)) if metric else (None, None)
+    test = t_test(means, settings, scale)
+    one_row_per_prompt = len(keys) == means.size
+    if metric in PROPORTION_METRICS and one_row_per_prompt and means.size >= MIN_PROMPTS[settings.interval]:
+        low, high = newcombe_paired(c, b, settings.confidence)
+        iv = Interval(mean=float(means.mean()), low=low, high=high, n=len(keys), method="newcombe_paired", units=int(means.size))
+        return iv, test, len(keys)
+    return interval_of_means(means, len(keys), settings, bounds=bounds, scale=scale), test, len(keys)
+
+
+def failure_split(
+    cand: dict[tuple[str, int], float], base: dict[tuple[str, int], float], settings: StatisticsSettings, what: str = "delta"
+) -> FailureSplit:
+    """Two-part comparison of an error rate: the difference of failed-prompt rates (Newcombe) and
+    the delta over prompts neither side failed (the plan's interval).
+
+    A few catastrophic prompts dominate a mean of error rates and make its t interval optimistic
+    whenever the sample happens to miss them (docs/statistics.md); the two parts are each
+    estimated with a method that holds its level, and a gate can bound both.
+    """
+    _, c, b, scale = _paired_means(cand, base, what)
+    thr = settings.failure_threshold
+    c_fail, b_fail = (c >= thr).astype(float), (b >= thr).astype(float)
+    keep = (c_fail == 0) & (b_fail == 0)
+    if c.size < MIN_PROMPTS[settings.interval]:
+        rate = Interval(
+            mean=float((c_fail - b_fail).mean()),
+            low=None,
+            high=None,
+            n=int(c.size),
+            method="newcombe_paired",
+            units=int(c.size),
+            note=f"{c.size} prompt(s); a failure-rate interval needs at least {MIN_PROMPTS[settings.interval]}",
+        )
+    else:
+        low, high = newcombe_paired(c_fail, b_fail, settings.confidence)
+        rate = Interval(
+            mean=float((c_fail - b_fail).mean()), low=low, high=high, n=int(c.size), method="newcombe_paired", units=int(c.size)
+        )
+    diffs = (c - b)[keep]
+    kept = interval_of_means(diffs, int(keep.sum()), settings, bounds=(None, None), scale=scale) if diffs.size else None
+    if kept is None:
+        kept = Interval(mean=0.0, low=None, high=None, n=0, method=settings.interval, units=0, note="every prompt failed on one side")
+    return FailureSplit(
+        threshold=thr,
+        prompts=int(c.size),
+        candidate_failed=int(c_fail.sum()),
+        baseline_failed=int(b_fail.sum()),
+        rate_delta=rate,
+        kept=kept,
+    )
+
+
+def adjust_family(tests: list[PairedTest], family: str, method: Multiplicity) -> list[PairedTest]:
+    """``tests`` with p-values adjusted over the family of those that are estimable (Holm or BH)."""
+    idx = [i for i, t in enumerate(tests) if t.p_value is not None]
+    adjusted = adjust([tests[i].p_value for i in idx], method)  # type: ignore[misc]
+    out = list(tests)
+    for i, p in zip(idx, adjusted, strict=True):
+        out[i] = tests[i].model_copy(update={"p_adjusted": p, "adjustment": method, "family": family, "family_size": len(idx)})
+    return out

@@ -7,7 +7,9 @@ raters alone are independent. Every interval and test here is therefore clustere
 - Means per (criterion, candidate) and paired deltas ``b - a`` within (rater, prompt) with a
   two-way cluster-robust variance (Cameron, Gelbach & Miller 2011): V = V_rater + V_prompt -
   V_rater x prompt, each with the G / (G - 1) small-sample factor, max(V_rater, V_prompt) when the
-  difference is not positive, and a t reference on min(raters, prompts) - 1 degrees of freedom.
+  difference is not positive, and a t reference on min(raters, prompts) - 1 degrees of freedom;
+  intervals stay inside the scale's range (logit-scale fallback), and the paired deltas of one
+  aggregate are Holm-adjusted as one family before any candidate is called better.
   With fewer than ``MIN_RATERS`` raters or ``MIN_LISTENING_PROMPTS`` prompts, or no spread, the
   interval and test are reported as not estimable, and no candidate is called better. For A/B
   criteria the CMOS itself is the paired delta, oriented as b over a.
@@ -42,6 +44,7 @@ from voxledger.schemas.listening_receipts import (
     RaterBias,
     RatingRow,
 )
+from voxledger.tasks.evaluation.intervals import REL_TOL, Bounds, adjust, bounded_t, delta_bounds, no_spread
 
 SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor")  # rated on the scale (agreement, bias)
 SCREENING_SCORED = ("hidden_reference", "low_anchor")  # MUSHRA screening items: never compared as candidates
@@ -65,6 +68,7 @@ class CrossedEstimate:
     df: int | None = None
     p_value: float | None = None
     note: str | None = None
+    fallback: str | None = None
 
 
 def _cluster_var(resid: np.ndarray, groups: np.ndarray) -> float:
@@ -75,8 +79,14 @@ def _cluster_var(resid: np.ndarray, groups: np.ndarray) -> float:
     return float((sums**2).sum() / resid.size**2 * g / (g - 1)) if g > 1 else math.nan
 
 
-def crossed_mean(values: list[float], raters: list[str], prompts: list[str], confidence: float) -> CrossedEstimate:
+def crossed_mean(
+    values: list[float], raters: list[str], prompts: list[str], confidence: float, bounds: Bounds = (None, None)
+) -> CrossedEstimate:
     """Mean of ``values`` with a two-way (rater x prompt) cluster-robust t interval and test of 0.
+
+    The interval stays inside ``bounds`` (the scale's range, or a delta's): when the t interval
+    crosses one, the logit-scale delta-method interval replaces it and ``fallback`` says so. A
+    standard error at round-off level relative to the scores' magnitude counts as no spread.
 
     Raises:
         EvaluationError: the three lists differ in length, are empty, or a value is not finite.
@@ -104,21 +114,23 @@ def crossed_mean(values: list[float], raters: list[str], prompts: list[str], con
     v_r, v_p = _cluster_var(resid, r), _cluster_var(resid, p)
     v = v_r + v_p - _cluster_var(resid, np.char.add(np.char.add(r.astype(str), "\x1f"), p.astype(str)))
     v = v if v > 0 else max(v_r, v_p)
-    if not v > 0:
-        return _with_note(est, f"all {y.size} values equal {y[0]:g}: no spread, so no interval can be estimated")
+    scale = max((abs(b) for b in bounds if b is not None), default=0.0)
+    if no_spread(y, scale) or not math.sqrt(max(v, 0.0)) > REL_TOL * max(scale, float(np.max(np.abs(y)))):
+        return _with_note(est, f"all {y.size} values equal {y[0]:g} up to round-off: no spread, so no interval can be estimated")
     se, df = math.sqrt(v), min(n_r, n_p) - 1
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    low, high, fell_back = bounded_t(est.mean, se, df, confidence, bounds)
     t = est.mean / se
     return CrossedEstimate(
         mean=est.mean,
         n=est.n,
         raters=n_r,
         prompts=n_p,
-        low=est.mean - half,
-        high=est.mean + half,
+        low=low,
+        high=high,
         t=t,
         df=df,
         p_value=float(2 * stats.t.sf(abs(t), df)),
+        fallback=f"the t interval left the range [{bounds[0]:g}, {bounds[1]:g}]; logit-scale interval used" if fell_back else None,
     )
 
 
@@ -133,10 +145,22 @@ def _columns(cells: list[Cell]) -> tuple[list[float], list[str], list[str]]:
     return [c[0] for c in cells], [c[1] for c in cells], [c[2] for c in cells]
 
 
-def candidate_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateScore]:
+Ranges = Mapping[str, tuple[float, float]]
+
+
+def _score_bounds(ranges: Ranges | None, criterion: str, task: str) -> Bounds:
+    if ranges is None or criterion not in ranges:
+        return (None, None)
+    lo, hi = ranges[criterion]
+    return (-max(abs(lo), abs(hi)), max(abs(lo), abs(hi))) if task == "ab" else (lo, hi)
+
+
+def candidate_scores(rows: list[RatingRow], spec: Statistics, ranges: Ranges | None = None) -> list[CandidateScore]:
     """Mean and crossed interval per (criterion, candidate); for A/B the mean CMOS advantage.
 
-    Candidate stimuli only: the MUSHRA hidden reference and low anchor are in ``screening_scores``.
+    ``ranges`` maps a criterion to its scale's [min, max] (ACR [1, 5], MUSHRA [0, 100], CMOS
+    [-3, 3]); no interval leaves it. Candidate stimuli only: the MUSHRA hidden reference and low
+    anchor are in ``screening_scores``.
     """
     groups: dict[tuple[str, TaskType, str], list[Cell]] = defaultdict(list)
     for r in rows:
@@ -145,22 +169,22 @@ def candidate_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateS
             groups[(r.criterion, r.task, r.versus_candidate)].append((-r.score, r.rater_id, r.prompt_id))
         elif r.role == "stimulus":
             groups[(r.criterion, r.task, r.candidate)].append((r.score, r.rater_id, r.prompt_id))
-    return _scores(groups, spec)
+    return _scores(groups, spec, ranges)
 
 
-def screening_scores(rows: list[RatingRow], spec: Statistics) -> list[CandidateScore]:
+def screening_scores(rows: list[RatingRow], spec: Statistics, ranges: Ranges | None = None) -> list[CandidateScore]:
     """Mean per (criterion, screening role) of the MUSHRA hidden reference and low anchor; ``candidate`` is the role."""
     groups: dict[tuple[str, TaskType, str], list[Cell]] = defaultdict(list)
     for r in rows:
         if r.role in SCREENING_SCORED:
             groups[(r.criterion, r.task, r.role)].append((r.score, r.rater_id, r.prompt_id))
-    return _scores(groups, spec)
+    return _scores(groups, spec, ranges)
 
 
-def _scores(groups: dict[tuple[str, TaskType, str], list[Cell]], spec: Statistics) -> list[CandidateScore]:
+def _scores(groups: dict[tuple[str, TaskType, str], list[Cell]], spec: Statistics, ranges: Ranges | None) -> list[CandidateScore]:
     out = []
     for (criterion, task, cand), cells in sorted(groups.items()):
-        e = crossed_mean(*_columns(cells), spec.confidence)
+        e = crossed_mean(*_columns(cells), spec.confidence, _score_bounds(ranges, criterion, task))
         out.append(
             CandidateScore(
                 criterion=criterion,
@@ -174,6 +198,7 @@ def _scores(groups: dict[tuple[str, TaskType, str], list[Cell]], spec: Statistic
                 ci_high=_round(e.high),
                 df=e.df,
                 note=e.note,
+                fallback=e.fallback,
             )
         )
     return out
@@ -195,12 +220,29 @@ def _paired(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], list[
     return out
 
 
-def paired_deltas(rows: list[RatingRow], spec: Statistics, directions: Mapping[str, str]) -> list[PairedDelta]:
-    """Every candidate pair per criterion: mean delta, crossed interval and t test."""
-    out = []
+def paired_deltas(
+    rows: list[RatingRow], spec: Statistics, directions: Mapping[str, str], ranges: Ranges | None = None
+) -> list[PairedDelta]:
+    """Every candidate pair per criterion: mean delta, crossed interval and t test.
+
+    All pairs of one aggregate form one family: p-values are Holm-adjusted over it, and a
+    candidate is called ``better`` only when its adjusted p-value is below 1 - confidence (and
+    the interval agrees), so six pairs no longer give a one-in-four chance of a spurious verdict.
+    """
+    estimates = []
     for (criterion, task, a, b), cells in sorted(_paired(rows).items()):
-        e = crossed_mean(*_columns(cells), spec.confidence)
-        higher = b if e.low is not None and e.low > 0 else a if e.high is not None and e.high < 0 else None
+        lo, hi = _score_bounds(ranges, criterion, task)
+        bounds = delta_bounds((lo, hi)) if task != "ab" else (lo, hi)
+        estimates.append(((criterion, task, a, b), crossed_mean(*_columns(cells), spec.confidence, bounds)))
+    raw = [e.p_value for _, e in estimates if e.p_value is not None]
+    adjusted = iter(adjust(raw, "holm"))
+    alpha = 1 - spec.confidence
+    out = []
+    for (criterion, task, a, b), e in estimates:
+        p_adj = next(adjusted) if e.p_value is not None else None
+        higher = None
+        if p_adj is not None and p_adj < alpha:
+            higher = b if e.low is not None and e.low > 0 else a if e.high is not None and e.high < 0 else None
         lower_better = task != "ab" and directions.get(criterion) == "lower_better"
         better = None if higher is None else ({a: b, b: a}[higher] if lower_better else higher)
         out.append(
@@ -218,8 +260,13 @@ def paired_deltas(rows: list[RatingRow], spec: Statistics, directions: Mapping[s
                 t_statistic=_round(e.t),
                 df=e.df,
                 p_value=_round(e.p_value),
+                p_adjusted=_round(p_adj),
+                adjustment="holm" if p_adj is not None else None,
+                family="every paired delta of this aggregate" if p_adj is not None else None,
+                family_size=len(raw) if p_adj is not None else None,
                 better=better,
                 note=e.note,
+                fallback=e.fallback,
             )
         )
     return out

@@ -25,7 +25,7 @@ from voxledger.stores.queries import alias_target
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
 from voxledger.tasks.evaluation.generate import generate_all
 from voxledger.tasks.evaluation.journal import Journal
-from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
+from voxledger.tasks.evaluation.stats import ERROR_RATES, adjust_family, clustered_interval, failure_split, paired_delta
 from voxledger.tasks.metrics.registry import is_count, lower_is_better
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
@@ -148,10 +148,10 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
         for metric, items in sorted(metrics.items()):
             if is_count(metric):
                 continue
-            overall[metric] = clustered_interval([o.value for o in items], [o.prompt_id for o in items], **ci)  # type: ignore[arg-type]
+            overall[metric] = clustered_interval([o.value for o in items], [o.prompt_id for o in items], metric=metric, **ci)  # type: ignore[arg-type]
             for cat in sorted({o.category for o in items}):
                 sub = [o for o in items if o.category == cat]
-                cats[cat][metric] = clustered_interval([o.value for o in sub], [o.prompt_id for o in sub], **ci)  # type: ignore[arg-type]
+                cats[cat][metric] = clustered_interval([o.value for o in sub], [o.prompt_id for o in sub], metric=metric, **ci)  # type: ignore[arg-type]
         micro = {}
         for metric in metrics:
             if metric.startswith("word_errors:"):
@@ -189,7 +189,8 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
             if not set(cand) & set(ref):
                 not_compared[label] = "no shared (prompt, seed) pairs"
                 continue
-            delta, test, n = paired_delta(cand, ref, st, what=label)
+            delta, test, n = paired_delta(cand, ref, st, what=label, metric=metric)
+            split = failure_split(cand, ref, st, what=label) if metric.split(":", 1)[0] in ERROR_RATES else None
             comparisons.append(
                 Comparison(
                     candidate=c.name,
@@ -199,6 +200,9 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
                     test=test,
                     n_pairs=n,
                     lower_is_better=lower_is_better(metric),
+                    failures=split,
                 )
             )
+    tests = adjust_family([c.test for c in comparisons], f"evaluation {plan.name}: every comparison", st.multiplicity)
+    comparisons = [c.model_copy(update={"test": t}) for c, t in zip(comparisons, tests, strict=True)]
     return EvaluationResult(summaries=tuple(summaries), comparisons=tuple(comparisons), not_compared=not_compared)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError
-from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan, EvaluationReceipt
+from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan, EvaluationReceipt, Interval
 from voxledger.schemas.promotion import (
+    PAIRED_STATISTICS,
     AliasMove,
     ChallengerDecision,
     GatePlan,
@@ -25,6 +26,7 @@ from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import latest_alias_move, promotion_that_moved
 from voxledger.tasks.plans import check_plan, plan_digest, register_plan
+from voxledger.tasks.power import policy_power, power_warning, round_confidence
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
 from voxledger.tasks.stages.evaluate import evaluate_plan_fn
@@ -56,8 +58,22 @@ def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPol
     return sorted(chosen, key=lambda c: c[1].parameters.epoch)
 
 
+def round_control(template: GatePlan, challengers: int) -> str:
+    """How a round of ``challengers`` controls its error, in words for the receipt."""
+    c = template.statistics.confidence
+    return (
+        f"Bonferroni over the round's {challengers} challenger(s): intervals at {100 * round_confidence(c, challengers):.2f}% "
+        f"per challenger, so one-sided false passes per round stay at or below {100 * (1 - c) / 2:.2f}% "
+        f"and two-sided at or below {100 * (1 - c):.2f}%"
+    )
+
+
 def gate_plan_for(template: GatePlan, incumbent: Candidate, challengers: list[Candidate]) -> EvaluationPlan:
-    """The gate plan's prompts, seeds, metrics and statistics with this round's candidates."""
+    """The gate plan's prompts, seeds, metrics and statistics with this round's candidates; the
+    confidence is Bonferroni-adjusted over the challengers (``round_confidence``)."""
+    st = template.statistics
+    if len(challengers) > 1:
+        st = st.model_copy(update={"confidence": round_confidence(st.confidence, len(challengers))})
     return EvaluationPlan(
         name=f"{template.name}:gate",
         prompts=template.prompts,
@@ -66,25 +82,50 @@ def gate_plan_for(template: GatePlan, incumbent: Candidate, challengers: list[Ca
         baseline=incumbent.name,
         speaker_references=template.speaker_references,
         metrics=template.metrics,
-        statistics=template.statistics,
+        statistics=st,
     )
 
 
+def _paired_interval(rule: GateRule, c: Comparison) -> tuple[Interval | None, str]:
+    """The interval a paired rule reads, and what it is called in a reason."""
+    if rule.statistic in PAIRED_STATISTICS:
+        return c.delta, f"{rule.statistic}({rule.metric})"
+    if c.failures is None:
+        return None, f"{rule.statistic}({rule.metric}) has no two-part comparison (only error rates such as wer:*, cer:* do)"
+    part = c.failures.rate_delta if rule.statistic == "failure_rate_delta_high" else c.failures.kept
+    return part, f"{rule.statistic}({rule.metric})"
+
+
 def judge(
-    rule: GateRule, challenger: str, comparisons: dict[tuple[str, str], Comparison], means: dict[tuple[str, str], float]
+    rule: GateRule,
+    challenger: str,
+    comparisons: dict[tuple[str, str], Comparison],
+    means: dict[tuple[str, str], Interval],
+    min_units: int = 1,
 ) -> RuleValue:
-    """Evaluate one rule; a missing metric or an interval that could not be estimated fails the rule
-    with the reason stated (never skipped, never judged on a zero-width interval)."""
+    """Evaluate one rule; a missing metric, or an interval that could not be estimated (too few
+    compared prompts, no spread beyond round-off), fails the rule with the reason stated, whatever
+    the rule reads (the mean delta too: a mean delta without an interval is not evidence). A
+    ``challenger_mean`` fails when it rests on fewer than ``min_units`` prompts (a metric measured
+    only on rows that passed the content gate can lose most of them)."""
     value: float | None = None
     reason = f"{rule.metric} was not measured for {challenger}"
     if rule.statistic == "challenger_mean":
-        value = means.get((challenger, rule.metric))
+        iv = means.get((challenger, rule.metric))
+        if iv is not None and iv.units < min_units:
+            reason = f"challenger_mean({rule.metric}) for {challenger} rests on {iv.units} prompt(s); the gate needs at least {min_units}"
+        else:
+            value = iv.mean if iv is not None else None
     else:
         c = comparisons.get((challenger, rule.metric))
         if c is not None:
-            value = {"delta_mean": c.delta.mean, "delta_low": c.delta.low, "delta_high": c.delta.high}[rule.statistic]
-            if value is None:
-                reason = f"{rule.statistic}({rule.metric}) for {challenger} is not estimable: {c.delta.note}"
+            iv, label = _paired_interval(rule, c)
+            if iv is None:
+                reason = label
+            elif iv.low is None or iv.high is None:
+                reason = f"{label} for {challenger} is not estimable: {iv.note}"
+            else:
+                value = {"low": iv.low, "high": iv.high, "mean": iv.mean}[rule.statistic.rsplit("_", 1)[1]]
     if value is None:
         return RuleValue(**rule.model_dump(exclude={"why"}), value=None, passed=False, detail=reason)
     ok = value <= rule.threshold if rule.op == "<=" else value >= rule.threshold
@@ -249,6 +290,17 @@ def promote_adapter_fn(
     return decide_promotion(home, prepared, ev, flow=flow)
 
 
+def _power_warning(home: Home, policy: PromotionPolicy, evaluation_rid: str) -> str | None:
+    """The policy's power at the effects and spread this gate evaluation measured, flagged under 50%."""
+    from voxledger.schemas.errors import EvaluationError
+
+    try:
+        warning = power_warning(policy_power(home, policy, evaluation_rid))
+    except EvaluationError:
+        return None
+    return None if warning is None else f"at the effects this gate measured, {warning}"
+
+
 def decide_promotion(
     home: Home, rnd: PromotionRound, ev: StageOutcome[EvaluationReceipt], *, flow: str = "promote_adapter"
 ) -> StageOutcome[PromotionReceipt]:
@@ -256,10 +308,12 @@ def decide_promotion(
     policy, champion, base_sha, incumbent = rnd.policy, rnd.champion, rnd.base_sha, rnd.incumbent
     training_run_rid, policy_rid = rnd.training_run_rid, rnd.policy_rid
     comparisons = {(c.candidate, c.metric): c for c in ev.receipt.result.comparisons}
-    means = {(s.candidate, m): iv.mean for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
+    means = {(s.candidate, m): iv for s in ev.receipt.result.summaries for m, iv in s.overall.items()}
     decisions = []
+    # the method's minimum, or every gate prompt when the policy has fewer (a challenger_mean-only policy)
+    need = min(policy.gate_plan.statistics.min_units(), len(policy.gate_plan.prompts))
     for (rid, ck), cand in zip(rnd.challengers, rnd.candidates, strict=True):
-        rules = tuple(judge(r, cand.name, comparisons, means) for r in policy.rules)
+        rules = tuple(judge(r, cand.name, comparisons, means, need) for r in policy.rules)
         decisions.append(
             ChallengerDecision(
                 name=cand.name,
@@ -317,6 +371,12 @@ def decide_promotion(
             incumbent_sha256=rnd.incumbent_sha or ("0" * 64),
             serving_base_sha256=base_sha,
         ),
-        result=PromotionResult(challengers=tuple(decisions), promoted=promoted.name if promoted else None, moves=tuple(moves)),
+        result=PromotionResult(
+            challengers=tuple(decisions),
+            promoted=promoted.name if promoted else None,
+            moves=tuple(moves),
+            error_control=round_control(policy.gate_plan, len(decisions)),
+            power_warning=_power_warning(home, policy, ev.receipt_id),
+        ),
     )
     return record(home, receipt)

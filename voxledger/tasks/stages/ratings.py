@@ -489,15 +489,16 @@ def _result(
     kept = [r for r in rows if r.included]
     spec = protocol.statistics
     directions = {c.name: c.direction for c in protocol.criteria}
+    ranges = {c.name: (float(c.scale.min), float(c.scale.max)) for c in protocol.criteria}
     result = AggregateResult(
         submissions_accepted=len(accepted),
         rejections=tuple(verdicts.rejections),
         rejected_rows=sum(len(c.rejected) for c in accepted),
         screening=tuple(screening),
         attrition=_attrition(packets, accepted),
-        scores=tuple(stats.candidate_scores(kept, spec)),
-        screening_scores=tuple(stats.screening_scores(kept, spec)),
-        deltas=tuple(stats.paired_deltas(kept, spec, directions)),
+        scores=tuple(stats.candidate_scores(kept, spec, ranges)),
+        screening_scores=tuple(stats.screening_scores(kept, spec, ranges)),
+        deltas=tuple(stats.paired_deltas(kept, spec, directions, ranges)),
         bradley_terry=tuple(stats.bradley_terry(kept, c.name, spec) for c in protocol.criteria if c.task == "ab" and _has_ab(kept, c.name)),
         agreement=tuple(_labelled(stats.agreement(kept, c.name, c.task), c.task) for c in protocol.criteria),
         agreement_candidates_only=tuple(

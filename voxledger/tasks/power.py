@@ -1,0 +1,214 @@
+"""Power of a promotion policy's paired rules, from a pilot (or earlier) evaluation.
+
+For each rule that compares challenger and incumbent, the pilot's per-prompt deltas give the
+assumed true effect (their mean) and the spread between prompts; when the pilot had two or more
+seeds per prompt, the spread is split into a prompt part and a seed part, so more seeds can be
+weighed against more prompts. Power is the chance the rule passes on a fresh gate evaluation of
+``prompts`` x ``seeds`` with the round's per-challenger confidence (``round_confidence``):
+
+- ``delta_high <= m`` passes when the upper end of the t interval is at most m: with prompt
+  deltas N(mu, sigma^2), (m - mean) / se follows a noncentral t with k - 1 degrees of freedom and
+  noncentrality (m - mu) sqrt(k) / sigma, so power = P(T >= t_(1 - a/2)) (``scipy.stats.nct``);
+  ``delta_low >= m`` mirrors it; ``delta_mean`` compares the mean alone (normal approximation);
+  the ``kept_delta_*`` rules use the deltas of the prompts neither side failed.
+- ``failure_rate_delta_high`` and ``challenger_mean`` rules are not assessed here (noted).
+
+The normal model is what the t interval itself assumes; the bench (``voxledger bench --only
+stats``) checks the recommended prompt count by simulation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from voxledger.schemas.errors import EvaluationError
+from voxledger.schemas.evaluation import EvaluationReceipt, Observation
+from voxledger.schemas.promotion import GateRule, PromotionPolicy
+from voxledger.stores.home import Home
+
+TARGET_POWER = 0.8
+FLAG_POWER = 0.5
+MAX_PROMPTS = 5000
+
+
+def round_confidence(confidence: float, challengers: int) -> float:
+    """Per-challenger confidence that holds the round's error at ``1 - confidence`` (Bonferroni).
+
+    A round promotes if any challenger passes, so its false-pass rate is at most the sum over
+    challengers; each challenger's intervals are therefore computed at ``1 - (1 - confidence) / m``.
+    """
+    return 1 - (1 - confidence) / max(1, challengers)
+
+
+@dataclass(frozen=True)
+class PilotDeltas:
+    """Per-prompt mean deltas of one candidate against the pilot's baseline on one metric."""
+
+    candidate: str
+    metric: str
+    deltas: np.ndarray
+    seeds: int
+    seed_var: float | None  # within-prompt variance of one seed's delta, when seeds >= 2
+
+
+@dataclass(frozen=True)
+class RulePower:
+    """The power of one rule at the policy's design, and the prompts it needs for the target."""
+
+    rule: str
+    candidate: str | None
+    effect: float | None
+    sd_prompt_mean: float | None
+    prompts: int
+    seeds: int
+    confidence: float
+    power: float | None
+    prompts_needed: int | None
+    prompts_needed_by_seeds: dict[int, int | None]
+    note: str | None = None
+
+
+def rule_label(rule: GateRule) -> str:
+    """``delta_high(wer:whisper_en) <= 0.15``."""
+    return f"{rule.statistic}({rule.metric}) {rule.op} {rule.threshold:g}"
+
+
+def power_of(statistic: str, op: str, threshold: float, effect: float, sd: float, k: int, confidence: float) -> float:
+    """Chance that ``statistic op threshold`` passes with k prompt deltas ~ N(effect, sd^2)."""
+    if k < 2 or sd <= 0:
+        return float("nan")
+    shift = (threshold - effect) if op == "<=" else (effect - threshold)
+    ncp = shift * math.sqrt(k) / sd
+    if statistic.endswith("_mean"):
+        return float(stats.norm.cdf(ncp))
+    q = float(stats.t.ppf(0.5 + confidence / 2, k - 1))
+    return float(stats.nct.sf(q, k - 1, ncp))
+
+
+def prompts_needed(statistic: str, op: str, threshold: float, effect: float, sd: float, confidence: float, target: float) -> int | None:
+    """Fewest prompts (at least 5) reaching ``target`` power; None when none up to ``MAX_PROMPTS`` does."""
+    if power_of(statistic, op, threshold, effect, sd, MAX_PROMPTS, confidence) < target:
+        return None
+    lo, hi = 5, MAX_PROMPTS
+    if power_of(statistic, op, threshold, effect, sd, lo, confidence) >= target:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if power_of(statistic, op, threshold, effect, sd, mid, confidence) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold: float) -> list[PilotDeltas]:
+    """Per-prompt deltas of every non-baseline candidate of the pilot on ``metric``.
+
+    ``kept``: only prompts where neither side's mean reaches ``threshold`` (two-part rules).
+
+    Raises:
+        EvaluationError: the pilot never measured ``metric``.
+    """
+    receipt = home.receipts.read(receipt_id, EvaluationReceipt)
+    sha = next(a.sha256 for a in receipt.subjects if a.role == "observations")
+    obs = [Observation.model_validate(o) for o in json.loads(home.blobs.get_bytes(sha))]
+    by: dict[str, dict[tuple[str, int], float]] = defaultdict(dict)
+    for o in obs:
+        if o.metric == metric:
+            by[o.candidate][(o.prompt_id, o.seed)] = o.value
+    baselines = {c.baseline for c in receipt.result.comparisons}
+    if not by or not baselines:
+        raise EvaluationError(f"pilot evaluation {receipt_id[:12]} has no paired comparison on {metric!r}; pick a pilot that measured it")
+    base = by.get(next(iter(baselines)), {})
+    out = []
+    for cand, values in sorted(by.items()):
+        if cand in baselines:
+            continue
+        per: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        for (prompt, seed), v in values.items():
+            if (prompt, seed) in base:
+                per[prompt].append((v - base[(prompt, seed)], v, base[(prompt, seed)]))
+        if kept:
+            per = {p: r for p, r in per.items() if np.mean([x[1] for x in r]) < threshold and np.mean([x[2] for x in r]) < threshold}
+        if len(per) < 2:
+            continue
+        deltas = np.array([np.mean([x[0] for x in r]) for r in per.values()])
+        seeds = int(round(np.mean([len(r) for r in per.values()])))
+        within = [np.var([x[0] for x in r], ddof=1) for r in per.values() if len(r) >= 2]
+        out.append(PilotDeltas(cand, metric, deltas, seeds, float(np.mean(within)) if within else None))
+    return out
+
+
+def _sd_at(pilot: PilotDeltas, seeds: int) -> float:
+    """SD of a prompt's mean delta with ``seeds`` seeds (prompt part + seed part / seeds)."""
+    total = float(np.var(pilot.deltas, ddof=1))
+    if pilot.seed_var is None:
+        return math.sqrt(total)
+    between = max(0.0, total - pilot.seed_var / pilot.seeds)
+    return math.sqrt(between + pilot.seed_var / seeds)
+
+
+def policy_power(home: Home, policy: PromotionPolicy, pilot_receipt: str, target: float = TARGET_POWER) -> list[RulePower]:
+    """Power of every paired rule of ``policy`` at its gate design, from the pilot's best candidate.
+
+    The round's confidence per challenger is Bonferroni over ``best_k`` (+1 with ``include_last``)
+    challengers, as the promotion itself computes it.
+    """
+    gate = policy.gate_plan
+    k, seeds = len(gate.prompts), len(gate.seeds)
+    challengers = policy.best_k + (1 if policy.include_last else 0)
+    conf = round_confidence(gate.statistics.confidence, challengers)
+    out = []
+    for rule in policy.rules:
+        label = rule_label(rule)
+        if rule.statistic in ("challenger_mean", "failure_rate_delta_high"):
+            skipped = "not assessed: power is computed for rules on a paired delta"
+            out.append(RulePower(label, None, None, None, k, seeds, conf, None, None, {}, skipped))
+            continue
+        kept = rule.statistic.startswith("kept_")
+        pilots = pilot_deltas(home, pilot_receipt, rule.metric, kept, gate.statistics.failure_threshold)
+        if not pilots:
+            out.append(RulePower(label, None, None, None, k, seeds, conf, None, None, {}, "the pilot has fewer than 2 paired prompts"))
+            continue
+        statistic = rule.statistic.removeprefix("kept_")
+        best = max(pilots, key=lambda p: power_of(statistic, rule.op, rule.threshold, float(p.deltas.mean()), _sd_at(p, seeds), k, conf))
+        effect = float(best.deltas.mean())
+        sd = _sd_at(best, seeds)
+        power = power_of(statistic, rule.op, rule.threshold, effect, sd, k, conf)
+        by_seeds = {s: prompts_needed(statistic, rule.op, rule.threshold, effect, _sd_at(best, s), conf, target) for s in (1, 2, 4)}
+        seed_note = None if best.seed_var is not None else "the pilot had one seed per prompt: more seeds are assumed not to help"
+        out.append(
+            RulePower(
+                label,
+                best.candidate,
+                effect,
+                sd,
+                k,
+                seeds,
+                conf,
+                None if math.isnan(power) else power,
+                prompts_needed(statistic, rule.op, rule.threshold, effect, sd, conf, target),
+                by_seeds,
+                seed_note,
+            )
+        )
+    return out
+
+
+def power_warning(results: list[RulePower]) -> str | None:
+    """A one-line flag when any assessed rule has under ``FLAG_POWER`` power at the policy's design."""
+    weak = [r for r in results if r.power is not None and r.power < FLAG_POWER]
+    if not weak:
+        return None
+    parts = [
+        f"{r.rule}: {100 * r.power:.0f}% at {r.prompts} prompts, {r.prompts_needed or 'no feasible count of'} for 80%"
+        for r in weak
+        if r.power is not None
+    ]
+    return f"under {100 * FLAG_POWER:.0f}% power at the policy's own margin ({'; '.join(parts)})"
