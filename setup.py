@@ -5,5 +5,8 @@ from setuptools import find_packages, setup
 
 setup(
     packages=find_packages(include=["voxledger", "voxledger.*"]),
-    package_data={"voxledger": ["plans/*.yaml"], "": ["*.json", "*.yaml", "*.txt", "*.html", "*.js", "*.css", "data/*", "json/*"]},
+    package_data={
+        "voxledger": ["plans/*.yaml", "tasks/backends/tiny/shipped/tree/*"],
+        "": ["*.json", "*.yaml", "*.txt", "*.html", "*.js", "*.css", "data/*", "json/*"],
+    },
 )

@@ -110,9 +110,9 @@ def write_plans(d: Path) -> Path:
     return d
 
 
-def run(home: Path, corpus: Path, plans: Path, plan: str = "pipeline.yaml") -> dict:  # type: ignore[type-arg]
+def run(home: Path, corpus: Path, plans: Path, plan: str = "pipeline.yaml", packets: str | None = None) -> dict:  # type: ignore[type-arg]
     """The pipeline's summary as plain data: stage records, the pipeline receipt, and each stage by name."""
-    out = pipeline(str(home), str(corpus), str(plans / plan), str(plans), str(home.parent / f"packets-{plan}"))
+    out = pipeline(str(home), str(corpus), str(plans / plan), str(plans), str(home.parent / (packets or f"packets-{plan}")))
     stages = [s.model_dump(mode="json") for s in out.stages]
     return {"pipeline_receipt": out.pipeline_receipt, "stages": stages, **{s["stage"]: s for s in stages}}
 

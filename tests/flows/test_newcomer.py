@@ -124,7 +124,7 @@ def test_a_newcomers_voice_reaches_a_promoted_adapter_beside_another_corpus(voic
     plans2 = tmp_path / "plans-sam"
     _init(other, "--out", str(plans2))
     shrink(plans2)
-    second = run(home, other, plans2)
+    second = run(home, other, plans2, packets="packets-sam")
     assert [(s["stage"], s["status"]) for s in second["stages"]] == [(s, "succeeded") for s in STAGES]
     assert second["import_base"]["cached"] and not second["train_adapter"]["cached"]
     assert second["audit"]["receipt_id"] != summary["audit"]["receipt_id"]
