@@ -130,7 +130,7 @@ def test_a_deep_submission_is_refused_cleanly() -> None:
     from voxledger.schemas.errors import PacketError
     from voxledger.tasks.listening.verify import parse_json
 
-    with pytest.raises(PacketError, match="nested too deeply"):
+    with pytest.raises(PacketError, match=r"nested \d+ levels deep"):
         parse_json(b"[" * 200_000 + b"]" * 200_000)
     check: Callable[[bytes], object] = parse_json
     assert check(json.dumps({"a": [1, 2]}).encode()) == {"a": [1, 2]}

@@ -47,14 +47,16 @@ def check_figures(figures: list[dict[str, Any]], expected: dict[str, str]) -> No
 
 AUDIT = {"audit 300 x 1 s clips, first pass": "utterances/s", "audit first pass: peak RSS": "MB",
          "audit 300 clips, cached pass": "utterances/s", "audit cached pass: peak RSS": "MB",
-         "audit process RSS after imports": "MB", "audit cached / first pass time": "x"}  # fmt: skip
+         "audit process RSS after imports": "MB", "audit cached / first pass time": "x",
+         "audit ASR agreement, greedy": "s/clip", "audit ASR agreement, beam 5": "s/clip",
+         "audit ASR agreement greedy / beam 5 time": "x"}  # fmt: skip
 
 
 def test_quick_audit_and_an_empty_home(tmp_path: Path) -> None:
     figures = bench_json(tmp_path / "empty-home", "audit,demo")
     audit = [f for f in figures if f["name"].startswith("audit")]
     check_figures(audit, AUDIT)
-    assert len(audit) == len(AUDIT) == 6
+    assert len(audit) == len(AUDIT) == 9
     (demo,) = [f for f in figures if f not in audit]
     assert "none yet" in demo["name"] and demo["value"] == 0 and demo["unit"] == "runs"
     assert not (tmp_path / "empty-home").exists()  # reading a home never creates one

@@ -9,6 +9,7 @@ similarity must show the adapter moved toward the voice, is the slow test at the
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -117,6 +118,15 @@ def test_a_newcomers_voice_reaches_a_promoted_adapter_beside_another_corpus(voic
     dash = CliRunner().invoke(main, ["--home", str(home), "dashboard", "--output", str(tmp_path / "dash.html")])
     assert dash.exit_code == 0, dash.output
     assert "jo" in (tmp_path / "dash.html").read_text(encoding="utf-8")
+    by_hand = CliRunner().invoke(
+        main,
+        ["--home", str(home), "packets", "export", "--plan", str(plans / "listening.yaml"), "--evaluation", summary["evaluate"]["receipt_id"][:12],
+         str(tmp_path / "by-hand"), "--json"],
+    )  # fmt: skip
+    assert by_hand.exit_code == 0, by_hand.output
+    assert json.loads(by_hand.output)["packets"] and any((tmp_path / "by-hand").rglob("index.html"))
+    neither = CliRunner().invoke(main, ["--home", str(home), "packets", "export", str(tmp_path / "none")])
+    assert neither.exit_code == 2 and "exactly one of --evaluation" in neither.output
 
     # a second corpus, the same plan file names (audit.yaml, ...), the same home: content-keyed plans never collide
     other = build_voice_corpus(tmp_path / "sam-voice", size="small")[0]
@@ -151,3 +161,25 @@ def test_full_newcomer_run_moves_the_voice_toward_the_recordings(tmp_path: Path)
     print(comparison)
     assert sims["adapter"]["mean"] > sims["base"]["mean"]
     assert comparison["delta"]["low"] is not None and comparison["delta"]["low"] > 0, comparison  # the interval says so
+
+
+def test_a_mismatched_transcript_fails_the_audit_init_writes(voice: Path, tmp_path: Path) -> None:
+    """init's audit policy turns ASR agreement on: a line whose transcript belongs to another clip is an error."""
+    from voxledger.schemas.audit import AuditPolicy
+    from voxledger.tasks.plans import load_plan
+    from voxledger.tasks.stages.audit import audit_corpus_fn
+
+    corpus = tmp_path / "swapped"
+    shutil.copytree(voice, corpus)
+    lines = (corpus / "metadata.csv").read_text().splitlines(keepends=True)
+    first, second = lines[0].split("|"), lines[1].split("|")
+    lines[0] = "|".join([first[0], second[1], second[2]])  # clip 0 now claims clip 1's sentence
+    (corpus / "metadata.csv").write_text("".join(lines))
+    _init(corpus, "--out", str(tmp_path / "plans"))
+    policy = load_plan(tmp_path / "plans" / "audit.yaml", AuditPolicy)
+    assert policy.asr_agreement.enabled and policy.asr_agreement.fail_above_cer == 0.55
+    out = audit_corpus_fn(Home(tmp_path / "h"), corpus, policy, policy_name="audit.yaml")
+    errors = [f for f in out.receipt.result.findings if f.severity == "error"]
+    assert out.receipt.result.verdict == "fail"
+    assert [(f.code, f.utterance_ids) for f in errors] == [("asr_disagreement", (first[0],))], errors
+    assert "another recording" in errors[0].message

@@ -81,7 +81,8 @@ def test_failing_gates_keep_the_champion(setup: tuple[Home, Path, str, str]) -> 
     out = promote_adapter_fn(home, run, policy(IMPOSSIBLE, name="strict"), policy_name="strict.yaml", corpus=corpus)
     assert out.receipt.status == "failed" and out.receipt.result.promoted is None
     assert "delta_high(wer:whisper_en)" in (out.receipt.error or "")
-    assert alias_state(home, "champion") == before  # champion unchanged; only 'candidate' moved
+    assert alias_state(home, "champion") == before  # champion unchanged
+    assert out.receipt.result.moves == ()  # 'candidate' already names this run's lowest-CV checkpoint: no no-op move is written
 
 
 def test_a_rule_on_an_unmeasured_metric_fails_not_skips(setup: tuple[Home, Path, str, str]) -> None:

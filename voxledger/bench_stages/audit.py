@@ -128,3 +128,49 @@ def bench_audit(work: Path, n: int) -> list[Figure]:
         Figure("audit process RSS after imports (floor of both)", first["imports_mb"], "MB"),
         Figure("audit cached / first pass time", cached["wall_s"] / first["wall_s"], "x"),
     ]
+
+
+def _asr_child(clips: int) -> dict[str, float]:
+    """Seconds per clip of the audit's ASR agreement check, greedy (init's policy) and beam 5, over espeak-ng clips."""
+    import shutil
+    import tempfile
+
+    import soundfile as sf
+
+    from voxledger.schemas.audit import AsrAgreementPolicy
+    from voxledger.schemas.manifest import Utterance
+    from voxledger.tasks.audit.measure import FileFacts
+    from voxledger.tasks.audit.model_checks import asr_agreement
+    from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
+    from voxledger.tasks.corpus.sentences import harvard_sentences
+
+    texts = harvard_sentences()[:clips]
+    utts, facts, audio_s = [], {}, 0.0
+    folder = Path(tempfile.mkdtemp(prefix="vx-asr-bench-"))
+    for i, text in enumerate(texts):
+        s = resample_synthesis(synthesize(text, "en-us+rob"), 16000)
+        sf.write(folder / f"u{i}.wav", s.audio, 16000, subtype="PCM_16")
+        u = Utterance.from_record({"id": f"u{i}", "audio": f"u{i}.wav", "text": text, "speaker": "s", "split": "train"})
+        utts.append(u)
+        facts[u.id] = FileFacts(u.id, folder / f"u{i}.wav")
+        audio_s += s.audio.size / 16000
+    out: dict[str, float] = {"audio_s": audio_s}
+    for beam in (1, 5):
+        policy = AsrAgreementPolicy(enabled=True, beam_size=beam)
+        asr_agreement(utts[:1], facts, policy)  # model load and warm-up, not timed
+        t0 = time.perf_counter()
+        asr_agreement(utts, facts, policy)
+        out[f"beam{beam}_s"] = time.perf_counter() - t0
+    shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def bench_asr_agreement(clips: int) -> list[Figure]:
+    """The audit's ASR agreement check per clip: greedy (what `voxledger init` writes) against beam 5, same clips, same run."""
+    got = in_child(_asr_child, clips)
+    per_clip = got["audio_s"] / clips
+    return [
+        Figure(f"audit ASR agreement, greedy: per {per_clip:.1f} s clip", got["beam1_s"] / clips, "s/clip"),
+        Figure(f"audit ASR agreement, beam 5: per {per_clip:.1f} s clip", got["beam5_s"] / clips, "s/clip"),
+        Figure("audit ASR agreement greedy / beam 5 time", got["beam1_s"] / got["beam5_s"], "x"),
+    ]

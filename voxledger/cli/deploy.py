@@ -53,6 +53,8 @@ def deploy(ctx: click.Context, plan_file: Path, corpus: Path, dry_run: bool, sha
         return
     for row in rows:
         click.echo(f"{row['name']:<32} pool={row['work_pool']:<12} {row['cron'] or '':<12} {row.get('id', '(dry run)')}")
+    if plan.schedule_cron is None:
+        click.echo(f"note: {plan_file} has no schedule_cron: the pipeline deployment runs only when started (prefect deployment run)")
 
 
 COMMANDS = (deploy,)

@@ -32,21 +32,41 @@ def packets() -> None:
     "--stimuli",
     "stimuli_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    required=True,
-    help="Stimulus set JSON (evaluation_plan_sha256 + stimuli with audio digests in the store).",
+    default=None,
+    help="Stimulus set JSON (StimulusSet in schemas/listening.py, docs/listening.md: evaluation_plan_sha256 + stimuli with audio digests in the store).",
+)
+@click.option(
+    "--evaluation",
+    "evaluation",
+    default=None,
+    help="Or an evaluation receipt (id or prefix): its generated audio are the stimuli, as the pipeline's packets stage does.",
 )
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @json_option("the result")
 @click.pass_context
-def packets_export(ctx: click.Context, plan_path: Path, stimuli_path: Path, out: Path, as_json: bool) -> None:
+def packets_export(
+    ctx: click.Context, plan_path: Path, stimuli_path: Path | None, evaluation: str | None, out: Path, as_json: bool
+) -> None:
     """Write one blinded packet per rater under OUT and record a packet_set receipt.
 
-    Example: voxledger packets export --plan plans/listening-demo.yaml --stimuli stimuli.json ./packets
+    The stimuli come from an evaluation receipt (any evaluation: of a promoted adapter or of a
+    checkpoint evaluated by hand) or from a stimulus-set file you write.
+
+    Example: voxledger packets export --plan plans/listening-demo.yaml --evaluation 3fa2c1d0 ./packets
     """
     from voxledger.flows.packets import packets as packets_flow
 
+    if (stimuli_path is None) == (evaluation is None):
+        raise click.UsageError("give exactly one of --evaluation RECEIPT (stimuli from its audio) or --stimuli FILE")
+    evaluation_rid = resolve_receipt(ctx, evaluation, "evaluation") if evaluation else None
     outcome = run_flow(
-        ctx, packets_flow, str(plan_path.absolute()), str(out.absolute()), stimuli_file=str(stimuli_path.absolute()), quiet=as_json
+        ctx,
+        packets_flow,
+        str(plan_path.absolute()),
+        str(out.absolute()),
+        evaluation_rid=evaluation_rid,
+        stimuli_file=str(stimuli_path.absolute()) if stimuli_path else None,
+        quiet=as_json,
     )
     p = outcome.receipt.parameters
     summary = {

@@ -170,6 +170,9 @@ def _audit_policy(name: str, roles: CorpusRoles, utts: tuple[Utterance, ...]) ->
         "leakage": leakage,
         "sample_rate_hz": roles.sample_rate_hz,
         "channels": roles.channels,
+        # Whisper tiny.en, greedy. Measured on 40 clips of the demo voice (espeak-ng, 22.05 kHz): CER of the right
+        # transcript at most 0.44 (mean 0.12), of another clip's transcript at least 0.60: warn above 0.35, fail above 0.55.
+        "asr_agreement": {"enabled": True, "max_cer": 0.35, "severity": "warning", "fail_above_cer": 0.55, "beam_size": 1},
     }
 
 

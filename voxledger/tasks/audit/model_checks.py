@@ -25,24 +25,27 @@ def _wav16k(f: FileFacts) -> np.ndarray:
 
 def asr_agreement(utts: list[Utterance], facts: dict[str, FileFacts], policy: AsrAgreementPolicy) -> list[Finding]:
     """CER between each transcript and the bundled Whisper model's transcript of the audio."""
+    from voxledger.schemas.metrics import AsrSpec
     from voxledger.tasks.metrics.asr import load_asr_model
     from voxledger.tasks.metrics.textmetrics import score_text
 
-    model = load_asr_model()
+    model = load_asr_model(AsrSpec(beam_size=policy.beam_size), cpu_threads=2)
     out = []
     for u in utts:
         hyp = model.transcribe(_wav16k(facts[u.id]))
         cer = score_text(u.text, hyp).cer
         if cer > policy.max_cer:
+            wrong = policy.fail_above_cer is not None and cer > policy.fail_above_cer
             out.append(
                 Finding(
                     code="asr_disagreement",
-                    severity=policy.severity,
+                    severity="error" if wrong else policy.severity,
                     utterance_ids=(u.id,),
                     file=u.audio,
-                    message=f"{u.audio}: ASR heard {hyp!r} for {u.text!r} (CER {cer:.2f})",
+                    message=f"{u.audio}: ASR heard {hyp!r} for {u.text!r} (CER {cer:.2f})"
+                    + ("; the transcript is likely of another recording: fix the manifest line" if wrong else ""),
                     value=cer,
-                    bound=policy.max_cer,
+                    bound=policy.fail_above_cer if wrong and policy.fail_above_cer is not None else policy.max_cer,
                 )
             )
     return out

@@ -328,17 +328,19 @@ def decide_promotion(
     passing = sorted((d for d in decisions if d.passed), key=lambda d: (d.cv_loss, d.epoch))
     best_cv = min(decisions, key=lambda d: (d.cv_loss, d.epoch))
     previous_candidate = alias_state(home, policy.candidate_alias)
-    moves = [
-        AliasMove(
-            alias=policy.candidate_alias,
-            target_sha256=best_cv.tree_sha256,
-            previous_sha256=previous_candidate.target_sha256 if previous_candidate else None,
-            base_sha256=base_sha,
-            reason=f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})",
+    moves = []
+    if previous_candidate is None or previous_candidate.target_sha256 != best_cv.tree_sha256:  # a no-op move is not history
+        moves.append(
+            AliasMove(
+                alias=policy.candidate_alias,
+                target_sha256=best_cv.tree_sha256,
+                previous_sha256=previous_candidate.target_sha256 if previous_candidate else None,
+                base_sha256=base_sha,
+                reason=f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})",
+            )
         )
-    ]
     promoted = passing[0] if passing else None
-    if promoted is not None:
+    if promoted is not None and (champion is None or champion.target_sha256 != promoted.tree_sha256):
         moves.append(
             AliasMove(
                 alias=policy.alias,
