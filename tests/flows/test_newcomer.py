@@ -164,22 +164,25 @@ def test_full_newcomer_run_moves_the_voice_toward_the_recordings(tmp_path: Path)
 
 
 def test_a_mismatched_transcript_fails_the_audit_init_writes(voice: Path, tmp_path: Path) -> None:
-    """init's audit policy turns ASR agreement on: a line whose transcript belongs to another clip is an error."""
+    """init's audit policy turns ASR agreement on: transcripts that belong to other clips fail the audit, the rest do not."""
     from voxledger.schemas.audit import AuditPolicy
     from voxledger.tasks.plans import load_plan
     from voxledger.tasks.stages.audit import audit_corpus_fn
 
     corpus = tmp_path / "swapped"
     shutil.copytree(voice, corpus)
-    lines = (corpus / "metadata.csv").read_text().splitlines(keepends=True)
-    first, second = lines[0].split("|"), lines[1].split("|")
-    lines[0] = "|".join([first[0], second[1], second[2]])  # clip 0 now claims clip 1's sentence
-    (corpus / "metadata.csv").write_text("".join(lines))
+    lines = [line.split("|") for line in (corpus / "metadata.csv").read_text().splitlines()]
+    swapped = set()
+    for a, b in ((0, 20), (10, 30), (5, 40)):  # clip a now claims clip b's sentence (b keeps its own)
+        lines[a] = [lines[a][0], lines[b][1], lines[b][2]]
+        swapped.add(lines[a][0])
+    (corpus / "metadata.csv").write_text("".join("|".join(cols) + "\n" for cols in lines))
     _init(corpus, "--out", str(tmp_path / "plans"))
     policy = load_plan(tmp_path / "plans" / "audit.yaml", AuditPolicy)
-    assert policy.asr_agreement.enabled and policy.asr_agreement.fail_above_cer == 0.55
+    assert policy.asr_agreement.enabled and policy.asr_agreement.fail_chance_ratio == 0.9
     out = audit_corpus_fn(Home(tmp_path / "h"), corpus, policy, policy_name="audit.yaml")
     errors = [f for f in out.receipt.result.findings if f.severity == "error"]
     assert out.receipt.result.verdict == "fail"
-    assert [(f.code, f.utterance_ids) for f in errors] == [("asr_disagreement", (first[0],))], errors
-    assert "another recording" in errors[0].message
+    flagged = {f.utterance_ids[0] for f in errors}
+    assert flagged and flagged <= swapped, errors  # no right transcript fails (measured: 0 of 180), most swaps do (83 %)
+    assert all(f.code == "asr_disagreement" and "no better than another recording" in f.message for f in errors)

@@ -60,17 +60,19 @@ class NearDuplicatePolicy(Frozen):
 
 
 class AsrAgreementPolicy(Frozen):
-    """Transcribe each file with the bundled Whisper model; flag CER above a bound, fail above another."""
+    """Transcribe each file with the bundled Whisper model; flag CER above a bound, fail a transcript no better than chance."""
 
     enabled: bool = False
     max_cer: float = Field(default=0.35, gt=0)
     severity: Severity = "warning"
     # Left out of the canonical form at their defaults, so policies written before them keep their digests.
-    fail_above_cer: float | None = Field(
+    fail_chance_ratio: float | None = Field(
         default=None,
         gt=0,
+        le=1,
         exclude_if=lambda v: v is None,
-        description="CER above which a clip is an error finding whatever `severity` says (a transcript of another sentence)",
+        description="a clip above max_cer whose CER is at least this fraction of its median CER against 25 other transcripts "
+        "of the corpus is an error: its transcript fits the audio no better than another recording's would",
     )
     beam_size: int = Field(
         default=5, ge=1, le=16, exclude_if=lambda v: v == 5, description="Whisper beam width for this check (1: greedy, fastest)"

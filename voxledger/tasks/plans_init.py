@@ -170,9 +170,10 @@ def _audit_policy(name: str, roles: CorpusRoles, utts: tuple[Utterance, ...]) ->
         "leakage": leakage,
         "sample_rate_hz": roles.sample_rate_hz,
         "channels": roles.channels,
-        # Whisper tiny.en, greedy. Measured on 40 clips of the demo voice (espeak-ng, 22.05 kHz): CER of the right
-        # transcript at most 0.44 (mean 0.12), of another clip's transcript at least 0.60: warn above 0.35, fail above 0.55.
-        "asr_agreement": {"enabled": True, "max_cer": 0.35, "severity": "warning", "fail_above_cer": 0.55, "beam_size": 1},
+        # Whisper tiny.en, beam 5. Measured on the 180 clips of `voxledger demo voice` (espeak-ng): the right transcript's
+        # CER reaches 0.77 (p95 0.45) but stays below 0.88 of its chance CER; a neighbour's transcript is at or above 0.9
+        # of chance for 83 % of clips. So: warn above CER 0.35, fail at 0.9 of chance (no false failure there).
+        "asr_agreement": {"enabled": True, "max_cer": 0.35, "severity": "warning", "fail_chance_ratio": 0.9},
     }
 
 

@@ -24,31 +24,51 @@ def _wav16k(f: FileFacts) -> np.ndarray:
 
 
 def asr_agreement(utts: list[Utterance], facts: dict[str, FileFacts], policy: AsrAgreementPolicy) -> list[Finding]:
-    """CER between each transcript and the bundled Whisper model's transcript of the audio."""
+    """CER between each transcript and the bundled Whisper model's transcript of the audio.
+
+    A clip above ``max_cer`` is a finding of the policy's severity; with ``fail_chance_ratio`` it is
+    an error when its CER is no better than chance: at least that fraction of the median CER of
+    its ASR transcript against 25 other transcripts of the corpus (a transcript of another
+    recording), which a poorly recognised but right transcript stays well below.
+    """
     from voxledger.schemas.metrics import AsrSpec
     from voxledger.tasks.metrics.asr import load_asr_model
     from voxledger.tasks.metrics.textmetrics import score_text
 
     model = load_asr_model(AsrSpec(beam_size=policy.beam_size), cpu_threads=2)
+    texts = [u.text for u in utts]
     out = []
-    for u in utts:
+    for i, u in enumerate(utts):
         hyp = model.transcribe(_wav16k(facts[u.id]))
         cer = score_text(u.text, hyp).cer
-        if cer > policy.max_cer:
-            wrong = policy.fail_above_cer is not None and cer > policy.fail_above_cer
-            out.append(
-                Finding(
-                    code="asr_disagreement",
-                    severity="error" if wrong else policy.severity,
-                    utterance_ids=(u.id,),
-                    file=u.audio,
-                    message=f"{u.audio}: ASR heard {hyp!r} for {u.text!r} (CER {cer:.2f})"
-                    + ("; the transcript is likely of another recording: fix the manifest line" if wrong else ""),
-                    value=cer,
-                    bound=policy.fail_above_cer if wrong and policy.fail_above_cer is not None else policy.max_cer,
-                )
+        if cer <= policy.max_cer:
+            continue
+        chance = _chance_cer(texts, i, hyp) if policy.fail_chance_ratio is not None else None
+        wrong = chance is not None and policy.fail_chance_ratio is not None and cer >= policy.fail_chance_ratio * chance
+        note = f"; no better than another recording's transcript (chance CER {chance:.2f}): fix the manifest line" if wrong else ""
+        out.append(
+            Finding(
+                code="asr_disagreement",
+                severity="error" if wrong else policy.severity,
+                utterance_ids=(u.id,),
+                file=u.audio,
+                message=f"{u.audio}: ASR heard {hyp!r} for {u.text!r} (CER {cer:.2f}){note}",
+                value=cer,
+                bound=policy.max_cer,
             )
+        )
     return out
+
+
+def _chance_cer(texts: list[str], i: int, hyp: str) -> float | None:
+    """Median CER of ``hyp`` against 25 other transcripts, spread evenly over the corpus (None: fewer than 5 others)."""
+    from voxledger.tasks.metrics.textmetrics import score_text
+
+    others = [t for j, t in enumerate(texts) if j != i]
+    if len(others) < 5:
+        return None
+    sample = others[:: max(1, len(others) // 25)][:25]
+    return float(np.median([score_text(t, hyp).cer for t in sample]))
 
 
 def noise_screen(utts: list[Utterance], facts: dict[str, FileFacts], policy: NoiseScreenPolicy) -> list[Finding]:
