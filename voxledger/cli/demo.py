@@ -300,6 +300,10 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
     # Ctrl-C becomes the runner's own graceful stop (SIGTERM): it cancels the run in progress, whose pipeline
     # records a failed receipt naming its stage, and returns; a plain SIGINT would sit in the runner's loop.
     previous = signal.signal(signal.SIGINT, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    # the runs' own processes inherit this: their logs (tracebacks of an interrupted stage included) go to
+    # Prefect's run history, not over this console (Prefect's PREFECT_LOGGING_[PATH]_[KEY] overrides)
+    for handler in ("CONSOLE", "CONSOLE_FLOW_RUNS"):
+        os.environ.setdefault(f"PREFECT_LOGGING_HANDLERS_{handler}_LEVEL", "CRITICAL")
     try:
         with prefect_session(open_home(ctx).root):
             console.print(f"polling for scheduled runs of deployment pipeline/voxledger-{plan.name}; Ctrl-C stops")
