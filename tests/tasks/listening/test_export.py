@@ -40,7 +40,15 @@ def test_packets_reveal_no_candidate(exported: Exported, stimuli: StimulusSet) -
         for f in folder.rglob("*"):
             if f.is_file():
                 data = f.read_bytes()
-                found = [w for w in leaks + secrets_in_home if w.encode() in data]
+                # a short id ("p06") turns up in PCM samples by chance (1 in ~170 files); audio is searched for long
+                # tokens everywhere and for every token in the bytes around its samples (header, any metadata chunk)
+                if f.suffix == ".wav":
+                    start = data.index(b"data") + 8
+                    end = start + int.from_bytes(data[start - 4 : start], "little")
+                    text, words = data[:start] + data[end:], [w for w in leaks + secrets_in_home if len(w) >= 8]
+                    found = [w for w in leaks + secrets_in_home if w.encode() in text] + [w for w in words if w.encode() in data]
+                else:
+                    found = [w for w in leaks + secrets_in_home if w.encode() in data]
                 assert not found, f"{f} reveals {found}"
         audio = [f.read_bytes() for f in (folder / "audio").iterdir()]
         assert len(set(audio)) == len(audio), "two files in one packet are byte-identical"
