@@ -66,3 +66,59 @@ def test_dashboards_read_the_catalog_only_through_query_functions() -> None:
     assert len(files) == 8  # __init__, audio, charts, decisions, html, lineage_svg, report, runs
     with_sql = [f.name for f in files if ".execute(" in f.read_text() or re.search(r"\bSELECT\b|\bFROM \w+ WHERE\b", f.read_text())]
     assert not with_sql, f"SQL belongs in stores/dashboard_queries.py, found in {with_sql}"
+
+
+def test_dashboard_shows_what_exists_not_what_was_planned(tmp_path: Path) -> None:
+    from voxledger.dashboards.report import _listening, _packages
+    from voxledger.stores import dashboard_queries as q
+
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    pkg_rid, promo_rid, unpromoted_rid = hexd(10), hexd(11), hexd(12)
+    with catalog.connect() as con:
+        for rid, pkg in ((pkg_rid, hexd(20)), (unpromoted_rid, hexd(21))):
+            con.execute(
+                "INSERT INTO packages VALUES (?, 'succeeded', ?, 10, 'tiny', ?, ?, NULL, NULL, true, 0.0, NULL, NULL, NULL, now())",
+                [rid, pkg, hexd(30), hexd(31)],
+            )
+        con.execute("INSERT INTO edges VALUES (?, ?, 'promotion', 'input', 'receipt')", [promo_rid, pkg_rid])
+    with catalog.connect(read_only=True) as con:
+        assert q.packet_sets(con) == 0
+        listening = _listening(q.listening_scores(con), q.packet_sets(con))
+        html = _packages(q.packages(con), [])
+    assert "no packets exported yet" in listening and "are exported" not in listening
+    assert html.count("unpromoted: passed no gate") == 1  # only the package built without a promotion
+    assert promo_rid[:12] in html
+    with catalog.connect() as con:
+        con.execute("INSERT INTO receipts VALUES (?, 'packet_set', 1, 'f', 't', 'succeeded', now(), now(), NULL, '{}')", [hexd(13)])
+    with catalog.connect(read_only=True) as con:
+        assert "1 packet set(s) exported" in _listening(q.listening_scores(con), q.packet_sets(con))
+
+
+def test_provenance_speaker_never_counts_held_out_clips_as_trained_on(tmp_path: Path) -> None:
+    from voxledger.stores.provenance import packages_with_speaker
+
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    audit_rid, run_rid, pkg_rid = hexd(1), hexd(2), hexd(3)
+    plan = {"parameters": {"effective_config": {"plan": {"train_splits": ["train"], "cv_splits": ["dev"]}}}}
+    with catalog.connect() as con:
+        con.execute(
+            "INSERT INTO receipts VALUES (?, 'training_run', 1, 'f', 't', 'succeeded', now(), now(), NULL, ?)", [run_rid, json.dumps(plan)]
+        )
+        con.execute("INSERT INTO edges VALUES (?, ?, 'audit', 'input', 'receipt')", [audit_rid, run_rid])
+        con.execute("INSERT INTO edges VALUES (?, ?, 'training_run', 'input', 'receipt')", [run_rid, pkg_rid])
+        con.execute(
+            "INSERT INTO packages VALUES (?, 'succeeded', ?, 10, 'tiny', ?, ?, NULL, NULL, true, 0.0, NULL, NULL, NULL, now())",
+            [pkg_rid, hexd(4), run_rid, hexd(5)],
+        )
+        rows = [("trained", "train", 5), ("trained", "dev", 2), ("trained", "test", 1), ("tested", "test", 3), ("tuned", "dev", 2)]
+        for spk, split, n in rows:
+            con.execute("INSERT INTO audit_speaker_splits VALUES (?, ?, ?, ?)", [audit_rid, spk, split, n])
+        for spk, n in (("trained", 8), ("tested", 3), ("tuned", 2)):
+            con.execute("INSERT INTO audit_speakers VALUES (?, ?, ?, 0.1)", [audit_rid, spk, n])
+    with catalog.connect(read_only=True) as con:
+        (row,) = packages_with_speaker(con, "trained")
+        assert (row["trained_utterances"], row["cv_utterances"], row["held_out_utterances"]) == (5, 2, 1)
+        assert packages_with_speaker(con, "tested") == []  # test clips only: never trained on
+        (tuned,) = packages_with_speaker(con, "tuned")  # CV only: no gradient, but it chose the checkpoint
+        assert (tuned["trained_utterances"], tuned["cv_utterances"]) == (0, 2)
+        assert packages_with_speaker(con, "nobody") == []

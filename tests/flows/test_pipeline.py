@@ -73,6 +73,15 @@ def test_provenance_recipes(first_run) -> None:  # type: ignore[no-untyped-def]
     packaged = cli(home_dir, "query", "SELECT package_sha256 FROM packages")
     assert {p["package_sha256"] for p in with_a} == {p["package_sha256"] for p in packaged}  # type: ignore[union-attr,index]
     assert cli(home_dir, "provenance", "speaker", "nobody") == []
+    # the target voice: its train split taught the adapter, its dev split chose the checkpoint and its
+    # test clips were never trained on, so they are counted apart
+    per_split = {
+        r["split"]: r["utterances"]
+        for r in cli(home_dir, "query", "SELECT split, utterances FROM audit_speaker_splits WHERE speaker = 'spk_t'")
+    }  # type: ignore[union-attr,index]
+    (target,) = cli(home_dir, "provenance", "speaker", "spk_t")  # type: ignore[misc]
+    assert (target["trained_utterances"], target["cv_utterances"], target["held_out_utterances"]) == (
+        per_split["target_train"], per_split["target_dev"], per_split["test"])  # fmt: skip
     champ = cli(home_dir, "provenance", "champion-at", "2100-01-01T00:00:00Z")
     history = cli(home_dir, "alias", "history", "champion")
     assert champ[0]["receipt"] == history[-1]["receipt"]  # type: ignore[index]

@@ -53,7 +53,7 @@ def downstream_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
 @json_option("the rows")
 @click.pass_context
 def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
-    """Which packages were trained (adapter or base) on data containing SPEAKER.
+    """Which packages were trained (adapter or base) on SPEAKER's train or CV clips (held-out clips counted apart).
 
     Example: voxledger provenance speaker spk-b2
     """

@@ -54,7 +54,7 @@ def build_dashboard(catalog: Catalog, out: Path, *, blobs: BlobReader | None = N
             "forest": decisions.forest(con, ev),
             "audio": audio.players(con, ev, blobs, prompts=audio_prompts),
             "equivalence": decisions.equivalence(con),
-            "listening": _listening(q.listening_scores(con)),
+            "listening": _listening(q.listening_scores(con), q.packet_sets(con)),
             "packages": _packages(q.packages(con), q.alias_history(con)),
             "lineage": lineage(con),
         }
@@ -75,15 +75,31 @@ def build_dashboard(catalog: Catalog, out: Path, *, blobs: BlobReader | None = N
     return out
 
 
-def _listening(rows: list[q.Row]) -> str:
+def _listening(rows: list[q.Row], packet_sets: int) -> str:
+    if not rows and not packet_sets:
+        return nothing(
+            "no packets exported yet (the pipeline exports them after a promotion; by hand: "
+            "`voxledger packets export --evaluation RECEIPT`)"
+        )
     if not rows:
-        return nothing("no ratings aggregated yet (packets are exported; run `voxledger ratings aggregate` when submissions arrive)")
+        return nothing(
+            f"no ratings aggregated yet ({packet_sets} packet set(s) exported; run `voxledger ratings aggregate` when submissions arrive)"
+        )
     ci = [r for r in rows if r["ci_low"] is not None and r["ci_high"] is not None]
     fmt = {"ci_low": lambda v: cell(v) if v is not None else '<span class="warn">no CI</span>'}
     return (runs.chart(charts.listening(ci)) if ci else "") + table(rows, list(rows[0]), fmt)
 
 
-PACKAGE_COLUMNS = ["package_sha256", "backend", "size_bytes", "reload_bitwise_equal", "equivalence_band", "published_name", "finished_at"]
+PACKAGE_COLUMNS = [
+    "package_sha256",
+    "backend",
+    "size_bytes",
+    "reload_bitwise_equal",
+    "equivalence_band",
+    "promotion",
+    "published_name",
+    "finished_at",
+]
 PACKAGE_HEADERS = {
     "package_sha256": "package",
     "size_bytes": "bytes",
@@ -96,8 +112,14 @@ MOVE_COLUMNS = ["alias", "target_sha256", "moved_at", "reason", "receipt_sha256"
 MOVE_HEADERS = {"target_sha256": "target", "moved_at": "moved", "receipt_sha256": "receipt"}
 
 
+def _promotion(value: object) -> str:
+    if value is None:
+        return '<span class="bad">unpromoted: passed no gate</span>'
+    return digest(str(value))
+
+
 def _packages(pkgs: list[q.Row], moves: list[q.Row]) -> str:
-    cells = {"reload_bitwise_equal": status, "package_sha256": digest}
+    cells = {"reload_bitwise_equal": status, "package_sha256": digest, "promotion": _promotion}
     package_table = table(pkgs, PACKAGE_COLUMNS, cells, empty="no packages yet", headers=PACKAGE_HEADERS)
     move_table = table(moves, MOVE_COLUMNS, empty="no alias moves yet", headers=MOVE_HEADERS)
     return package_table + "<h3>Alias history</h3>" + move_table

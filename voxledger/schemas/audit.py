@@ -156,6 +156,10 @@ class CorpusStats(Frozen):
     splits: tuple[SplitStats, ...]
     speaker_hours: dict[str, float]
     speaker_utterances: dict[str, int]
+    speaker_split_utterances: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="utterances per speaker per split (empty in audits recorded before it was counted)",
+    )
     duration_histogram_s: dict[str, int]
     total_hours: float
 

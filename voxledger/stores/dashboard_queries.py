@@ -170,14 +170,24 @@ def alias_history(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
 
 
 def packages(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[Row]:
-    """The newest packages with their reload check and equivalence band."""
+    """The newest packages with their reload check, equivalence band and the promotion that let them
+    through (None: built with --unpromoted from a checkpoint that passed no gate)."""
     return _rows(
         con,
         """
-        SELECT package_sha256, backend, size_bytes, reload_bitwise_equal, equivalence_band, published_name, finished_at
-        FROM packages ORDER BY finished_at DESC LIMIT ?""",
+        SELECT p.package_sha256, p.backend, p.size_bytes, p.reload_bitwise_equal, p.equivalence_band,
+               (SELECT min(e.src) FROM edges e
+                 WHERE e.dst = p.receipt_sha256 AND e.role = 'promotion' AND e.direction = 'input') AS promotion,
+               p.published_name, p.finished_at
+        FROM packages p ORDER BY p.finished_at DESC LIMIT ?""",
         [limit],
     )
+
+
+def packet_sets(con: duckdb.DuckDBPyConnection) -> int:
+    """How many packet sets were exported successfully (what exists, not what a plan asked for)."""
+    row = con.execute("SELECT count(*) FROM receipts WHERE kind = 'packet_set' AND status = 'succeeded'").fetchone()
+    return int(row[0]) if row else 0
 
 
 def listening_scores(con: duckdb.DuckDBPyConnection) -> list[Row]:

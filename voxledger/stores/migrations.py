@@ -321,4 +321,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE evaluation_comparisons ADD COLUMN units INTEGER;
         """,
     ),
+    (
+        "0013_audit_speaker_splits",
+        """
+        CREATE TABLE audit_speaker_splits (
+            receipt_sha256 VARCHAR NOT NULL,
+            speaker VARCHAR NOT NULL,
+            split VARCHAR NOT NULL,
+            utterances INTEGER NOT NULL,
+            PRIMARY KEY (receipt_sha256, speaker, split)
+        );
+        """,
+    ),
 ]

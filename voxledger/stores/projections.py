@@ -79,7 +79,12 @@ def _audit(rid: str, doc: dict[str, Any]) -> Rows:
         {"receipt_sha256": rid, "speaker": spk, "utterances": n, "hours": stats["speaker_hours"].get(spk, 0.0)}
         for spk, n in stats["speaker_utterances"].items()
     ]
-    return {"audit_findings": findings, "audits": summary, "audit_speakers": speakers}
+    speaker_splits = [
+        {"receipt_sha256": rid, "speaker": spk, "split": split, "utterances": n}
+        for spk, per_split in stats.get("speaker_split_utterances", {}).items()
+        for split, n in per_split.items()
+    ]
+    return {"audit_findings": findings, "audits": summary, "audit_speakers": speakers, "audit_speaker_splits": speaker_splits}
 
 
 @projector("equivalence")

@@ -21,23 +21,59 @@ def downstream(con: duckdb.DuckDBPyConnection, node: str, depth: int = 30) -> li
 
 
 def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[dict[str, Any]]:
-    """Packages whose lineage (adapter data and the base model's data) includes ``speaker``."""
+    """Packages trained on ``speaker``'s recordings: their adapter's or base model's training runs
+    read utterances of that speaker from their train splits.
+
+    Per package: ``trained_utterances`` (in the runs' train splits), ``cv_utterances`` (in their
+    CV splits: chose the checkpoint, never a gradient) and ``held_out_utterances`` (every other
+    split of the audited corpus, e.g. test). A package is listed when the speaker's recordings were
+    trained on or chose its checkpoint; one whose recordings sit only in held-out splits is not. An audit recorded before per-split counts existed contributes its speaker's
+    total under ``unsplit_utterances`` and is listed, since nothing proves it was not trained on.
+    """
     out = []
     for pkg_rid, pkg_sha in con.execute("SELECT receipt_sha256, package_sha256 FROM packages ORDER BY finished_at").fetchall():
-        ancestors = sorted({e.src for e in walk(con, pkg_rid, "up", 40)})
-        rows = con.execute(
-            "SELECT s.receipt_sha256, s.utterances FROM audit_speakers s WHERE s.speaker = ? AND s.receipt_sha256 IN (SELECT unnest(?))",
-            [speaker, ancestors],
+        ancestors = sorted({e.src for e in walk(con, pkg_rid, "up", 40)} | {pkg_rid})
+        runs = con.execute(
+            """
+            SELECT r.receipt_sha256, e.src AS audit,
+                   r.doc->'$.parameters.effective_config.plan.train_splits' AS train,
+                   r.doc->'$.parameters.effective_config.plan.cv_splits' AS cv
+            FROM receipts r JOIN edges e ON e.dst = r.receipt_sha256 AND e.role = 'audit' AND e.direction = 'input'
+            WHERE r.kind = 'training_run' AND r.status = 'succeeded'
+              AND (r.receipt_sha256 IN (SELECT unnest($anc))
+                   -- a base tree's lineage reaches the checkpoint receipt that wrote it; its run lists it
+                   OR EXISTS (SELECT 1 FROM edges c WHERE c.dst = r.receipt_sha256 AND c.direction = 'input'
+                              AND starts_with(c.role, 'checkpoint:') AND c.src IN (SELECT unnest($anc))))
+            ORDER BY r.finished_at""",
+            {"anc": ancestors},
         ).fetchall()
-        if rows:
-            out.append(
-                {
-                    "package_receipt": pkg_rid,
-                    "package_sha256": pkg_sha,
-                    "audits": [r[0] for r in rows],
-                    "utterances": sum(r[1] for r in rows),
-                }
-            )
+        # one audited corpus may feed several runs (base and adapter): classify each split once, by
+        # the union of the runs' train splits, then of their CV splits
+        by_audit: dict[str, tuple[set[str], set[str]]] = {}
+        for _run, audit_rid, train_json, cv_json in runs:
+            train, cv = by_audit.setdefault(str(audit_rid), (set(), set()))
+            train.update(json.loads(train_json or "[]"))
+            cv.update(json.loads(cv_json or "[]"))
+        counts = {"trained_utterances": 0, "cv_utterances": 0, "held_out_utterances": 0, "unsplit_utterances": 0}
+        audits: set[str] = set()
+        for audit_rid, (train, cv) in by_audit.items():
+            split_rows = con.execute(
+                "SELECT split, utterances FROM audit_speaker_splits WHERE receipt_sha256 = ? AND speaker = ?", [audit_rid, speaker]
+            ).fetchall()
+            for split, n in split_rows:
+                key = "trained_utterances" if split in train else "cv_utterances" if split in cv else "held_out_utterances"
+                counts[key] += int(n)
+            if not split_rows:
+                recorded = con.execute("SELECT count(*) FROM audit_speaker_splits WHERE receipt_sha256 = ?", [audit_rid]).fetchone()
+                total = con.execute(
+                    "SELECT utterances FROM audit_speakers WHERE receipt_sha256 = ? AND speaker = ?", [audit_rid, speaker]
+                ).fetchone()
+                if total is None or (recorded and recorded[0]):
+                    continue  # the speaker is not in this corpus
+                counts["unsplit_utterances"] += int(total[0])
+            audits.add(audit_rid)
+        if counts["trained_utterances"] or counts["cv_utterances"] or counts["unsplit_utterances"]:
+            out.append({"package_receipt": pkg_rid, "package_sha256": pkg_sha, "audits": sorted(audits), **counts})
     return out
 
 

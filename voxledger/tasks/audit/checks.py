@@ -223,8 +223,10 @@ def corpus_stats(utts: list[Utterance], facts: dict[str, FileFacts]) -> CorpusSt
     hours: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     hist: dict[str, int] = defaultdict(int)
+    by_split: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for u in utts:
         splits[u.split].append(u)
+        by_split[u.speaker][u.split] += 1
         hours[u.speaker] += dur[u.id] / 3600
         counts[u.speaker] += 1
         hist[f"{int(dur[u.id])}-{int(dur[u.id]) + 1}"] += 1
@@ -236,6 +238,7 @@ def corpus_stats(utts: list[Utterance], facts: dict[str, FileFacts]) -> CorpusSt
         splits=split_stats,
         speaker_hours={k: round(v, 6) for k, v in sorted(hours.items())},
         speaker_utterances=dict(sorted(counts.items())),
+        speaker_split_utterances={spk: dict(sorted(by_split[spk].items())) for spk in sorted(by_split)},
         duration_histogram_s=dict(sorted(hist.items(), key=lambda kv: int(kv[0].split("-")[0]))),
         total_hours=round(sum(dur.values()) / 3600, 6),
     )
