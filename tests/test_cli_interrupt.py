@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,11 +19,16 @@ ROOT = Path(__file__).resolve().parents[1]
 EXIT_WITHIN_S = 5.0  # measured 1.5 s on a 2-core machine at load 9 (it was 12-13 s before the fast exit)
 
 
-@pytest.mark.prefect
-def test_sigint_stops_the_pipeline_with_a_failed_receipt(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One small synthetic corpus for both tests (building it takes about 20 s); no test writes to it."""
     from tests.corpus_factory import build_small_corpus
 
-    corpus = build_small_corpus(tmp_path / "c")
+    return build_small_corpus(tmp_path_factory.mktemp("interrupt") / "c")
+
+
+@pytest.mark.prefect
+def test_sigint_stops_the_pipeline_with_a_failed_receipt(tmp_path: Path, corpus: Path) -> None:
     home = tmp_path / "h"
     cmd = [sys.executable, "-m", "voxledger.cli", "--home", str(home), "pipeline", "run", str(ROOT / "plans" / "pipeline-demo.yaml")]
     proc = subprocess.Popen([*cmd, "--corpus", str(corpus)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=os.environ)
@@ -48,3 +54,77 @@ def test_sigint_stops_the_pipeline_with_a_failed_receipt(tmp_path: Path) -> None
     receipt = Home(home).receipts.read(rid, PipelineRunReceipt)
     assert receipt.status == "failed" and receipt.error is not None and receipt.error.startswith("train_base: interrupted")
     assert [(s.stage, s.status) for s in receipt.stages] == [("audit", "succeeded"), ("train_base", "failed")]
+
+
+@pytest.mark.prefect
+def test_sigint_stops_serve_and_its_run_in_progress_with_a_failed_receipt(tmp_path: Path, corpus: Path) -> None:
+    import json
+    import uuid
+
+    import psutil
+
+    home = tmp_path / "h"
+    vx = [sys.executable, "-m", "voxledger.cli", "--home", str(home)]
+    env = os.environ | {"PREFECT_RUNNER_POLL_FREQUENCY": "1"}  # the session's server; the runner looks every second
+    name = f"interrupt-{uuid.uuid4().hex[:8]}"  # the deployment is this test's alone on the shared server
+    plan = tmp_path / "pipeline.yaml"
+    plan.write_text((ROOT / "plans" / "pipeline-demo.yaml").read_text().replace("name: demo", f"name: {name}"))
+    serve = [*vx, "serve", "--corpus", str(corpus), "--plan", str(plan), "--cron", "0 3 1 1 *"]  # no tick comes by itself
+    proc = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    errs: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    drain = threading.Thread(target=lambda: errs.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    drain.start()
+    try:
+        for line in proc.stdout:
+            if "polling for scheduled runs" in line:
+                break
+        trigger = f"from prefect.deployments import run_deployment; run_deployment('pipeline/voxledger-{name}', timeout=0)"
+        deadline = time.monotonic() + 60
+        while True:  # "polling" is said just before the runner registers the deployment
+            done = subprocess.run([sys.executable, "-c", trigger], capture_output=True, text=True, env=env)
+            if done.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert done.returncode == 0, done.stderr[-2000:]
+        deadline = time.monotonic() + 180
+        while not list(home.glob("runs/tiny-base-*")) and time.monotonic() < deadline:  # the base training has begun
+            time.sleep(0.2)
+        assert list(home.glob("runs/tiny-base-*")), "the triggered run never reached train_base"
+        time.sleep(1.0)
+        runs = psutil.Process(proc.pid).children()
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        took = time.perf_counter() - sent
+        psutil.wait_procs(runs, timeout=60)  # the run's own process reports its state after serve has gone
+        drain.join(timeout=30)  # it shares the pipe, which closes when that process has gone too
+        err = "".join(errs)
+    finally:
+        proc.kill()
+    assert code == 130 and took < 2.0, f"serve took {took:.1f} s to stop (exit {code}): {err}"
+    assert "Interrupted: stopped serving; the run in progress was stopped" in err and "Traceback" not in err
+    query = "SELECT status, doc->>'$.error' AS error FROM receipts WHERE kind = 'pipeline_run'"
+    (row,) = json.loads(subprocess.run([*vx, "query", query, "--json"], capture_output=True, text=True, check=True, env=env).stdout)
+    assert row["status"] == "failed" and row["error"].startswith("train_base: interrupted"), row
+
+
+def test_an_interrupt_python_swallowed_is_raised_again_until_the_pipeline_takes_it() -> None:
+    from voxledger.flows.pipeline import _interrupts
+
+    swallowed = 0
+    with pytest.raises(KeyboardInterrupt), _interrupts() as guard:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler raises here
+        except KeyboardInterrupt:
+            swallowed += 1  # what Python does with one raised inside an import-lock or weakref callback
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.01)  # the stage goes on... until the repeated signal ends it
+    assert swallowed == 1
+    with _interrupts() as guard:
+        guard.acknowledge()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # acknowledged: noted, not raised (the failed receipt is being recorded)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

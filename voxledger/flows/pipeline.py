@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from prefect import flow
 
@@ -170,42 +170,89 @@ def _pipeline_run(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path |
     run = _Run(h, plan_rid, plan_sha, Path(corpus), {key: ref.sha256 for key, ref in plans.items()}, started)
     ctx = StageContext(home, corpus, plan, plans, packets_dir)
     log = StageLog()
-    try:
-        with _sigterm_interrupts():
+    with _interrupts() as guard:
+        try:
             _run_stages(log, ctx)
-    except BaseException as exc:
-        failed = log.failed()
-        where = failed.stage if failed else "pipeline"
-        detail = failed.detail if failed else _reason(exc)
-        rid = run.record(log, f"{where}: {detail}"[:4000])
-        if isinstance(exc, VoxledgerError):
-            raise type(exc)(f"pipeline stopped at {where}: {exc}; pipeline receipt {rid}", receipt_id=rid) from exc
-        if isinstance(exc, KeyboardInterrupt):
-            raise InterruptedRunError(f"pipeline interrupted at stage {where}; failed pipeline receipt {rid}", receipt_id=rid) from exc
-        raise
+        except BaseException as exc:
+            guard.acknowledge()  # from here a repeated Ctrl-C cannot cut the failed receipt short
+            _stopped(run, log, exc)
     rid = run.record(log, None)
     return PipelineSummary(rid, tuple(log.records))
 
 
+def _stopped(run: _Run, log: StageLog, exc: BaseException) -> NoReturn:
+    """Record the failed pipeline receipt naming the stage it stopped in, and raise."""
+    failed = log.failed()
+    where = failed.stage if failed else "pipeline"
+    detail = failed.detail if failed else _reason(exc)
+    rid = run.record(log, f"{where}: {detail}"[:4000])
+    if isinstance(exc, VoxledgerError):
+        raise type(exc)(f"pipeline stopped at {where}: {exc}; pipeline receipt {rid}", receipt_id=rid) from exc
+    if isinstance(exc, KeyboardInterrupt):
+        raise InterruptedRunError(f"pipeline interrupted at stage {where}; failed pipeline receipt {rid}", receipt_id=rid) from exc
+    raise exc
+
+
+class _Interrupts:
+    """SIGINT (Ctrl-C) and SIGTERM (a stopping ``serve`` cancelling this run, a ``kill``) end the stages
+    with KeyboardInterrupt, so the pipeline receipt records the stage it stopped in.
+
+    Python drops a KeyboardInterrupt raised where it cannot propagate (a weakref or import-lock
+    callback: "Exception ignored in ..."), and the run would go on. So after a signal, until the
+    pipeline acknowledges it, the signal is raised again every ``REPEAT_S``; once acknowledged, further
+    signals are only noted, so recording the failed receipt cannot be cut short.
+    """
+
+    REPEAT_S = 0.5
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._acknowledged = threading.Event()
+        self._signum: int | None = None
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self._acknowledged.is_set():
+            return
+        if self._signum is None:
+            import threading
+
+            self._signum = signum
+            threading.Thread(target=self._repeat, name="voxledger-interrupt", daemon=True).start()
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def _repeat(self) -> None:
+        import os
+        import signal
+
+        while not self._acknowledged.wait(self.REPEAT_S):
+            with self._lock:
+                if not self._acknowledged.is_set() and self._signum is not None:
+                    os.kill(os.getpid(), signal.Signals(self._signum))
+
+    def acknowledge(self) -> None:
+        with self._lock:
+            self._acknowledged.set()
+
+
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a stopping ``serve`` cancelling this run, a ``kill``) ends the stages like Ctrl-C does,
-    so the pipeline receipt records the stage it stopped in; only the main thread can set handlers."""
+def _interrupts() -> Iterator[_Interrupts]:
+    """Install ``_Interrupts`` for SIGINT and SIGTERM (only the main thread can set handlers)."""
     import signal
     import threading
 
+    guard = _Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield guard
         return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, guard.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield guard
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        guard.acknowledge()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _reason(exc: BaseException) -> str:
