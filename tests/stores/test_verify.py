@@ -137,6 +137,35 @@ def test_a_rewritten_lineage_edge_is_detected(world: tuple[Home, dict[str, str]]
     assert cli(home, "store", "verify")[0] == 0
 
 
+def test_lineage_answers_are_checked_against_the_receipts_they_walk(world: tuple[Home, dict[str, str]]) -> None:
+    """No `store verify` needed: a lineage or provenance answer over a rewritten index is refused."""
+    from voxledger.stores.catalog import _write_sums
+
+    home, ids = world
+    code, out = cli(home, "lineage", ids["second"], "--up", "--json")
+    assert code == 0 and ids["first"] in out, out
+    forged = "e" * 64
+    with home.catalog.connect() as con:  # two copies of a digest flipped alike: DuckDB's checksum cannot see it
+        con.execute("UPDATE edges SET src = ? WHERE dst = ? AND role = 'parent'", [forged, ids["second"]])
+    for args in (("lineage", ids["second"], "--up"), ("lineage", ids["first"], "--down"), ("provenance", "downstream", ids["first"])):
+        code, out = cli(home, *args)  # the sums the last write recorded no longer match: whatever the walk
+        assert code == 1 and "Traceback" not in out, (args, out)
+        assert "table edges no longer matches the sums its last write recorded" in out and "catalog rebuild" in out, (args, out)
+    with home.catalog.connect() as con:
+        _write_sums(con)  # a forger who also rewrote the sums: every receipt the walk passes is read back
+    code, out = cli(home, "lineage", ids["second"], "--up")
+    assert code == 1 and f"the catalog's lineage disagrees with receipt {ids['second']}" in out, out
+    with home.catalog.connect() as con:  # an edge deleted (sums rewritten too): the answer would silently lose a parent
+        con.execute("DELETE FROM edges WHERE dst = ? AND role = 'parent'", [ids["second"]])
+        _write_sums(con)
+    code, out = cli(home, "lineage", ids["second"], "--up")
+    assert code == 1 and "1 of its edges are absent" in out, out
+    assert cli(home, "store", "verify")[0] == 1  # the whole check finds it too
+    assert cli(home, "catalog", "rebuild")[0] == 0
+    code, out = cli(home, "lineage", ids["second"], "--up", "--json")
+    assert code == 0 and ids["first"] in out, out
+
+
 @pytest.mark.parametrize(
     ("sql", "field"),
     [

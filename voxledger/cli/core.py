@@ -256,11 +256,14 @@ def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str, as_jso
     """
     from voxledger.stores.lineage import walk
     from voxledger.stores.queries import receipt_labels
+    from voxledger.stores.verify import check_walked_edges
 
     node = resolve_node(ctx, ref)
-    with open_home(ctx).catalog.connect(read_only=True) as con:
+    home = open_home(ctx)
+    with home.catalog.connect(read_only=True) as con:
         edges = walk(con, node, "up" if up else "down", depth)
         labels = receipt_labels(con)
+    check_walked_edges(home, [(e.src, e.dst, e.role, e.direction) for e in edges])  # the index against the receipts
     if fmt == "json" or as_json:
         emit_json([e.__dict__ for e in edges])
     elif fmt == "graph":

@@ -39,12 +39,16 @@ def downstream_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
     """
     from voxledger.stores.lineage import walk
     from voxledger.stores.provenance import downstream
+    from voxledger.stores.verify import check_walked_edges
 
     node = resolve_node(ctx, ref)
-    with open_home(ctx).catalog.connect(read_only=True) as con:
+    home = open_home(ctx)
+    with home.catalog.connect(read_only=True) as con:
         # an artifact (a corpus manifest or audio tree) starts at the receipts that recorded it
         starts = [node, *sorted({e.src for e in walk(con, node, "up", 1) if e.direction == "output"})]
+        walked = [(e.src, e.dst, e.role, e.direction) for start in starts for e in walk(con, start, "down", 30)]
         rows = {r["receipt"]: r for start in starts for r in downstream(con, start)}
+    check_walked_edges(home, walked)
     _show(sorted(rows.values(), key=lambda r: (str(r["finished_at"]), r["receipt"])), as_json, f"downstream of {node[:16]}")
 
 
@@ -58,9 +62,14 @@ def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
     Example: voxledger provenance speaker spk-b2
     """
     from voxledger.stores.provenance import packages_with_speaker
+    from voxledger.stores.verify import check_walked_edges
 
-    with open_home(ctx).catalog.connect(read_only=True) as con:
-        _show(packages_with_speaker(con, speaker), as_json, f"packages trained on {speaker}")
+    home = open_home(ctx)
+    walked: list[tuple[str, str, str, str]] = []
+    with home.catalog.connect(read_only=True) as con:
+        rows = packages_with_speaker(con, speaker, walked)
+    check_walked_edges(home, walked)
+    _show(rows, as_json, f"packages trained on {speaker}")
 
 
 @provenance.command("champion-at")

@@ -170,9 +170,48 @@ class Catalog:
                     cols = ", ".join(arrow.column_names)
                     con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) SELECT {cols} FROM incoming")
                     con.unregister("incoming")
+            _write_sums(con)
             con.execute("COMMIT")
             after = con.execute("SELECT count(*) FROM receipts").fetchone()[0]  # type: ignore[index]
         return int(after - before)
+
+    def check_sums(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Compare the lineage tables with the sums the last ingest wrote beside them; raise
+        CatalogError when they differ (a rewrite the file's own block checksums did not catch)."""
+        stored = {
+            r[0]: (r[1], r[2], r[3]) for r in con.execute("SELECT name, row_count, digest, duckdb_version FROM catalog_sums").fetchall()
+        }
+        for name, (count, digest) in _sums(con).items():
+            if name not in stored or stored[name][2] != duckdb.__version__:
+                continue  # written before sums existed, or by another DuckDB (whose hash may differ): the next ingest rewrites them
+            if stored[name][:2] != (count, digest):
+                raise CatalogError(
+                    f"catalog {self.path}: table {name} no longer matches the sums its last write recorded "
+                    f"({count} rows, {stored[name][0]} recorded): it was changed outside voxledger or damaged; "
+                    "`voxledger catalog rebuild` re-derives it from the store"
+                )
+
+
+SUMMED = {
+    "receipts": "receipt_sha256, kind, status, cache_key",
+    "edges": "src, dst, role, direction, src_ref",
+    "artifacts": "sha256, size_bytes, media_type",
+}
+"""The index tables lineage answers rest on, and the columns summed (an order-free digest: the sum of
+DuckDB's 64-bit row hashes). A receipt's document is left out: ``store verify`` compares those."""
+
+
+def _sums(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
+    out = {}
+    for table, cols in SUMMED.items():
+        row = con.execute(f"SELECT count(*), coalesce(sum(hash({cols})::HUGEINT), 0) FROM {table}").fetchone()
+        out[table] = (int(row[0]), int(row[1])) if row else (0, 0)
+    return out
+
+
+def _write_sums(con: duckdb.DuckDBPyConnection) -> None:
+    for table, (count, digest) in _sums(con).items():
+        con.execute("INSERT OR REPLACE INTO catalog_sums VALUES (?, ?, ?, ?)", [table, count, digest, duckdb.__version__])
 
 
 def _excerpt(exc: BaseException, limit: int = 200) -> str:

@@ -333,4 +333,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0014_catalog_sums",
+        """
+        CREATE TABLE catalog_sums (
+            name VARCHAR PRIMARY KEY,
+            row_count BIGINT NOT NULL,
+            digest HUGEINT NOT NULL,
+            duckdb_version VARCHAR NOT NULL
+        );
+        """,
+    ),
 ]

@@ -20,7 +20,9 @@ def downstream(con: duckdb.DuckDBPyConnection, node: str, depth: int = 30) -> li
     return [dict(zip(("receipt", "kind", "task", "status", "finished_at"), r, strict=True)) for r in rows]
 
 
-def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[dict[str, Any]]:
+def packages_with_speaker(
+    con: duckdb.DuckDBPyConnection, speaker: str, walked: list[tuple[str, str, str, str]] | None = None
+) -> list[dict[str, Any]]:
     """Packages trained on ``speaker``'s recordings: their adapter's or base model's training runs
     read utterances of that speaker from their train splits.
 
@@ -29,10 +31,14 @@ def packages_with_speaker(con: duckdb.DuckDBPyConnection, speaker: str) -> list[
     split of the audited corpus, e.g. test). A package is listed when the speaker's recordings were
     trained on or chose its checkpoint; one whose recordings sit only in held-out splits is not. An audit recorded before per-split counts existed contributes its speaker's
     total under ``unsplit_utterances`` and is listed, since nothing proves it was not trained on.
+    The lineage edges walked are appended to ``walked`` (to be checked against the receipts).
     """
     out = []
     for pkg_rid, pkg_sha in con.execute("SELECT receipt_sha256, package_sha256 FROM packages ORDER BY finished_at").fetchall():
-        ancestors = sorted({e.src for e in walk(con, pkg_rid, "up", 40)} | {pkg_rid})
+        up = walk(con, pkg_rid, "up", 40)
+        if walked is not None:
+            walked.extend((e.src, e.dst, e.role, e.direction) for e in up)
+        ancestors = sorted({e.src for e in up} | {pkg_rid})
         runs = con.execute(
             """
             SELECT r.receipt_sha256, e.src AS audit,

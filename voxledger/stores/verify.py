@@ -8,14 +8,18 @@ Three checks, each reported apart:
   the store, unless a prune receipt records removing it; a receipt listed in ``receipts/`` whose
   own object is gone counts too;
 - **catalog**: a catalog row that disagrees with the receipt it indexes (its kind, status, cache
-  key, document, artifacts or lineage edges), or a row for a receipt the store does not hold. The
-  catalog is an index: any disagreement is repaired by ``voxledger catalog rebuild``.
+  key, document, artifacts or lineage edges), a row for a receipt the store does not hold, or
+  index tables that no longer match the sums their last write recorded. The catalog is an index:
+  any disagreement is repaired by ``voxledger catalog rebuild``.
+
+Lineage and provenance commands check less on every answer (``check_walked_edges``): the sums,
+and each receipt the walk passes through read back from the store.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +63,11 @@ def verify_store(home: Home, progress: Progress | None = None) -> VerifyReport:
             progress("hashing objects", n, len(digests))
     docs = _walk_receipts(home, bad, report, progress)
     report.catalog = catalog_drift(home, docs)
+    try:
+        with home.catalog.connect(read_only=True) as con:
+            home.catalog.check_sums(con)
+    except VoxledgerError as exc:
+        report.catalog.append(str(exc))
     return report
 
 
@@ -148,3 +157,41 @@ def _loads(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def check_walked_edges(home: Home, edges: Iterable[tuple[str, str, str, str]]) -> None:
+    """Check lineage edges (src, dst, role, direction) read from the catalog against the receipts that
+    own them, before an answer is built on them; raise CatalogError naming the first that disagrees.
+
+    The catalog is an index, and a rewrite of it (a bit flip that two copies of a digest in one
+    block hide from DuckDB's checksum, an UPDATE) would otherwise change lineage answers silently.
+    Every receipt an edge belongs to (the producer of an output, the reader of an input) is read
+    from the store, verified against its id, and its whole edge set compared with the catalog's.
+    """
+    from voxledger.schemas.errors import CatalogError
+
+    owners = sorted({src if direction == "output" else dst for src, dst, _role, direction in edges})
+    fix = "`voxledger catalog rebuild` re-derives the catalog from the store (`voxledger store verify` checks everything)"
+    with home.catalog.connect(read_only=True) as con:
+        home.catalog.check_sums(con)  # the whole index at once: catches a rewrite no walk passes through
+        for rid in owners:
+            rows = con.execute(
+                "SELECT src, dst, role, direction FROM edges WHERE (direction = 'output' AND src = ?) OR (direction = 'input' AND dst = ?)",
+                [rid, rid],
+            ).fetchall()
+            got = {tuple(r) for r in rows}
+            try:
+                doc = home.receipts.read_document(rid)
+            except VoxledgerError as exc:
+                raise CatalogError(
+                    f"the catalog's lineage names receipt {rid}, which the store cannot give back ({str(exc).splitlines()[0][:160]}); {fix}"
+                ) from exc
+            want = {(e["src"], e["dst"], e["role"], e["direction"]) for e in core_rows(rid, doc)["edges"]}
+            if got != want:
+                extra = sorted(got - want)
+                what = (
+                    f"e.g. {extra[0][2]!r} edge {extra[0][0][:16]} -> {extra[0][1][:16]} is not in it"
+                    if extra
+                    else f"{len(want - got)} of its edges are absent"
+                )
+                raise CatalogError(f"the catalog's lineage disagrees with receipt {rid} ({what}); {fix}")
