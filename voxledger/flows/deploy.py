@@ -110,10 +110,13 @@ CRASH_AFTER_S = 90
 ZOMBIE_AUTOMATION = "voxledger: mark flow runs without heartbeats crashed"
 
 
-def ensure_zombie_automation() -> str:
+def ensure_zombie_automation(crash_after_s: float = CRASH_AFTER_S) -> str:
     """Create (once) the automation that marks a flow run Crashed when its heartbeats stop for
-    ``CRASH_AFTER_S`` without a final state: a SIGKILLed worker never reports its runs, which would
-    otherwise stay Running. Returns the automation's id."""
+    ``crash_after_s`` without a final state: a SIGKILLed worker never reports its runs, which would
+    otherwise stay Running. Returns the automation's id.
+
+    A run killed before its first heartbeat (sent when it starts) is not covered; Prefect sends
+    heartbeats every 30 s at the most, so ``crash_after_s`` must exceed that."""
     from datetime import timedelta
 
     from prefect.automations import Automation
@@ -136,11 +139,11 @@ def ensure_zombie_automation() -> str:
             match={"prefect.resource.id": ["prefect.flow-run.*"]},
             for_each={"prefect.resource.id"},
             threshold=1,
-            within=timedelta(seconds=CRASH_AFTER_S),
+            within=timedelta(seconds=crash_after_s),
         ),
         actions=[
             ChangeFlowRunState(
-                name=None, state=StateType.CRASHED, message=f"no heartbeat for {CRASH_AFTER_S} s: its worker died", force=False
+                name=None, state=StateType.CRASHED, message=f"no heartbeat for {crash_after_s:g} s: its worker died", force=False
             )
         ],
     ).create()
