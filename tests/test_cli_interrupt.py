@@ -30,7 +30,16 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.prefect
 def test_sigint_stops_the_pipeline_with_a_failed_receipt(tmp_path: Path, corpus: Path) -> None:
     home = tmp_path / "h"
-    cmd = [sys.executable, "-m", "voxledger.cli", "--home", str(home), "pipeline", "run", str(ROOT / "plans" / "pipeline-demo.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "voxledger.cli",
+        "--home",
+        str(home),
+        "pipeline",
+        "run",
+        str(ROOT / "plans" / "pipeline-demo-train-base.yaml"),
+    ]
     proc = subprocess.Popen([*cmd, "--corpus", str(corpus)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=os.environ)
     assert proc.stderr is not None
     seen = []
@@ -68,7 +77,7 @@ def test_sigint_stops_serve_and_its_run_in_progress_with_a_failed_receipt(tmp_pa
     env = os.environ | {"PREFECT_RUNNER_POLL_FREQUENCY": "1"}  # the session's server; the runner looks every second
     name = f"interrupt-{uuid.uuid4().hex[:8]}"  # the deployment is this test's alone on the shared server
     plan = tmp_path / "pipeline.yaml"
-    plan.write_text((ROOT / "plans" / "pipeline-demo.yaml").read_text().replace("name: demo", f"name: {name}"))
+    plan.write_text((ROOT / "plans" / "pipeline-demo-train-base.yaml").read_text().replace("name: demo-train-base", f"name: {name}"))
     serve = [*vx, "serve", "--corpus", str(corpus), "--plan", str(plan), "--cron", "0 3 1 1 *"]  # no tick comes by itself
     proc = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     errs: list[str] = []

@@ -18,11 +18,11 @@ from voxledger.schemas.pipeline import PipelinePlan
 from voxledger.tasks.plans import load_plan, plan_digest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "plans" / "pipeline-demo.yaml"
+DEMO = ROOT / "plans" / "pipeline-demo-train-base.yaml"  # the demo with its own base training: every stage but import_base
 
 
 def _plan_with_pools(tmp_path: Path, **pools: object) -> Path:
-    doc = yaml.safe_load(DEMO.read_text())
+    doc = yaml.safe_load(DEMO.read_text()) | {"name": "demo"}
     doc.update(pools)
     out = tmp_path / "pipeline.yaml"
     out.write_text("# voxledger deploy pipeline.yaml --corpus ./corpus\n" + yaml.safe_dump(doc))
@@ -30,8 +30,9 @@ def _plan_with_pools(tmp_path: Path, **pools: object) -> Path:
 
 
 def test_pool_fields_leave_existing_plan_digests_unchanged(tmp_path: Path) -> None:
-    plan = load_plan(DEMO, PipelinePlan)
-    # produced by plan_digest(load_plan(DEMO, PipelinePlan)) before work_pool/stage_pools existed (commit 1767e52)
+    plan = load_plan(_plan_with_pools(tmp_path), PipelinePlan)
+    # produced by plan_digest() of plans/pipeline-demo.yaml before work_pool/stage_pools existed (commit 1767e52),
+    # which is the train-base plan under the name "demo"
     assert plan_digest(plan) == "c207f30ab305764cdf3f8a913c22c5066df3d31bea20d0c6277c663da5dda88e"
     assert "work_pool" not in plan.model_dump(mode="json") and "stage_pools" not in plan.model_dump(mode="json")
     pooled = load_plan(_plan_with_pools(tmp_path, work_pool="cpu"), PipelinePlan)
