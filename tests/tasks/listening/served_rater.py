@@ -74,7 +74,7 @@ class ServedRater:
         """Present, play every needed sample to the end, rate each cell; returns the answers given."""
         self.ok("present", trial.id)
         for stim in (trial.reference,) * (trial.task == "mushra" and trial.reference is not None) + trial.stimuli:
-            self.listen(trial, stim, durations_s[stim])
+            self.listen(trial, stim, durations_s.get(stim, 0.0))
         versus = self.key[trial.stimuli[0]] if trial.task == "ab" else None
         given = []
         for crit in trial.criteria:

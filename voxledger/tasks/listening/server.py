@@ -415,8 +415,10 @@ def run_server(server: ServerApp, host: str, port: int, announce: Callable[[str]
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it: small replies go out at once
     try:
         sock.bind((host, port))
+        sock.listen(1024)  # connections queue from the moment the address is announced
     except OSError as exc:
         sock.close()
         raise VoxledgerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port or --host") from None
