@@ -248,3 +248,28 @@ def test_leak_check_passes_on_what_the_server_sends(serving: Serving) -> None:
     leak = check_leaks(files, rate, serving.served.protocol.blinding)
     assert leak.passed and not leak.leaks
     assert leak.worst == p.leak_check.worst  # type: ignore[union-attr]  # the same bytes the export measured
+
+
+def test_serve_and_revoke_refuse_bad_input_in_one_line(exported: Exported) -> None:
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    home = str(exported.home.root)
+    plan = next(i.sha256 for i in exported.receipt.inputs if i.role == "protocol")
+    cases = [
+        (["packets", "serve", "/tmp/none"], 1, "is not a sha256 digest or prefix"),
+        (["packets", "serve", plan[:12]], 1, "not packet_set"),
+        (["packets", "serve", exported.receipt_id[:12], "--public-url", "ftp://x"], 2, "is not an http(s) address"),
+        (["packets", "revoke", exported.receipt_id[:12], "r01"], 1, "was never served from this home"),
+    ]
+    for args, code, fragment in cases:
+        result = CliRunner().invoke(main, ["--home", home, *args])
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == code and fragment in result.output, (args, result.exit_code, result.output)
+        assert "Traceback" not in result.output and "No such command" not in result.output
+        assert code == 2 or len(lines) == 1, (args, result.output)
+    served = ServedSet(exported.home, exported.receipt_id, exported.receipt)
+    served.store.close()
+    result = CliRunner().invoke(main, ["--home", home, "packets", "revoke", exported.receipt_id[:12], "r99"])
+    assert result.exit_code == 1 and "rater 'r99' is not in packet set" in result.output and len(result.output.splitlines()) == 1
