@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import oracle_scorer, read_binding, simulate_submission, write_json
-from tests.tasks.listening.served_rater import Clock, ServedRater
+from tests.tasks.listening.served_rater import Clock, ServedRater, page_parts
 from voxledger.stores.home import Home
 from voxledger.tasks.listening.keys import home_secret, rater_token, sealed_dir
 from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
@@ -273,3 +273,21 @@ def test_serve_and_revoke_refuse_bad_input_in_one_line(exported: Exported) -> No
     served.store.close()
     result = CliRunner().invoke(main, ["--home", home, "packets", "revoke", exported.receipt_id[:12], "r99"])
     assert result.exit_code == 1 and "rater 'r99' is not in packet set" in result.output and len(result.output.splitlines()) == 1
+
+
+def test_rate_limits_refuse_bursts_and_write_nothing(serving: Serving) -> None:
+    tight = ServerApp(serving.served, limits=Limits(rater_burst=4, rater_per_s=0.01, anonymous_burst=3, anonymous_per_s=0.01))
+    c = TestClient(tight.app, base_url="http://127.0.0.1:8765", client=("127.0.0.1", 42000))
+    assert c.get(serving.links["r04"]).status_code == 200  # the link (anonymous bucket) and the page (rater bucket)
+    page = c.get("/t")
+    assert page.status_code == 200
+    _, binding_doc = page_parts(page.text)
+    seq = binding_doc["state"]["seq"]
+    codes = [c.post("/api/events", json={"page": binding_doc["page"], "seq": seq + i, "event": "start"}).status_code for i in range(4)]
+    assert codes == [200, 200, 429, 429], codes
+    limited = c.post("/api/events", json={"page": binding_doc["page"], "seq": seq + 2, "event": "start"})
+    assert limited.json()["code"] == "rate_limited" and limited.headers["retry-after"] == "1"
+    assert len(serving.served.store.events("r04")) == seq + 2
+    strangers = [TestClient(tight.app, client=("192.0.2.7", 1)).get("/r/0000000000000000/x", follow_redirects=False).status_code for _ in range(5)]
+    assert strangers == [404, 404, 404, 429, 429]
+    tight.aggregator.stop()

@@ -382,7 +382,7 @@ class ServedSet:
         manifest = self.states[rater_id].packet.manifest.model_dump(mode="json")
         urls = self.audio_url[rater_id]
         manifest["audio"] = [{"id": a["id"], "file": f"/a/{urls[a['id']]}"} for a in manifest["audio"]]
-        return manifest  # type: ignore[no-any-return]
+        return manifest
 
     def resume_state(self, rater_id: str) -> dict[str, Any]:
         """Where the rater is: the next sequence number, the trial on screen, answers and samples heard."""
