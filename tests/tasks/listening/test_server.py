@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import oracle_scorer, read_binding, simulate_submission, write_json
 from tests.tasks.listening.served_rater import Clock, ServedRater, page_parts
+from voxledger.schemas.errors import PacketError
 from voxledger.stores.home import Home
 from voxledger.tasks.listening.keys import home_secret, rater_token, sealed_dir
 from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
@@ -77,7 +78,7 @@ def serving(exported: Exported, tmp_path: Path) -> Iterator[Serving]:
     server = ServerApp(served, aggregate=_aggregate(exported.home, exported.receipt_id), limits=Limits(rater_burst=10_000))
     yield Serving(exported, served, server, links, clock)
     server.aggregator.stop()
-    served.store.close()
+    served.close()
 
 
 def _results_equal(a: Any, b: Any) -> None:
@@ -270,7 +271,9 @@ def test_serve_and_revoke_refuse_bad_input_in_one_line(exported: Exported) -> No
         assert "Traceback" not in result.output and "No such command" not in result.output
         assert code == 2 or len(lines) == 1, (args, result.output)
     served = ServedSet(exported.home, exported.receipt_id, exported.receipt)
-    served.store.close()
+    with pytest.raises(PacketError, match="already being served from this home by another process"):
+        ServedSet(exported.home, exported.receipt_id, exported.receipt)
+    served.close()
     result = CliRunner().invoke(main, ["--home", home, "packets", "revoke", exported.receipt_id[:12], "r99"])
     assert result.exit_code == 1 and "rater 'r99' is not in packet set" in result.output and len(result.output.splitlines()) == 1
 
@@ -288,6 +291,8 @@ def test_rate_limits_refuse_bursts_and_write_nothing(serving: Serving) -> None:
     limited = c.post("/api/events", json={"page": binding_doc["page"], "seq": seq + 2, "event": "start"})
     assert limited.json()["code"] == "rate_limited" and limited.headers["retry-after"] == "1"
     assert len(serving.served.store.events("r04")) == seq + 2
-    strangers = [TestClient(tight.app, client=("192.0.2.7", 1)).get("/r/0000000000000000/x", follow_redirects=False).status_code for _ in range(5)]
+    strangers = [
+        TestClient(tight.app, client=("192.0.2.7", 1)).get("/r/0000000000000000/x", follow_redirects=False).status_code for _ in range(5)
+    ]
     assert strangers == [404, 404, 404, 429, 429]
     tight.aggregator.stop()

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from voxledger.schemas.errors import PacketError, RequestRefusedError, validation_lines
@@ -213,6 +214,13 @@ class ServedSet:
         self.folder = home.root / SERVED_DIR / packet_set_id[:16]
         self.submissions_dir = self.folder / "submissions"
         self.submissions_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(self.folder / "server.lock"))
+        try:  # one server per set: two would journal the same raters from two diverging memories
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            raise PacketError(
+                f"packet set {packet_set_id[:12]} is already being served from this home by another process; stop that one first"
+            ) from None
         self._secret = home_secret(home)
         self.protocol = ListeningProtocol.model_validate_json(home.blobs.get_bytes(receipt.parameters.protocol_sha256))
         self.store = SessionStore(self.folder / "sessions.sqlite")
@@ -234,6 +242,11 @@ class ServedSet:
         for r in self.store.raters():  # a submission a kill interrupted is written again, byte for byte
             if self.states[r.rater_id].finished:
                 self._write_submission(r.rater_id)
+
+    def close(self) -> None:
+        """Close the journal and let another process serve the set."""
+        self.store.close()
+        self._lock.release()
 
     # ---- links and sessions ----
     def issue_links(self, raters: list[str] | None = None) -> dict[str, str]:

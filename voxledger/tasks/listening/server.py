@@ -438,5 +438,5 @@ def run_server(server: ServerApp, host: str, port: int, announce: Callable[[str]
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         server.aggregator.stop()
-        server.served.store.close()
+        server.served.close()
         sock.close()
