@@ -269,11 +269,6 @@ class ServedSet:
         """The current link path of every rater whose link is usable (from ``links.txt``)."""
         return read_links(self.store, self.links_file)
 
-    def revoke(self, rater_id: str) -> None:
-        """Stop the rater's link and cookie at once (a running server checks the journal per request)."""
-        if not self.store.revoke(rater_id):
-            raise PacketError(f"rater {rater_id!r} is not in packet set {self.packet_set_id[:12]}; raters: {', '.join(self.states)}")
-
     def login(self, link_id: str, secret: str, user_agent: str) -> Login:
         """The rater a link names, checked in constant time; a fresh cookie replaces any earlier browser's."""
         row = self.store.by_link(link_id)
