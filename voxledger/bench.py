@@ -129,7 +129,10 @@ def bench_catalog(work: Path, n_receipts: int, n_edges: int) -> list[Figure]:
     ]
 
 
-SECTIONS = ("hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync")
+SECTIONS = (
+    "hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
+    "listening-server",
+)  # fmt: skip
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
 
 

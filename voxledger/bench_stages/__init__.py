@@ -23,7 +23,7 @@ from voxledger.bench_stages.evaluation import bench_eval
 from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
 from voxledger.bench_stages.train import bench_train
 
-STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync")
+STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync", "listening-server")
 __all__ = [
     "STAGE_SECTIONS",
     "audit_policy",
@@ -77,4 +77,8 @@ def run_stages(
         from voxledger.bench_stages.sync import bench_sync
 
         figures += bench_sync(work, 200 if quick else 10_000)
+    if "listening-server" in sections:
+        from voxledger.bench_stages.listening_server import bench_listening_server
+
+        figures += bench_listening_server(work, 10 if quick else 50)
     return figures

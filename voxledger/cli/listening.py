@@ -113,6 +113,56 @@ def packets_verify(folder: Path, as_json: bool) -> None:
     click.echo(f"ok: packet of rater {manifest.rater_id}: {len(manifest.trials)} trials, {len(manifest.audio)} audio files intact")
 
 
+@packets.command("serve")
+@click.argument("packet_set")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (keep the default behind a reverse proxy).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on (0: any free port).")
+@click.option(
+    "--public-url",
+    default=None,
+    help="The address raters reach, e.g. https://listen.example.org behind a TLS reverse proxy: links are printed with it "
+    "and an https address marks the session cookie Secure.",
+)
+@click.pass_context
+def packets_serve(ctx: click.Context, packet_set: str, host: str, port: int, public_url: str | None) -> None:
+    """Serve PACKET_SET (a packet_set receipt id) to its raters until stopped (Ctrl-C).
+
+    Prints one capability link per rater (also written to a file in the home); audio by opaque
+    per-rater ids; every event timed by the server and journalled; each finished rater's
+    submission lands in the home and is aggregated as `ratings aggregate` does (docs/listening.md).
+
+    Example: voxledger packets serve 3fa2c1d9 --port 8765
+    """
+    from voxledger.flows.listening_server import listening_server
+
+    if public_url is not None and not public_url.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{public_url!r} is not an http(s) address", param_hint="--public-url")
+    rid = resolve_receipt(ctx, packet_set, "packet_set")
+    open_home(ctx).require_writable()
+    run_flow(ctx, listening_server, rid, host, port, public_url)
+
+
+@packets.command("revoke")
+@click.argument("packet_set")
+@click.argument("rater")
+@click.option("--new-link", is_flag=True, help="Also issue the rater a new link (printed; the running server accepts it at once).")
+@click.pass_context
+def packets_revoke(ctx: click.Context, packet_set: str, rater: str, new_link: bool) -> None:
+    """Revoke RATER's link to served PACKET_SET: a running server refuses it (and its session) from the next request.
+
+    Example: voxledger packets revoke 3fa2c1d9 r03 --new-link
+    """
+    from voxledger.tasks.listening.served import revoke_link
+
+    rid = resolve_receipt(ctx, packet_set, "packet_set")
+    home = open_home(ctx)
+    home.require_writable()
+    path = revoke_link(home, rid, rater, new_link=new_link)
+    click.echo(f"revoked the link of rater {rater}")
+    if path:
+        click.echo(f"new link path for {rater}: {path} (prefix it with the server's address)")
+
+
 REFUSED_EXIT = 3  # the aggregate is recorded, but some files were refused
 
 

@@ -88,6 +88,15 @@ class PacketError(VoxledgerError):
     """A listening packet or a rater submission is invalid, foreign, forged or incomplete."""
 
 
+class RequestRefusedError(PacketError):
+    """A request to the listening-test server is refused; ``status`` and ``code`` say how to answer it."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
 class GateFailedError(VoxledgerError):
     """A promotion gate rejected a candidate."""
 

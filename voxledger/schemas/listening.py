@@ -342,7 +342,7 @@ class LogEvent(Frozen):
     """One presentation/playback event of the page, in milliseconds since the page opened."""
 
     t_ms: int = Field(ge=0)
-    event: Literal["start", "present", "play", "pause", "ended", "rate", "ratechange", "next", "export"]
+    event: Literal["start", "present", "play", "pause", "seek", "ended", "rate", "ratechange", "blur", "focus", "next", "export"]
     trial: str | None = None
     stimulus: str | None = None
     detail: str | None = None

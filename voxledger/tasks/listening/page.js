@@ -1,10 +1,13 @@
-// voxledger listening-test page: no network, no dependencies; opens from disk (file://).
+// voxledger listening-test page: no dependencies. Static: no network, opens from disk (file://).
 // Enforces play-to-the-end before rating, logs every presentation and playback event, and
 // exports a submission bound to the packet digest and rater token, sealed by an HMAC-SHA256.
+// Served (`voxledger packets serve`): the same page holds no token; it posts each event, in
+// order, to its own origin, where the server times, checks and journals it, and seals the answers.
 "use strict";
 (function () {
   const P = JSON.parse(document.getElementById("packet").textContent);
   const BIND = JSON.parse(document.getElementById("binding").textContent);
+  const SERVED = BIND.served === true;
   const CRIT = Object.fromEntries(P.criteria.map((c) => [c.name, c]));
   const FILE = Object.fromEntries(P.audio.map((a) => [a.id, a.file]));
   const app = document.getElementById("app");
@@ -32,17 +35,60 @@
   function note(event, trial, stimulus, detail) {
     const e = { t_ms: now(), event: event, trial: trial ?? null, stimulus: stimulus ?? null, detail: detail ?? null };
     log.push(e);
+    if (SERVED) return send({ event: e.event, trial: e.trial, stimulus: e.stimulus, detail: e.detail });
     store(EVENTS + (log.length - 1), e); // one small write per event, whatever the length of the log
+  }
+
+  // ---- served: events go to the server one at a time, in order; a lost answer is retried ----
+  const outbox = [];
+  let seq = SERVED ? BIND.state.seq : 0;
+  let sending = false;
+  let halted = null;
+  let drained = [];
+  const pause = (ms) => new Promise((ok) => setTimeout(ok, ms));
+  function send(ev) { outbox.push(Object.assign({ page: BIND.page, seq: seq++ }, ev)); pump(); }
+  async function post(path, body) {
+    const r = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+      credentials: "same-origin", cache: "no-store" });
+    return { status: r.status, body: await r.json().catch(() => ({})) };
+  }
+  async function pump() {
+    if (sending || halted) return;
+    sending = true;
+    let wait = 0;
+    while (outbox.length && !halted) {
+      const ev = outbox[0];
+      let r = null;
+      try { r = await post("/api/events", ev); } catch (e) { r = null; } // a dropped connection: try again
+      // delivered, or delivered before a lost reply (the server has it: it expects a later number now)
+      if (r && (r.status === 200 || (r.body.code === "replay" && r.body.next_seq > ev.seq))) { outbox.shift(); wait = 0; continue; }
+      if (r && r.status !== 429 && r.status < 500) { halt(r.body.error || ("the server refused event " + ev.seq + " (HTTP " + r.status + ")")); break; }
+      wait = Math.min(4000, wait ? wait * 2 : 500);
+      await pause(wait);
+    }
+    sending = false;
+    if (!outbox.length) { const w = drained; drained = []; w.forEach((f) => f()); }
+  }
+  const flushed = () => (outbox.length || sending) ? new Promise((ok) => drained.push(ok)) : Promise.resolve();
+  function halt(reason) {
+    halted = reason;
+    const banner = el("p", { class: "halted", id: "halted", role: "alert" }, "Your answers are not being saved: " + reason + ". Reload this page to continue.");
+    document.body.prepend(banner);
   }
 
   // progress survives a reload (same browser, same packet); storage may be unavailable: then it simply does not
   function store(key, value) {
+    if (SERVED) return; // the server keeps the state
     try { localStorage.setItem(key, JSON.stringify(value)); } catch (e) { /* no storage for file:// pages, or full */ }
   }
   function save() {
     store(STORE, { v: 2, sessionId, startedAt, index, ratings: Array.from(ratings.values()), ended: Array.from(ended) });
   }
   function load() {
+    if (SERVED) {
+      const st = BIND.state;
+      return st.started ? { v: 2, sessionId, startedAt: null, index: st.index, ratings: st.ratings, ended: st.ended, log: [] } : null;
+    }
     try {
       const saved = JSON.parse(localStorage.getItem(STORE) || "null");
       if (!saved) return null;
@@ -54,6 +100,7 @@
     } catch (e) { return null; }
   }
   function forget() {
+    if (SERVED) return;
     try {
       localStorage.removeItem(STORE);
       for (let n = 0; localStorage.getItem(EVENTS + n) !== null; n++) localStorage.removeItem(EVENTS + n);
@@ -159,8 +206,10 @@
     const btn = el("button", { type: "button", class: "play", "data-trial": trial.id, "data-stimulus": stim, "data-name": name, "aria-label": "Play " + name }, label);
     let failures = 0;
     let wanted = false; // the rater asked to play: start as soon as a retry has loaded the sample
+    let resetting = false; // the seek to 0 that starts every play is not the rater's
     const play = () => {
       stopAll();
+      resetting = audio.currentTime !== 0;
       audio.currentTime = 0;
       note("play", trial.id, stim);
       btn.classList.add("playing");
@@ -190,6 +239,7 @@
     });
     audio.addEventListener("playing", () => { btn.classList.remove("retrying"); btn.textContent = label; });
     audio.addEventListener("pause", () => { if (!audio.ended && !audio.error) { note("pause", trial.id, stim); btn.classList.remove("playing"); } });
+    audio.addEventListener("seeking", () => { if (!resetting) note("seek", trial.id, stim, String(Math.round(audio.currentTime * 1000))); resetting = false; });
     audio.addEventListener("ratechange", () => {
       if (audio.playbackRate !== 1) { note("ratechange", trial.id, stim, String(audio.playbackRate)); audio.playbackRate = 1; }
     });
@@ -327,7 +377,24 @@
     return JSON.stringify(doc, null, 1);
   }
 
+  async function finishServed() {
+    app.replaceChildren(el("section", { class: "finish" }, el("h2", {}, "Saving your answers…")));
+    await flushed();
+    for (let attempt = 0; !halted; attempt++) {
+      let r = null;
+      try { r = await post("/api/finish", { page: BIND.page }); } catch (e) { r = null; }
+      if (r && r.status === 200) {
+        app.replaceChildren(el("section", { class: "finish", id: "done" },
+          el("h2", {}, "Thank you: every item is rated and your answers are saved."), el("p", {}, "You can close this page.")));
+        return;
+      }
+      if (r && r.status !== 429 && r.status < 500) return halt(r.body.error || ("the server refused the answers (HTTP " + r.status + ")"));
+      await pause(Math.min(4000, 500 * 2 ** attempt));
+    }
+  }
+
   function finish() {
+    if (SERVED) return finishServed();
     const area = el("textarea", { id: "submission", readonly: true, rows: 6 });
     const button = el("button", { type: "button", id: "export", class: "next" }, "Export submission");
     button.addEventListener("click", () => {
@@ -345,19 +412,26 @@
   }
 
   function start() {
-    const go = el("button", { type: "button", id: "start", class: "next" }, "Start");
+    let go = el("button", { type: "button", id: "start", class: "next" }, "Start");
     go.addEventListener("click", () => { forget(); startedAt = new Date().toISOString(); note("start"); show(0); });
+    if (SERVED && BIND.state.finished) return finishServed();
     const saved = load();
     const again = saved && saved.index >= 0 ? el("button", { type: "button", id: "resume", class: "next" }, `Resume at item ${Math.min(saved.index + 1, P.trials.length)}`) : "";
     if (again) {
       again.addEventListener("click", () => resume(saved));
       go.textContent = "Start over";
+      if (SERVED) go = ""; // the server keeps every answer given: a served test only resumes
     }
     app.replaceChildren(el("section", { class: "intro" },
       el("h1", {}, P.title), el("p", {}, P.instructions),
       el("p", { class: "meta" }, `Rater ${P.rater_id} · ${P.trials.length} items`), again, " ", go));
   }
 
-  window.addEventListener("beforeunload", (e) => { if (index >= 0 && exported === null) { e.preventDefault(); e.returnValue = ""; } });
+  window.addEventListener("beforeunload", (e) => {
+    if (SERVED ? outbox.length > 0 : index >= 0 && exported === null) { e.preventDefault(); e.returnValue = ""; }
+  });
+  // focus loss (another tab or window) and return, while an item is on screen
+  window.addEventListener("blur", () => { if (index >= 0 && index < P.trials.length) note("blur", P.trials[index].id); });
+  window.addEventListener("focus", () => { if (index >= 0 && index < P.trials.length) note("focus", P.trials[index].id); });
   start();
 })();

@@ -240,14 +240,14 @@ def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret:
     if not checked.accepted:
         first = f" (first: {checked.rejected[0].reason})" if checked.rejected else ""
         raise PacketError(f"no valid rating rows: {len(checked.rejected)} row(s) refused{first}; nothing of this file can be used")
-    heard = {s for r in checked.accepted for s in _needed(packet.trials[r.trial], r.stimulus)}
+    heard = {s for r in checked.accepted for s in needed_samples(packet.trials[r.trial], r.stimulus)}
     checked.log_check = check_log(sub.log, packet.durations_s, heard, checks)
     if not checked.log_check.plausible and checks.on_implausible == "refuse":
         raise PacketError("implausible listening log: " + "; ".join(checked.log_check.flags))
     return checked
 
 
-def _needed(trial: PacketTrial, stimulus: str) -> tuple[str, ...]:
+def needed_samples(trial: PacketTrial, stimulus: str) -> tuple[str, ...]:
     """The samples that must be played to the end before ``stimulus`` is rated in ``trial``.
 
     A/B: both samples; MUSHRA: the open reference (what every sample is judged against) and the sample; ACR: the sample.
@@ -292,7 +292,7 @@ def _row_problem(packet: Packet, row: SubmissionRating, seen: set[tuple[str, str
     before = [e for e in log if e.trial == row.trial and e.t_ms <= row.t_ms]
     if not any(e.event == "present" for e in before):
         return f"the log never presented trial {row.trial} before this rating"
-    for stim in _needed(trial, row.stimulus):
+    for stim in needed_samples(trial, row.stimulus):
         events = [e.event for e in before if e.stimulus == stim]
         if "ended" not in events or "play" not in events[: events.index("ended")]:
             return f"sample {stim} was not played to the end before the rating"
