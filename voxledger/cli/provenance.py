@@ -95,6 +95,22 @@ def normaliser_cmd(ctx: click.Context, version: str, as_json: bool) -> None:
         _show(evaluations_with_normaliser(con, version), as_json, f"evaluations with {version}")
 
 
+@provenance.command("reproductions")
+@click.argument("receipt", required=False)
+@json_option("the rows")
+@click.pass_context
+def reproductions_cmd(ctx: click.Context, receipt: str | None, as_json: bool) -> None:
+    """Every `voxledger reproduce` verdict recorded here, or those of one RECEIPT.
+
+    Example: voxledger provenance reproductions 3f2a9c01
+    """
+    from voxledger.stores.provenance import reproductions
+
+    original = resolve_receipt(ctx, receipt) if receipt else None
+    with open_home(ctx).catalog.connect(read_only=True) as con:
+        _show(reproductions(con, original), as_json, "reproductions" + (f" of {original[:12]}" if original else ""))
+
+
 @provenance.command("diff")
 @click.argument("a")
 @click.argument("b")

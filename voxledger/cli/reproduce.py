@@ -17,12 +17,26 @@ from voxledger.cli.common import cli_console, emit_json, json_option, resolve_re
     default=None,
     help="The corpus folder the original read (audit, training, promotion, evaluation); checked against the recorded digests.",
 )
-@click.option("--scratch", type=click.Path(file_okay=False, path_type=Path), default=None, help="New or empty folder for the re-run's home (kept); default: a temporary one, removed.")
-@click.option("--allow-code-drift", is_flag=True, help="Re-run even though the code differs from the recorded code (the receipt records it).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Force this many torch threads in the re-run (mimics a machine with another core count).")
+@click.option(
+    "--scratch",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="New or empty folder for the re-run's home (kept); default: a temporary one, removed.",
+)
+@click.option(
+    "--allow-code-drift", is_flag=True, help="Re-run even though the code differs from the recorded code (the receipt records it)."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Force this many torch threads in the re-run (mimics a machine with another core count).",
+)
 @json_option("the verdict and every comparison")
 @click.pass_context
-def reproduce(ctx: click.Context, receipt: str, corpus: Path | None, scratch: Path | None, allow_code_drift: bool, threads: int | None, as_json: bool) -> None:
+def reproduce(
+    ctx: click.Context, receipt: str, corpus: Path | None, scratch: Path | None, allow_code_drift: bool, threads: int | None, as_json: bool
+) -> None:
     """Re-run an audit, training, promotion or evaluation receipt in a scratch home and record the verdict.
 
     Verdicts: exact (bit for bit, same environment), within_bands (inside the stage's bands, or

@@ -60,7 +60,9 @@ def record_reproduction(
     h, s, bands = open_home(home), scratch.open(), ReproductionBands()
     rerun = s.receipts.read(rerun_id)
     comparisons = _compare(h, s, prep.receipt, rerun, bands)
-    return rp.record_reproduction(h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name())
+    return rp.record_reproduction(
+        h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name()
+    )
 
 
 def _read_either(h: Home, s: Home) -> Any:
@@ -70,15 +72,16 @@ def _read_either(h: Home, s: Home) -> Any:
 def _compare(h: Home, s: Home, original: ReceiptBase, rerun: ReceiptBase, bands: ReproductionBands) -> list[OutputComparison]:
     read = _read_either(h, s)
     if isinstance(original, TrainingRunReceipt) and isinstance(rerun, TrainingRunReceipt):
-        probe = None
-        base = original.parameters.bound.base_sha256
-        if original.parameters.mode == "lora" and base is not None:
-            from voxledger.tasks.reproduction.probe import probe_adapters
+        from voxledger.tasks.reproduction.probe import probe_adapters
 
-            backend = original.parameters.backend
+        backend, base_sha = original.parameters.backend, original.parameters.bound.base_sha256
+        base = (h.blobs, base_sha) if original.parameters.mode == "lora" and base_sha is not None else None
+        model = original.parameters.effective_config.get("model")
+        listed = model.get("speakers") if isinstance(model, dict) else None
+        speaker = str(listed[0]) if isinstance(listed, list) and listed else None
 
-            def probe(a: str, b: str) -> tuple[str, str]:
-                return probe_adapters(backend, (h.blobs, base), (h.blobs, a), (s.blobs, b), bands)
+        def probe(a: str, b: str) -> tuple[str, str]:
+            return probe_adapters(backend, base, (h.blobs, a), (s.blobs, b), bands, speaker=speaker)
 
         return cmp.compare_training(original, rerun, bands, probe)
     if isinstance(original, PromotionReceipt) and isinstance(rerun, PromotionReceipt):

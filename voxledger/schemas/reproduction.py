@@ -26,10 +26,11 @@ class ReproductionBands(Frozen):
     """The tolerances a re-run is judged by when its outputs are not identical (docs/provenance.md gives their source)."""
 
     cv_loss_rel_tol: float = Field(
-        default=0.01, gt=0, description="training: largest |rerun - original| / original CV loss allowed in any epoch"
+        default=0.001, gt=0, description="training: largest |rerun - original| / original CV loss allowed in any epoch"
     )
     probe: EquivalenceBands = Field(
-        default=EquivalenceBands(), description="training (adapters): rel of the re-run adapter's mel and pcm on the probe prompt"
+        default=EquivalenceBands(),
+        description="training: rel of the re-run model's stages (durations, mel, pcm) on the probe prompt; RED differs",
     )
     probe_text: str = "The birch canoe slid on the smooth planks."
     probe_seed: int = 0

@@ -57,7 +57,8 @@ def verify_inputs(home: Home, receipt: ReceiptBase, rid: str) -> int:
             parent = _read_parent(home, rid, ref.role, ref.sha256)
             checked += 1
             for subject in parent.subjects:
-                _require(home, rid, f"{ref.role} ({parent.kind} {ref.sha256[:12]}) output {subject.role!r}", subject.sha256, subject.media_type)  # type: ignore[attr-defined]
+                what = f"{ref.role} ({getattr(parent, 'kind', 'receipt')} {ref.sha256[:12]}) output {subject.role!r}"
+                _require(home, rid, what, subject.sha256, subject.media_type)
                 checked += 1
         else:
             _require(home, rid, f"input {ref.role!r}", ref.sha256, TREE_MEDIA_TYPE if ref.sha256 in trees else "")

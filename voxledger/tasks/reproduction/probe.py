@@ -22,21 +22,28 @@ from voxledger.tasks.threads import torch_threads
 
 def probe_adapters(
     backend_name: BackendName,
-    base: tuple[LocalBlobStore, str],
+    base: tuple[LocalBlobStore, str] | None,
     original: tuple[LocalBlobStore, str],
     rerun: tuple[LocalBlobStore, str],
     bands: ReproductionBands,
+    speaker: str | None = None,
 ) -> tuple[str, str]:
-    """(band, detail) of the re-run adapter against the original on ``bands.probe_text``; each tree is
-    (store holding it, digest)."""
+    """(band, detail) of the re-run model against the original on ``bands.probe_text``; each tree is
+    (store holding it, digest). With ``base`` the trees are adapters on it (their own voice), without
+    it they are whole models speaking as ``speaker``."""
     backend = get_backend(backend_name)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
         work = Path(tmp)
-        for name, (store, digest) in (("base", base), ("a", original), ("b", rerun)):
-            materialize_tree(store, digest, work / name)
-        speaker = backend.adapter_speaker(work / "a")
-        ref = backend.load_for_inference(work / "base", work / "a", "adapter")
-        cand = backend.load_for_inference(work / "base", work / "b", "adapter")
+        for name, tree in (("base", base), ("a", original), ("b", rerun)):
+            if tree is not None:
+                materialize_tree(tree[0], tree[1], work / name)
+        runtime = "adapter" if base is not None else "base"
+        voice = backend.adapter_speaker(work / "a") if base is not None else speaker
+        if voice is None:
+            return "n/a", "no speaker known for the probe"
+        ref = backend.load_for_inference(work / "base", work / "a", runtime)
+        cand = backend.load_for_inference(work / "base", work / "b", runtime)
+        speaker = voice
         report = attribute_runtimes(backend_name, ref, cand, bands.probe_text, speaker, bands.probe_seed, bands=bands.probe)
-    stages = ", ".join(f"{s.name} {s.band}" + (f" rel {s.rel:.1e}" if getattr(s, "rel", None) is not None else "") for s in report.stages)
+    stages = ", ".join(f"{s.stage} {s.band}" + (f" rel {s.rel:.1e}" if s.rel is not None else "") for s in report.stages)
     return report.band, stages

@@ -99,7 +99,9 @@ def prepare(home: Home, rid: str, *, allow_code_drift: bool, threads: int | None
     receipt = home.receipts.read(rid)
     kind = receipt.kind  # type: ignore[attr-defined]
     if kind not in REPRODUCIBLE_KINDS:
-        raise ReproductionError(f"receipt {rid[:12]} is a {kind} receipt; `voxledger reproduce` re-runs {', '.join(REPRODUCIBLE_KINDS)} receipts")
+        raise ReproductionError(
+            f"receipt {rid[:12]} is a {kind} receipt; `voxledger reproduce` re-runs {', '.join(REPRODUCIBLE_KINDS)} receipts"
+        )
     diffs = environment_differences(receipt.environment, environment())
     drift = any(d.field == "code" for d in diffs)
     if drift and not allow_code_drift:
@@ -149,7 +151,12 @@ def stage_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[
     if isinstance(r, TrainingRunReceipt):
         audit_rid = r.parameters.bound.audit_receipt
         check_corpus(home, home.receipts.read(audit_rid, AuditReceipt), _need(corpus, prep))
-        return {"corpus": str(corpus), "audit_rid": audit_rid, "plan": plan_ref(home, r, "plan"), "base_sha": r.parameters.bound.base_sha256}
+        return {
+            "corpus": str(corpus),
+            "audit_rid": audit_rid,
+            "plan": plan_ref(home, r, "plan"),
+            "base_sha": r.parameters.bound.base_sha256,
+        }
     if isinstance(r, PromotionReceipt):
         run = home.receipts.read(r.parameters.training_run, TrainingRunReceipt)
         check_corpus(home, home.receipts.read(run.parameters.bound.audit_receipt, AuditReceipt), _need(corpus, prep))
