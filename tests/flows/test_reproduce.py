@@ -4,6 +4,7 @@ pipeline home (``first_run``), so the shared home is never written."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from voxledger.cli import main
+from voxledger.dashboards.report import build_dashboard
 from voxledger.flows.reproduce import reproduce
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import CodeIdentity
@@ -143,9 +145,21 @@ def test_cli_bad_receipt_is_one_line_and_a_verdict_prints(copy: tuple[Path, dict
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", "zz"])
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1 and "zz" in res.output, res.output
+    res = CliRunner().invoke(main, ["--home", str(home), "reproduce", summary["pipeline_receipt"][:12], "--corpus", str(corpus)])
+    assert res.exit_code != 0 and "pipeline_run receipt" in res.output and "audit, training_run, promotion, evaluation" in res.output, (
+        res.output
+    )
+    assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", summary["train_base"]["receipt_id"][:12]])
     assert res.exit_code != 0 and "--corpus" in res.output and "Traceback" not in res.output, res.output
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", summary["audit"]["receipt_id"][:12], "--corpus", str(corpus)])
     assert res.exit_code == 0, res.output
     assert "verdict: exact" in res.output
+    # provenance and the dashboard list the recorded verdicts
+    res = CliRunner().invoke(main, ["--home", str(home), "provenance", "reproductions", summary["audit"]["receipt_id"][:12], "--json"])
+    rows = json.loads(res.output)
+    assert res.exit_code == 0 and rows and {r["verdict"] for r in rows} == {"exact"} and {r["stage"] for r in rows} == {"audit"}
+    page = build_dashboard(Home(home).catalog, home.parent / "dash.html").read_text()
+    section = page.split('id="reproductions"')[1]
+    assert 'class="reproductions"' in section and "differs" in section and "exact" in section
     assert os.environ.get("VOXLEDGER_REPRODUCE_THREADS") is None

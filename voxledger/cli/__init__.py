@@ -29,7 +29,6 @@ from voxledger.cli import listening as _listening
 from voxledger.cli import package as _package
 from voxledger.cli import plan as _plan
 from voxledger.cli import provenance as _provenance
-from voxledger.cli import reproduce as _reproduce
 from voxledger.cli import server as _server
 from voxledger.cli import stages as _stages
 from voxledger.schemas.errors import InterruptedRunError, VoxledgerError
@@ -181,7 +180,6 @@ for _module in (
     _package,
     _plan,
     _provenance,
-    _reproduce,
     _server,
     _stages,
 ):
