@@ -163,3 +163,14 @@ def test_cli_bad_receipt_is_one_line_and_a_verdict_prints(copy: tuple[Path, dict
     section = page.split('id="reproductions"')[1]
     assert 'class="reproductions"' in section and "differs" in section and "exact" in section
     assert os.environ.get("VOXLEDGER_REPRODUCE_THREADS") is None
+
+
+def test_package_verify_reproduce_re_derives_the_evaluation_claims(copy: tuple[Path, dict], corpus: Path) -> None:  # type: ignore[type-arg]
+    home, summary = copy
+    package = Home(home).receipts.read(summary["package"]["receipt_id"]).subject("package").sha256
+    res = CliRunner().invoke(main, ["--home", str(home), "package", "verify", package, "--reproduce", "--corpus", str(corpus), "--json"])
+    assert res.exit_code == 0, res.output
+    claims = json.loads(res.output)["claims"]
+    assert {c["evaluation"] for c in claims} == {summary["evaluate"]["receipt_id"]}
+    assert claims and all(c["holds"] for c in claims)
+    assert {c["claim"] for c in claims} >= {"prompt_agreement", "metric:adapter:wer:whisper_en"}

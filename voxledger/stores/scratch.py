@@ -47,6 +47,10 @@ def receipts_before(home: Home, when: datetime) -> list[str]:
 def verify_inputs(home: Home, receipt: ReceiptBase, rid: str) -> int:
     """Check every input of ``receipt`` and every output of its parent receipts; return the objects checked.
 
+    Parents the stage wrote itself (recorded after it started: a training run's checkpoints, a
+    promotion's gate evaluation) are read but their outputs are not required: the re-run writes
+    its own, so a pruned checkpoint does not stop a reproduction.
+
     Raises:
         ReproductionError: naming the input (role and digest) that is missing or does not verify, and the fix.
     """
@@ -56,6 +60,8 @@ def verify_inputs(home: Home, receipt: ReceiptBase, rid: str) -> int:
         if ref.ref == "receipt":
             parent = _read_parent(home, rid, ref.role, ref.sha256)
             checked += 1
+            if parent.finished_at > receipt.started_at:
+                continue  # written by the stage itself (a run's checkpoints, a promotion's gate evaluation): a re-run makes its own
             for subject in parent.subjects:
                 what = f"{ref.role} ({getattr(parent, 'kind', 'receipt')} {ref.sha256[:12]}) output {subject.role!r}"
                 _require(home, rid, what, subject.sha256, subject.media_type)

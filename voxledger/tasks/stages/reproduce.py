@@ -289,3 +289,32 @@ def _document(receipt: ReceiptBase) -> dict[str, Any]:
 def now() -> Any:
     """The time a reproduction starts (its receipt's ``started_at``)."""
     return utc_now()
+
+
+def package_evaluations(manifest: Any, contents: dict[str, bytes]) -> list[tuple[str, bool]]:
+    """(evaluation receipt id, whether it evaluated this package's adapter) for each evaluation a
+    verified package binds: the adapter tree digest is recomputed from the package's own
+    ``adapter/`` members and looked for among the evaluation's resolved candidates."""
+    from voxledger.stores.receipts import validate_document
+    from voxledger.stores.trees import TreeEntry, TreeManifest, manifest_bytes
+
+    entries = tuple(
+        TreeEntry(path=m.path.removeprefix("adapter/"), size_bytes=m.size_bytes, sha256=m.sha256, executable=False)
+        for m in sorted(manifest.members, key=lambda m: m.path)
+        if m.path.startswith("adapter/")
+    )
+    tree = canonical_digest_bytes(manifest_bytes(TreeManifest(entries=entries)))
+    out: list[tuple[str, bool]] = []
+    for rid in manifest.binding.evaluation_receipts:
+        doc = json.loads(contents[f"receipts/{rid}.json"])
+        evaluation = validate_document(doc, source=f"package receipt {rid}")
+        bound = isinstance(evaluation, EvaluationReceipt) and any(c.artifact_sha256 == tree for c in evaluation.parameters.candidates)
+        out.append((rid, bound))
+    return out
+
+
+def canonical_digest_bytes(data: bytes) -> str:
+    """sha256 of bytes (a tree manifest's digest is the digest of its canonical bytes)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
