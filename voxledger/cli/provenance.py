@@ -170,7 +170,9 @@ def reproduce(
     """
     from voxledger.flows.reproduce import reproduce as reproduce_flow
 
-    rid = resolve_receipt(ctx, receipt)
+    from voxledger.schemas.reproduction import REPRODUCIBLE_KINDS
+
+    rid = resolve_receipt(ctx, receipt, *REPRODUCIBLE_KINDS)
     out = run_flow(
         ctx,
         reproduce_flow,
