@@ -169,7 +169,6 @@ def reproduce(
     Example: voxledger reproduce 3f2a9c01 --corpus ./demo/corpus --threads 1 --json
     """
     from voxledger.flows.reproduce import reproduce as reproduce_flow
-
     from voxledger.schemas.reproduction import REPRODUCIBLE_KINDS
 
     rid = resolve_receipt(ctx, receipt, *REPRODUCIBLE_KINDS)
