@@ -161,7 +161,9 @@ def test_cli_bad_receipt_is_one_line_and_a_verdict_prints(copy: tuple[Path, dict
     assert res.exit_code == 0 and rows and {r["verdict"] for r in rows} == {"exact"} and {r["stage"] for r in rows} == {"audit"}
     page = build_dashboard(Home(home).catalog, home.parent / "dash.html").read_text()
     section = page.split('id="reproductions"')[1]
-    assert 'class="reproductions"' in section and "differs" in section and "exact" in section
+    rows = section.split("</table>")[0]
+    assert 'class="reproductions"' in section and "<td>exact</td>" in rows and "<td>audit</td>" in rows, rows
+    assert f"title='{summary['audit']['receipt_id']}'" in rows
     assert os.environ.get("VOXLEDGER_REPRODUCE_THREADS") is None
 
 
