@@ -176,3 +176,31 @@ def test_package_verify_reproduce_re_derives_the_evaluation_claims(copy: tuple[P
     assert {c["evaluation"] for c in claims} == {summary["evaluate"]["receipt_id"]}
     assert claims and all(c["holds"] for c in claims)
     assert {c["claim"] for c in claims} >= {"prompt_agreement", "metric:adapter:wer:whisper_en"}
+
+
+def test_evaluation_band_names_exactly_the_candidate_that_moved(copy: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    """Plain comparison, no re-run: the adapter's clips and one of its metrics changed, nothing else."""
+    from voxledger.schemas.evaluation import EvaluationReceipt
+    from voxledger.schemas.reproduction import ReproductionBands
+    from voxledger.tasks.reproduction.compare import compare_evaluation, overall
+
+    home, summary = copy
+    h = Home(home)
+    original = h.receipts.read(summary["evaluate"]["receipt_id"], EvaluationReceipt)
+    moved = [s.model_copy(update={"sha256": "f" * 64}) if s.role == "audio:adapter" else s for s in original.subjects]
+    summaries = []
+    for s in original.result.summaries:
+        if s.candidate == "adapter":
+            wer = s.overall["wer:whisper_en"]
+            s = s.model_copy(update={"overall": {**s.overall, "wer:whisper_en": wer.model_copy(update={"mean": wer.mean + 0.5})}})
+        summaries.append(s)
+    rerun = original.model_copy(
+        update={"subjects": tuple(moved), "result": original.result.model_copy(update={"summaries": tuple(summaries)})}
+    )
+    got = {c.name: c for c in compare_evaluation(original, rerun, h.blobs.get_bytes, ReproductionBands())}
+    assert {n for n, c in got.items() if c.verdict != "exact"} == {"audio:adapter#0", "audio:adapter#1", "metric:adapter:wer:whisper_en"}
+    assert "candidate adapter's metrics leave the original's intervals" in got["audio:adapter#0"].reason
+    assert "no interval" in got["metric:adapter:wer:whisper_en"].reason  # 2 prompts: the original recorded no interval
+    assert overall(list(got.values()), environment_differs=False)[0] == "differs"
+    assert overall([got["audio:base#0"]], environment_differs=True)[0] == "within_bands"
+    assert overall([got["audio:base#0"]], environment_differs=False)[0] == "exact"

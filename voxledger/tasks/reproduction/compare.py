@@ -57,7 +57,7 @@ def compare_audit(original: AuditReceipt, rerun: AuditReceipt) -> list[OutputCom
             original_sha256=a,
             rerun_sha256=b,
             verdict="differs",
-            reason="bytes differ; an audit has no band: the corpus it read changed",
+            reason="bytes differ; an audit has no band (its corpus verified unchanged before the re-run, so the audit itself is not deterministic)",
         )
         for n, a, b in _pairs(original, rerun)
     ]
@@ -67,7 +67,7 @@ def compare_audit(original: AuditReceipt, rerun: AuditReceipt) -> list[OutputCom
             OutputComparison(
                 name="findings",
                 verdict="exact",
-                reason=f"identical findings ({len(fa)}) and verdict {fb and rerun.result.verdict or rerun.result.verdict}",
+                reason=f"identical findings ({len(fa)}) and verdict {rerun.result.verdict}",
             )
         )
     else:
@@ -144,7 +144,7 @@ def compare_evaluation(
     """
     metrics = _metric_claims(original, rerun, prefix)
     agreement = _agreement(original, rerun, read, bands, prefix)
-    failed = {c.name.split(":")[2] for c in metrics if c.verdict == "differs"} if metrics else set()
+    failed = {c.name[len(prefix) :].split(":")[1] for c in metrics if c.verdict == "differs"}  # metric:<candidate>:<metric>
     out: list[OutputComparison] = []
     for name, a, b in _pairs(original, rerun):
         if a == b:
