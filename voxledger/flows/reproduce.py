@@ -21,7 +21,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from voxledger.flows.common import STAGE_TASK, flow_name, open_home
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home, shared_store
 from voxledger.flows.progress import report
 from voxledger.flows.stages import stage_table
 from voxledger.schemas.base import ReceiptBase
@@ -137,6 +137,13 @@ def reproduce(
 ) -> StageOutcome[ReproductionReceipt]:
     """Re-run receipt ``receipt_id`` in a scratch home (``scratch``: kept; else a temporary one) and record the verdict."""
     ref = HomeRef.of(home)
+    with shared_store(ref):  # under VOXLEDGER_SYNC: inputs pulled from the shared store first, the verdict pushed after
+        return _reproduce(ref, receipt_id, corpus, scratch, allow_code_drift, threads)
+
+
+def _reproduce(
+    ref: HomeRef, receipt_id: str, corpus: str | None, scratch: str | None, allow_code_drift: bool, threads: int | None
+) -> StageOutcome[ReproductionReceipt]:
     started = rp.now()
     prep = prepare_reproduction(ref, receipt_id, allow_code_drift, threads)
     arguments = rp.stage_arguments(open_home(ref), prep, Path(corpus) if corpus else None)
