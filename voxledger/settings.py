@@ -136,6 +136,21 @@ class VoxledgerSettings(BaseSettings):
             "Leave unset."
         ),
     )
+    reproduce_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Set by `voxledger reproduce --threads` for its re-run only: torch intra-op threads every stage uses instead of its "
+            "plan's or the default, to mimic a machine with another core count (recorded in the reproduction receipt). Leave unset."
+        ),
+    )
+    test_unseeded_init: bool = Field(
+        default=False,
+        description=(
+            "Tests only: a full-mode tiny training initialises its weights from an unseeded generator, a hidden nondeterminism "
+            "that `voxledger reproduce` must catch (tests/flows/test_reproduce.py). Leave unset."
+        ),
+    )
     s3: S3Settings = Field(default=S3Settings(), description=S3Settings.__doc__)
     cosyvoice: CosyVoiceSettings = Field(default=CosyVoiceSettings(), description=CosyVoiceSettings.__doc__)
     bench: BenchSettings = Field(default=BenchSettings(), description=BenchSettings.__doc__)

@@ -168,13 +168,25 @@ def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[
     default=None,
     help="DSSE envelope (default PACKAGE.dsse.json).",
 )
+@click.option("--reproduce", is_flag=True, help="Also re-run each evaluation the package binds and report which of its claims hold here.")
+@click.option(
+    "--corpus",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="With --reproduce: the corpus the evaluations read (prompts' recordings and speaker references).",
+)
 @json_option("the result")
 @click.pass_context
-def verify(ctx: click.Context, package_ref: str, key: Path | None, attestation: Path | None, as_json: bool) -> None:
+def verify(
+    ctx: click.Context, package_ref: str, key: Path | None, attestation: Path | None, reproduce: bool, corpus: Path | None, as_json: bool
+) -> None:
     """Re-hash every member against the manifest (naming any that differ) and, for a package named by
-    digest, the whole file against that digest; optionally check a signature.
+    digest, the whole file against that digest; optionally check a signature. With --reproduce,
+    re-derive the package's evaluation claims here (exit status 1 when one does not hold).
 
     Example: voxledger package verify releases/t-lora-spk_t-613c67a6.tar --key release.pub
+
+    Example: voxledger package verify releases/t-lora-spk_t-613c67a6.tar --reproduce --corpus ./demo/corpus
     """
     from voxledger.tasks.packaging.attest import verify_envelope
 
@@ -188,14 +200,57 @@ def verify(ctx: click.Context, package_ref: str, key: Path | None, attestation: 
         if statement["predicate"]["manifest"] != json.loads(verified.manifest_bytes):
             raise click.ClickException(f"{envelope_path} signs a different manifest than {path} holds")
         signed_by = str(key)
-    result = {"package": str(path), "sha256": verified.sha256, "members": len(verified.contents), "signature_key": signed_by}
-    if as_json:
-        emit_json(result)
-    else:
+    result: dict[str, Any] = {
+        "package": str(path),
+        "sha256": verified.sha256,
+        "members": len(verified.contents),
+        "signature_key": signed_by,
+    }
+    if not as_json:
         click.echo(
             f"ok: {path} ({verified.sha256}), {len(verified.contents)} members match the manifest"
             + (f"; signature verified with {key}" if key else "")
         )
+    if reproduce:
+        result["claims"] = _reproduce_claims(ctx, verified, corpus, as_json)
+    if as_json:
+        emit_json(result)
+    if reproduce and any(not c["holds"] for c in result["claims"]):
+        ctx.exit(1)
+
+
+def _reproduce_claims(ctx: click.Context, verified: Any, corpus: Path | None, as_json: bool) -> list[dict[str, Any]]:
+    """Re-run each evaluation the package binds (``voxledger reproduce``) and list each metric claim with whether it holds here."""
+    from voxledger.flows.reproduce import reproduce as reproduce_flow
+    from voxledger.schemas.errors import ReproductionError
+    from voxledger.tasks.stages.reproduce import package_evaluations
+
+    home = open_home(ctx)
+    claims: list[dict[str, Any]] = []
+    for rid, bound in package_evaluations(verified.manifest, verified.contents):
+        if not bound:
+            raise ReproductionError(f"package evaluation {rid[:12]} did not evaluate this package's adapter (no candidate binds its tree)")
+        if not home.receipts.has(rid):
+            raise ReproductionError(
+                f"evaluation {rid[:12]} that the package binds is not in home {home.root}: its plan and base are fetched from there "
+                "by digest; pull them first (`voxledger store pull`) or pass --home"
+            )
+        out = run_flow(ctx, reproduce_flow, rid, str(corpus.absolute()) if corpus else None, None, False, None, quiet=as_json)
+        for c in out.receipt.result.comparisons:
+            if c.name.startswith("metric:") or c.name == "prompt_agreement":
+                claims.append(
+                    {"evaluation": rid, "claim": c.name, "holds": c.verdict != "differs", "verdict": c.verdict, "reason": c.reason}
+                )
+        if not as_json:
+            held = sum(c["holds"] for c in claims if c["evaluation"] == rid)
+            total = sum(1 for c in claims if c["evaluation"] == rid)
+            click.echo(
+                f"evaluation {rid[:12]}: {held}/{total} claims hold here (reproduction {out.receipt.result.verdict}, receipt {out.receipt_id})"
+            )
+            for c in claims:
+                if c["evaluation"] == rid and not c["holds"]:
+                    click.echo(f"  does not hold: {c['claim']}: {c['reason']}")
+    return claims
 
 
 @package.command("attest")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from voxledger.dashboards import audio, charts, decisions, runs
 from voxledger.dashboards.audio import BlobReader
-from voxledger.dashboards.html import CSS, cell, digest, nothing, status, table
+from voxledger.dashboards.html import CSS, Cell, cell, digest, nothing, status, table
 from voxledger.dashboards.lineage_svg import lineage
 from voxledger.stores import dashboard_queries as q
 from voxledger.stores.catalog import Catalog
@@ -31,6 +31,7 @@ SECTIONS = (
     ("equivalence", "Equivalence bands"),
     ("listening", "Listening tests"),
     ("packages", "Packages and aliases"),
+    ("reproductions", "Reproductions: receipts re-run and their verdicts"),
     ("lineage", "Lineage of the latest package, from corpus to ratings"),
 )
 
@@ -56,6 +57,7 @@ def build_dashboard(catalog: Catalog, out: Path, *, blobs: BlobReader | None = N
             "equivalence": decisions.equivalence(con),
             "listening": _listening(q.listening_scores(con), q.packet_sets(con)),
             "packages": _packages(q.packages(con), q.alias_history(con)),
+            "reproductions": _reproductions(q.reproductions(con)),
             "lineage": lineage(con),
         }
         counts = q.receipt_counts(con)
@@ -123,3 +125,23 @@ def _packages(pkgs: list[q.Row], moves: list[q.Row]) -> str:
     package_table = table(pkgs, PACKAGE_COLUMNS, cells, empty="no packages yet", headers=PACKAGE_HEADERS)
     move_table = table(moves, MOVE_COLUMNS, empty="no alias moves yet", headers=MOVE_HEADERS)
     return package_table + "<h3>Alias history</h3>" + move_table
+
+
+REPRODUCTION_COLUMNS = [
+    "original",
+    "original_kind",
+    "stage",
+    "verdict",
+    "code_drift_allowed",
+    "rerun_wall_s",
+    "finished_at",
+    "reproduction",
+]
+
+
+def _reproductions(rows: list[q.Row]) -> str:
+    cells: dict[str, Cell] = {"original": digest, "reproduction": digest}
+    empty = "no reproductions yet (`voxledger reproduce RECEIPT --corpus CORPUS` re-runs a stage and records its verdict)"
+    return table(
+        rows, REPRODUCTION_COLUMNS, cells, empty=empty, headers={"rerun_wall_s": "re-run s", "original_kind": "kind"}, cls="reproductions"
+    )

@@ -114,6 +114,10 @@ class SignatureError(VoxledgerError):
     """A signed attestation does not verify with the given key, or signs something else."""
 
 
+class ReproductionError(VoxledgerError):
+    """A receipt cannot be re-run here: unknown or unsupported kind, a missing or damaged input, a changed corpus, or code drift."""
+
+
 def error_path(error: Mapping[str, Any], sep: str = ".", root: str = "<top>") -> str:
     """Where one pydantic error sits, as ``criteria.1.weight`` (``root`` for the document itself)."""
     return sep.join(map(str, error["loc"])) or root

@@ -28,6 +28,7 @@ from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.prune import PruneReceipt
+from voxledger.schemas.reproduction import ReproductionReceipt
 from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
@@ -49,6 +50,7 @@ RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     PrepareReceipt,
     MaterialiseReceipt,
     BaseImportReceipt,
+    ReproductionReceipt,
 )
 
 # the discriminated union is built from the one list above: a kind is registered in one place

@@ -263,3 +263,10 @@ def newest_lineage_roots(con: duckdb.DuckDBPyConnection) -> tuple[list[str], lis
     main = main_evaluation(con)
     evals = [main] if main else []
     return ([str(pkg[0]), *evals] if pkg else []), evals
+
+
+def reproductions(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
+    """The latest ``voxledger reproduce`` verdicts (``stores.provenance.reproductions``)."""
+    from voxledger.stores.provenance import reproductions as listed
+
+    return listed(con)[:limit]

@@ -106,6 +106,19 @@ def evaluations_with_normaliser(con: duckdb.DuckDBPyConnection, version: str) ->
 VOLATILE = ("started_at", "finished_at", "wall_s", "frames_per_s", "utterances_per_s", "checkpoint_overhead_s", "peak_rss_mb", "rtf")
 
 
+def reproductions(con: duckdb.DuckDBPyConnection, original: str | None = None) -> list[dict[str, Any]]:
+    """Every reproduction (of ``original`` only, when given), newest first: verdict, stage, re-run wall time."""
+    rows = con.execute(
+        "SELECT receipt_sha256, finished_at, doc->>'$.parameters.original' AS original, doc->>'$.parameters.original_kind' AS kind,"
+        " doc->>'$.parameters.stage' AS stage, doc->>'$.result.verdict' AS verdict, doc->>'$.parameters.code_drift_allowed' AS drift,"
+        " CAST(doc->>'$.result.rerun_wall_s' AS DOUBLE) AS wall_s FROM receipts WHERE kind = 'reproduction'"
+        " AND (? IS NULL OR doc->>'$.parameters.original' = ?) ORDER BY finished_at DESC",
+        [original, original],
+    ).fetchall()
+    keys = ("reproduction", "finished_at", "original", "original_kind", "stage", "verdict", "code_drift_allowed", "rerun_wall_s")
+    return [dict(zip(keys, (*r[:1], str(r[1]), *r[2:6], r[6] == "true", r[7]), strict=True)) for r in rows]
+
+
 def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Field-by-field differences of two receipt documents, timings set apart as volatile."""
     out: list[dict[str, Any]] = []

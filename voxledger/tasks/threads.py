@@ -8,8 +8,17 @@ from contextlib import contextmanager
 
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch threads, then restore the previous count."""
+    """Run the block with ``n`` torch threads, then restore the previous count.
+
+    ``VOXLEDGER_REPRODUCE_THREADS`` (set by ``voxledger reproduce --threads`` for its re-run only)
+    wins over ``n``, so a re-run can mimic a machine with another core count.
+    """
     import torch
+
+    from voxledger.settings import load_settings
+
+    forced = load_settings().reproduce_threads
+    n = forced if forced is not None else n
 
     if n < 1:
         raise ValueError(f"torch threads must be >= 1, got {n}")

@@ -150,7 +150,7 @@ class TinyBackend:
         phonemes = sorted(set(phoneme_inventory()) | {p for e in train for p in e.durations.phonemes})
         speakers = sorted({e.speaker for e in train})
         config = TinyTTSConfig(phonemes=tuple(phonemes), speakers=tuple(speakers), language=languages[0], **plan.model)  # type: ignore[arg-type]
-        torch.manual_seed(plan.seed)
+        torch.manual_seed(_init_seed(plan.seed))
         return TinyTTS(config), config
 
     def _lora(self, base_dir: Path, plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
@@ -283,3 +283,16 @@ class TinyBackend:
             lora=lora,
             note=PLAN_NOTES[mode],
         )
+
+
+def _init_seed(seed: int) -> int:
+    """The seed of a fresh model's weights: the plan's, unless ``VOXLEDGER_TEST_UNSEEDED_INIT`` is set.
+
+    That setting exists only so a test can plant a hidden nondeterminism (an unseeded draw) and
+    check that ``voxledger reproduce`` reports exactly the outputs it changes.
+    """
+    import secrets
+
+    from voxledger.settings import load_settings
+
+    return secrets.randbits(63) if load_settings().test_unseeded_init else seed

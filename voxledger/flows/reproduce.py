@@ -1,0 +1,164 @@
+"""Flow ``reproduce``: re-run a recorded stage in a scratch home and record whether it reproduced.
+
+Four steps, each its own task run or flow run: ``prepare_reproduction`` (the receipt's kind is
+covered, its inputs verify, the code is the recorded code unless drift is allowed),
+``seed_scratch_home`` (the original home's receipts from before the stage started, and the
+objects they name), the stage's own flow from the stage table run on the scratch home (a subflow,
+so the re-run goes through exactly the code path the original did), and ``record_reproduction``
+(outputs compared under the stage's bands; the one write to the original home).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home, shared_store
+from voxledger.flows.progress import report
+from voxledger.flows.stages import stage_table
+from voxledger.schemas.base import ReceiptBase
+from voxledger.schemas.errors import AuditFailedError, GateFailedError, ReproductionError
+from voxledger.schemas.evaluation import EvaluationReceipt
+from voxledger.schemas.promotion import PromotionReceipt
+from voxledger.schemas.reproduction import OutputComparison, ReproductionBands, ReproductionReceipt
+from voxledger.schemas.training import TrainingRunReceipt
+from voxledger.stores.home import Home, HomeRef
+from voxledger.stores.scratch import SeedReport, seed_home
+from voxledger.tasks.reproduction import compare as cmp
+from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages import reproduce as rp
+
+THREADS_VARIABLE = "VOXLEDGER_REPRODUCE_THREADS"
+
+
+@task(name="prepare_reproduction", **STAGE_TASK)
+def prepare_reproduction(home: HomeRef, rid: str, allow_code_drift: bool, threads: int | None) -> rp.Preparation:
+    """Check the receipt can be re-run here (kind, inputs verified, code identity)."""
+    return rp.prepare(open_home(home), rid, allow_code_drift=allow_code_drift, threads=threads)
+
+
+@task(name="seed_scratch_home", **STAGE_TASK)
+def seed_scratch_home(home: HomeRef, scratch: HomeRef, rid: str) -> SeedReport:
+    """Give the scratch home what the original home held when the stage started."""
+    h = open_home(home)
+    return seed_home(h, scratch.open(), h.receipts.read(rid).started_at)
+
+
+@task(name="record_reproduction", **STAGE_TASK)
+def record_reproduction(
+    home: HomeRef, scratch: HomeRef, prep: rp.Preparation, rerun_id: str, seeded: SeedReport, wall_s: float, started: Any
+) -> StageOutcome[ReproductionReceipt]:
+    """Compare the re-run's outputs with the original's and record the verdict in the original home."""
+    h, s, bands = open_home(home), scratch.open(), ReproductionBands()
+    rerun = s.receipts.read(rerun_id)
+    comparisons = _compare(h, s, prep.receipt, rerun, bands)
+    return rp.record_reproduction(
+        h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name()
+    )
+
+
+def _read_either(h: Home, s: Home) -> Any:
+    return lambda sha: (s.blobs if s.blobs.has(sha) else h.blobs).get_bytes(sha)
+
+
+def _compare(h: Home, s: Home, original: ReceiptBase, rerun: ReceiptBase, bands: ReproductionBands) -> list[OutputComparison]:
+    read = _read_either(h, s)
+    if isinstance(original, TrainingRunReceipt) and isinstance(rerun, TrainingRunReceipt):
+        from voxledger.tasks.reproduction.probe import probe_adapters
+
+        backend, base_sha = original.parameters.backend, original.parameters.bound.base_sha256
+        base = (h.blobs, base_sha) if original.parameters.mode == "lora" and base_sha is not None else None
+        model = original.parameters.effective_config.get("model")
+        listed = model.get("speakers") if isinstance(model, dict) else None
+        speaker = str(listed[0]) if isinstance(listed, list) and listed else None
+
+        def probe(a: str, b: str) -> tuple[str, str]:
+            return probe_adapters(backend, base, (h.blobs, a), (s.blobs, b), bands, speaker=speaker)
+
+        return cmp.compare_training(original, rerun, bands, probe)
+    if isinstance(original, PromotionReceipt) and isinstance(rerun, PromotionReceipt):
+        gate = (
+            h.receipts.read(original.parameters.evaluation, EvaluationReceipt),
+            s.receipts.read(rerun.parameters.evaluation, EvaluationReceipt),
+        )
+        return cmp.compare_promotion(original, rerun, read, gate, bands)
+    if isinstance(original, EvaluationReceipt) and isinstance(rerun, EvaluationReceipt):
+        return cmp.compare_evaluation(original, rerun, read, bands)
+    return cmp.compare_audit(original, rerun)  # type: ignore[arg-type]
+
+
+@contextmanager
+def forced_threads(threads: int | None) -> Iterator[None]:
+    """Every torch stage of the re-run uses ``threads`` intra-op threads (``VOXLEDGER_REPRODUCE_THREADS``)."""
+    if threads is None:
+        yield
+        return
+    from voxledger.tasks.threads import torch_threads
+
+    before = os.environ.get(THREADS_VARIABLE)
+    os.environ[THREADS_VARIABLE] = str(threads)
+    try:
+        with torch_threads(threads):  # stages that set no count of their own run with it too
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(THREADS_VARIABLE, None)
+        else:
+            os.environ[THREADS_VARIABLE] = before
+
+
+def _rerun(scratch: HomeRef, stage: str, arguments: dict[str, Any]) -> str:
+    """Run the stage's own flow on the scratch home; the receipt id it recorded (also when its verdict failed the run)."""
+    spec = next(s for s in stage_table() if s.name == stage)
+    try:
+        return str(spec.flow(scratch, **arguments).receipt_id)
+    except (AuditFailedError, GateFailedError) as exc:  # recorded, then judged: the receipt is the result
+        if exc.receipt_id is None:
+            raise
+        return str(exc.receipt_id)
+
+
+@flow(name="reproduce")
+def reproduce(
+    home: HomeRef | str,
+    receipt_id: str,
+    corpus: str | None = None,
+    scratch: str | None = None,
+    allow_code_drift: bool = False,
+    threads: int | None = None,
+) -> StageOutcome[ReproductionReceipt]:
+    """Re-run receipt ``receipt_id`` in a scratch home (``scratch``: kept; else a temporary one) and record the verdict."""
+    ref = HomeRef.of(home)
+    with shared_store(ref):  # under VOXLEDGER_SYNC: inputs pulled from the shared store first, the verdict pushed after
+        return _reproduce(ref, receipt_id, corpus, scratch, allow_code_drift, threads)
+
+
+def _reproduce(
+    ref: HomeRef, receipt_id: str, corpus: str | None, scratch: str | None, allow_code_drift: bool, threads: int | None
+) -> StageOutcome[ReproductionReceipt]:
+    started = rp.now()
+    prep = prepare_reproduction(ref, receipt_id, allow_code_drift, threads)
+    arguments = rp.stage_arguments(open_home(ref), prep, Path(corpus) if corpus else None)
+    where = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="voxledger-reproduce-"))
+    if scratch and where.exists() and any(where.iterdir()):
+        raise ReproductionError(f"--scratch {where} is not empty: give a new or empty folder (the re-run's home is made there)")
+    scratch_ref = HomeRef(root=str(where), lock_timeout_s=ref.lock_timeout_s, shared_store=False)
+    try:
+        seeded = seed_scratch_home(ref, scratch_ref, receipt_id)
+        report(f"re-running {prep.stage} of {receipt_id[:12]} in {where} ({seeded.receipts} receipts, {seeded.objects} objects given)")
+        t0 = time.perf_counter()
+        with forced_threads(threads):
+            rerun_id = _rerun(scratch_ref, prep.stage, arguments)
+        wall_s = time.perf_counter() - t0
+        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started)
+    finally:
+        if not scratch:
+            shutil.rmtree(where, ignore_errors=True)
