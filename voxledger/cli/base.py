@@ -29,12 +29,12 @@ def base_list(as_json: bool) -> None:
 
     Example: voxledger base list --json
     """
-    from voxledger.tasks.backends.base import get_backend
+    from voxledger.tasks.backends.base import shipped_folder
     from voxledger.tasks.shipped_base import read_bundle
 
     rows = []
     for name in sorted(BACKENDS):
-        folder = get_backend(name).shipped_base()  # type: ignore[arg-type]
+        folder = shipped_folder(name)  # type: ignore[arg-type]
         if folder is None:
             rows.append({"backend": name, "name": None, "tree": None, "summary": "no shipped base", "folder": None})
             continue

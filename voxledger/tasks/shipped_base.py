@@ -26,7 +26,7 @@ from voxledger.schemas.training import BackendName, CheckpointReceipt, TrainingR
 from voxledger.stores.home import Home
 from voxledger.stores.queries import checkpoint_rows
 from voxledger.stores.trees import build_manifest, manifest_bytes, materialize_tree
-from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.backends.base import shipped_folder
 
 RECEIPT_FILES = {"training_run.json": "training_run", "checkpoint.json": "checkpoint", "audit.json": "audit"}
 PLAN_FILE = "plan.json"
@@ -34,7 +34,7 @@ PLAN_FILE = "plan.json"
 
 def bundle_folder(backend: BackendName) -> Path:
     """The folder of ``backend``'s shipped base; BackendCapabilityError when it ships none."""
-    folder = get_backend(backend).shipped_base()
+    folder = shipped_folder(backend)
     if folder is None:
         raise BackendCapabilityError(
             f"backend {backend} ships no trained base; train one (a 'full' training plan) or give --base with a tree digest"

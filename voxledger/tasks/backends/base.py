@@ -192,6 +192,23 @@ def backend_location(name: BackendName) -> tuple[str, str]:
     return module, cls
 
 
+SHIPPED_FOLDER = "shipped"
+"""A backend ships a trained base in this folder beside its module (``schemas/shipped.py``)."""
+
+
+def shipped_folder(name: BackendName) -> Path | None:
+    """The folder of ``name``'s shipped base, found beside its module without importing it (read
+    commands such as ``base list`` stay free of torch), or None when it ships none."""
+    import importlib.util
+
+    module, _ = backend_location(name)
+    spec = importlib.util.find_spec(module)  # imports the parent packages only: their __init__ are docstrings
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent / SHIPPED_FOLDER
+    return folder if (folder / "base.json").is_file() else None
+
+
 def get_backend(name: BackendName) -> Backend:
     """The backend registered under ``name``; ValueError naming the registered ones otherwise."""
     module, cls = backend_location(name)

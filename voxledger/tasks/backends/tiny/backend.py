@@ -23,7 +23,7 @@ from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import CorpusError, TrainingError
 from voxledger.schemas.package import MemberRole
 from voxledger.schemas.training import TrainingPlan
-from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
+from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup, shipped_folder
 from voxledger.tasks.backends.tiny import stages
 from voxledger.tasks.backends.tiny import training as tt
 from voxledger.tasks.backends.tiny.align import durations_path
@@ -269,8 +269,7 @@ class TinyBackend:
 
     def shipped_base(self) -> Path | None:
         """``shipped/``: the base trained by ``plans/train-tiny-base.yaml`` on the demo corpus (see its base.json)."""
-        folder = Path(__file__).parent / "shipped"
-        return folder if (folder / "base.json").is_file() else None
+        return shipped_folder("tiny")
 
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
