@@ -137,10 +137,28 @@ PREFECT = {"prefect: first flow": "s", "prefect: empty flow": "ms", "prefect: fl
 @pytest.mark.slow
 def test_quick_train_and_prefect(tmp_path: Path) -> None:
     figures = bench_json(tmp_path / "home", "train,prefect", timeout_s=600)
-    assert len(figures) == 8 + 5
+    assert len(figures) == 8 + 5 + 5
     check_figures(figures[:8], TRAIN)
     assert [(f["name"].startswith("train tiny full"), f["unit"]) for f in figures[:2]] == [(True, "utterances/s"), (True, "frames/s")]
-    check_figures(figures[8:], PREFECT)
+    check_figures(figures[8:13], PREFECT)
+    check_figures(figures[13:], CLI_AUDIT)
+
+
+CLI_AUDIT = {"cli audit, first command": "s", "cli audit, cached, home server warm": "s", "audit function called directly": "s",
+             "cli audit cached - direct call": "s", "cli audit cached, Prefect's temporary server": "s"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_quick_cli_reads_beside_the_interpreter_floor(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "home", "cli")
+    names = [f["name"] for f in figures]
+    assert names[0] == "python -c pass (floor)" and names[-1] == "slowest read command / floor", names
+    reads = figures[1:-1]
+    assert {n.split(" (median")[0] for n in names[1:-1]} == {
+        "voxledger --help", "voxledger query", "voxledger lineage --up", "voxledger receipt show",
+        "voxledger provenance downstream", "voxledger alias history", "voxledger base list"}  # fmt: skip
+    assert all(f["unit"] == "s" and 0 < f["value"] < 60 and f["goal"].startswith("< 1: ") for f in reads)
+    assert figures[-1]["value"] == pytest.approx(max(f["value"] for f in reads) / figures[0]["value"])
 
 
 def test_stats_round_two_scenarios_run_through_the_gate() -> None:

@@ -25,11 +25,19 @@ def test_each_cli_module_imports_first(module: str) -> None:
 
 
 def test_every_module_command_is_attached() -> None:
+    """The lazy map names exactly each module's commands, and ``main`` resolves every one of them."""
     import importlib
 
-    from voxledger.cli import main
+    import click
 
-    attached = set(main.commands.values())
-    for module in MODULES:
-        for command in getattr(importlib.import_module(f"voxledger.cli.{module}"), "COMMANDS", ()):
-            assert command in attached, f"{module}.{command.name} is not attached to voxledger"
+    from voxledger.cli import COMMAND_MODULES, main
+
+    ctx = click.Context(main, info_name="voxledger")
+    with_commands = {m for m in MODULES if getattr(importlib.import_module(f"voxledger.cli.{m}"), "COMMANDS", ())}
+    assert set(COMMAND_MODULES) == with_commands
+    for module in with_commands:
+        commands = importlib.import_module(f"voxledger.cli.{module}").COMMANDS
+        assert COMMAND_MODULES[module] == tuple(c.name for c in commands), f"COMMAND_MODULES[{module!r}] is stale"
+        for command in commands:
+            assert main.get_command(ctx, command.name) is command, f"{module}.{command.name} is not attached to voxledger"
+    assert main.list_commands(ctx) == sorted(c for names in COMMAND_MODULES.values() for c in names)

@@ -130,7 +130,7 @@ def bench_catalog(work: Path, n_receipts: int, n_edges: int) -> list[Figure]:
 
 
 SECTIONS = (
-    "hash", "corpus", "catalog", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
+    "hash", "corpus", "catalog", "cli", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
     "listening-server",
 )  # fmt: skip
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""

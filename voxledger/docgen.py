@@ -22,8 +22,11 @@ STAGES_OUT = OUT.parent / "pipeline-stages.md"
 def _walk(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     out = [(path, cmd)]
     if isinstance(cmd, click.Group):
-        for name in sorted(cmd.commands):
-            out += _walk(cmd.commands[name], [*path, name])
+        ctx = click.Context(cmd, info_name=" ".join(path))
+        for name in sorted(cmd.list_commands(ctx)):  # list/get: the top group loads its modules lazily
+            sub = cmd.get_command(ctx, name)
+            if sub is not None:
+                out += _walk(sub, [*path, name])
     return out
 
 

@@ -23,7 +23,7 @@ from voxledger.bench_stages.evaluation import bench_eval
 from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
 from voxledger.bench_stages.train import bench_train
 
-STAGE_SECTIONS = ("audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync", "listening-server")
+STAGE_SECTIONS = ("cli", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync", "listening-server")
 __all__ = [
     "STAGE_SECTIONS",
     "audit_policy",
@@ -49,6 +49,10 @@ def run_stages(
     """The stage sections named in ``sections``, in a fixed order; ``quick`` shrinks every size;
     ``replications`` sets the simulated data sets per row of ``stats``."""
     figures: list[Figure] = []
+    if "cli" in sections:
+        from voxledger.bench_stages.cli_reads import bench_cli_reads
+
+        figures += bench_cli_reads(work, 3 if quick else 7)
     if "audit" in sections:
         figures += bench_audit(work, 300 if quick else 10_000)
         figures += bench_asr_agreement(8 if quick else 40)

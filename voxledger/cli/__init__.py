@@ -2,7 +2,8 @@
 
 Library errors (``VoxledgerError``) become ``ClickException`` here, at one boundary, so every
 failure exits non-zero with a one-paragraph message and no traceback. Command modules import only
-``voxledger.cli.common`` and list their commands in ``COMMANDS``; they are attached to ``main`` here.
+``voxledger.cli.common`` and list their commands in ``COMMANDS``; ``main`` loads a module when one
+of its commands is asked for (``COMMAND_MODULES``).
 """
 
 from __future__ import annotations
@@ -10,33 +11,54 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import click
 
-from voxledger.cli import audit as _audit
-from voxledger.cli import backends as _backends
-from voxledger.cli import base as _base
-from voxledger.cli import capabilities as _capabilities
-from voxledger.cli import core as _core
-from voxledger.cli import corpus as _corpus
-from voxledger.cli import demo as _demo
-from voxledger.cli import deploy as _deploy
-from voxledger.cli import equivalence as _equivalence
-from voxledger.cli import init as _init
-from voxledger.cli import listening as _listening
-from voxledger.cli import package as _package
-from voxledger.cli import plan as _plan
-from voxledger.cli import provenance as _provenance
-from voxledger.cli import server as _server
-from voxledger.cli import stages as _stages
 from voxledger.schemas.errors import InterruptedRunError, VoxledgerError
 from voxledger.settings import load_settings
 
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "audit": ("audit",),
+    "backends": ("cosyvoice3",),
+    "base": ("base",),
+    "capabilities": ("capabilities",),
+    "core": ("store", "receipt", "lineage", "query", "export", "catalog", "bench"),
+    "corpus": ("corpus",),
+    "demo": ("demo", "dashboard", "serve"),
+    "deploy": ("deploy",),
+    "equivalence": ("equivalence",),
+    "init": ("init",),
+    "listening": ("packets", "ratings"),
+    "package": ("package",),
+    "plan": ("plan",),
+    "provenance": ("provenance", "reproduce"),
+    "server": ("server",),
+    "stages": ("train", "promote", "eval", "alias", "pipeline", "checkpoints"),
+}
+"""Command module (``voxledger.cli.<module>``) -> the names of the commands in its ``COMMANDS``.
+A command's module is imported only when that command runs (or help lists every command), so a
+read command pays for its own imports, not for every other command's; a test checks this map
+against the modules."""
+
+_MODULE_OF = {name: module for module, names in COMMAND_MODULES.items() for name in names}
+
 
 class Boundary(click.Group):
-    """A click group that turns library errors into clean, non-zero exits."""
+    """A click group that turns library errors into clean, non-zero exits, and loads each command's
+    module on first use (``COMMAND_MODULES``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*_MODULE_OF, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _MODULE_OF:
+            import importlib
+
+            module = importlib.import_module(f"voxledger.cli.{_MODULE_OF[cmd_name]}")
+            for command in module.COMMANDS:
+                self.add_command(command)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -132,15 +154,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _version() -> str:
-    try:
-        return version("voxledger")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 @click.group(cls=Boundary)
-@click.version_option(_version(), "--version", prog_name="voxledger", message="%(prog)s %(version)s")
+@click.version_option(None, "--version", package_name="voxledger", prog_name="voxledger", message="%(prog)s %(version)s")
 @click.option(
     "--home",
     type=click.Path(file_okay=False),
@@ -163,28 +178,6 @@ def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
     """
     settings = load_settings()  # every VOXLEDGER_* variable checked here: a bad one stops any command in one line
     ctx.obj = {"home": home or (str(settings.home) if settings.home else None), "lock_timeout": lock_timeout}
-
-
-for _module in (
-    _audit,
-    _backends,
-    _base,
-    _capabilities,
-    _core,
-    _corpus,
-    _demo,
-    _deploy,
-    _equivalence,
-    _init,
-    _listening,
-    _package,
-    _plan,
-    _provenance,
-    _server,
-    _stages,
-):
-    for _command in _module.COMMANDS:
-        main.add_command(_command)
 
 
 if __name__ == "__main__":

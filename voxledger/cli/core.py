@@ -399,12 +399,13 @@ def catalog_migrations(ctx: click.Context) -> None:
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke run, not a measurement.")
 @click.option(
     "--only",
-    default="hash,corpus,catalog,audit,train,eval,prefect,demo",
+    default="hash,corpus,catalog,cli,audit,train,eval,prefect,demo",
     show_default=True,
-    help="Comma-separated sections: hash, corpus, catalog (stores); audit, train, eval, prefect (stages); "
+    help="Comma-separated sections: hash, corpus, catalog (stores); cli (read commands against `python -c pass`); "
+    "audit, train, eval, prefect (stages); "
     "demo (stage times of the latest pipeline run in --home); stats (simulated error rates of every interval and test), "
-    "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server). "
-    "The last four are not in the default set.",
+    "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server), "
+    "listening-server (simulated raters against `packets serve`). The last five are not in the default set.",
 )
 @click.option(
     "--replications",

@@ -20,7 +20,6 @@ from voxledger import schemas as _schemas_pkg
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import ReceiptError, validation_lines
-from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER
 from voxledger.stores.blobs import LocalBlobStore
 
 R = TypeVar("R", bound=ReceiptBase)
@@ -39,6 +38,8 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
 
 def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
     """Validate a receipt document against its JSON Schema and model; list every problem at once."""
+    from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER  # every receipt model: only where one is validated
+
     if not isinstance(doc, dict):
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(doc).__name__}")
     kind = doc.get("kind")
@@ -99,6 +100,19 @@ class ReceiptStore:
     def has(self, rid: str) -> bool:
         """Whether the store lists this receipt (its marker exists)."""
         return (self.markers / rid[:2] / rid).is_file()
+
+    def read_json(self, rid: str) -> dict[str, Any]:
+        """A receipt's document as stored, its bytes verified against its id but not validated against
+        its schema (for readers that need only its ids, as lineage checks do); ReceiptError otherwise."""
+        if not is_sha256_hex(rid):
+            raise ReceiptError(f"{rid!r} is not a receipt id (64 hex characters)")
+        try:
+            doc = json.loads(self.blobs.get_bytes(rid))
+        except (RecursionError, ValueError) as exc:
+            raise ReceiptError(f"receipt {rid} is not a JSON receipt document ({type(exc).__name__})") from exc
+        if not isinstance(doc, dict) or not isinstance(doc.get("subjects"), list) or not isinstance(doc.get("inputs"), list):
+            raise ReceiptError(f"receipt {rid} is not a receipt document (no subjects and inputs)")
+        return doc
 
     def read_document(self, rid: str) -> dict[str, Any]:
         """Read a receipt's document, verified against its id and validated."""

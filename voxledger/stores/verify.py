@@ -181,12 +181,17 @@ def check_walked_edges(home: Home, edges: Iterable[tuple[str, str, str, str]]) -
             ).fetchall()
             got = {tuple(r) for r in rows}
             try:
-                doc = home.receipts.read_document(rid)
+                doc = home.receipts.read_json(rid)  # bytes verified against the id: what the edges are compared with
             except VoxledgerError as exc:
                 raise CatalogError(
                     f"the catalog's lineage names receipt {rid}, which the store cannot give back ({str(exc).splitlines()[0][:160]}); {fix}"
                 ) from exc
-            want = {(e["src"], e["dst"], e["role"], e["direction"]) for e in core_rows(rid, doc)["edges"]}
+            try:
+                want = {(e["src"], e["dst"], e["role"], e["direction"]) for e in core_rows(rid, doc)["edges"]}
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CatalogError(
+                    f"receipt {rid}, named by the catalog's lineage, is not a whole receipt document ({exc!r}); {fix}"
+                ) from exc
             if got != want:
                 extra = sorted(got - want)
                 what = (
