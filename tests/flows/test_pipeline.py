@@ -129,3 +129,25 @@ def test_failing_audit_stops_the_pipeline_with_a_receipt(tmp_path: Path, corpus:
     with home.catalog.connect(read_only=True) as con:
         rows = con.execute("SELECT stage, status, detail FROM pipeline_stages WHERE run_status = 'failed'").fetchall()
     assert rows[0][0] == "audit" and rows[0][1] == "failed" and "split_leakage" in rows[0][2]
+
+
+def test_plan_power_takes_its_pilot_from_a_model_never_from_the_recordings(first_run) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    home_dir, plans, summary, _ = first_run
+    policy = yaml.safe_load((plans / "promo.yaml").read_text())
+    policy["rules"].append({"metric": "cer:basic", "statistic": "delta_high", "op": "<=", "threshold": 0.5})
+    first = policy["gate_plan"]["prompts"][0]  # a paired rule needs a gate of 5 prompts: the power is computed for it
+    policy["gate_plan"]["prompts"] += [first | {"id": f"extra{i}"} for i in range(3)]
+    paired = plans.parent / "promo-paired.yaml"
+    paired.write_text(yaml.safe_dump(policy))
+    doc = cli(home_dir, "plan", "power", str(paired), "--pilot", summary["evaluate"]["receipt_id"])
+    assessed = [r for r in doc["rules"] if r["candidate"] is not None]  # type: ignore[index]
+    assert assessed, doc
+    # the recordings would give the most power (the real voice beats every model): an optimism no gate earns
+    assert {r["candidate"] for r in assessed} <= {"adapter", "merged"}, assessed
+    from voxledger.stores.home import Home
+    from voxledger.tasks.power import pilot_deltas
+
+    considered = {p.candidate for p in pilot_deltas(Home(home_dir), summary["evaluate"]["receipt_id"], "cer:basic", False, 1.0)}
+    assert considered == {"adapter"}, considered  # not the baseline, not the recordings

@@ -108,7 +108,8 @@ def prompts_needed(statistic: str, op: str, threshold: float, effect: float, sd:
 
 
 def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold: float) -> list[PilotDeltas]:
-    """Per-prompt deltas of every non-baseline candidate of the pilot on ``metric``.
+    """Per-prompt deltas of every model candidate of the pilot on ``metric`` (not the baseline, not
+    the recordings).
 
     ``kept``: only prompts where neither side's mean reaches ``threshold`` (two-part rules).
 
@@ -126,9 +127,11 @@ def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold
     if not by or not baselines:
         raise EvaluationError(f"pilot evaluation {receipt_id[:12]} has no paired comparison on {metric!r}; pick a pilot that measured it")
     base = by.get(next(iter(baselines)), {})
+    # the recordings are a reference no gate promotes: their delta says nothing of a challenger's
+    references = {c.name for c in receipt.parameters.candidates if c.runtime == "recordings"}
     out = []
     for cand, values in sorted(by.items()):
-        if cand in baselines:
+        if cand in baselines or cand in references:
             continue
         per: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
         for (prompt, seed), v in values.items():
