@@ -152,12 +152,14 @@ def packets_revoke(ctx: click.Context, packet_set: str, rater: str, new_link: bo
 
     Example: voxledger packets revoke 3fa2c1d9 r03 --new-link
     """
-    from voxledger.tasks.listening.served import revoke_link
+    from voxledger.flows.listening_server import revoke_rater_link
+    from voxledger.tasks.listening.served import check_revocable
 
     rid = resolve_receipt(ctx, packet_set, "packet_set")
     home = open_home(ctx)
     home.require_writable()
-    path = revoke_link(home, rid, rater, new_link=new_link)
+    check_revocable(home, rid, rater)
+    path = run_flow(ctx, revoke_rater_link, rid, rater, new_link)
     click.echo(f"revoked the link of rater {rater}")
     if path:
         click.echo(f"new link path for {rater}: {path} (prefix it with the server's address)")

@@ -59,3 +59,13 @@ def listening_server(
 ) -> dict[str, Any]:
     """Serve ``packet_set`` (a packet_set receipt id) to its raters: one capability link each."""
     return serve_packet_set(HomeRef.of(home), packet_set, host, port, public_url)
+
+
+@flow(name="revoke_link")
+def revoke_rater_link(home: HomeRef | str, packet_set: str, rater: str, new_link: bool = False) -> str | None:
+    """Revoke ``rater``'s link to a served ``packet_set`` (and issue a new one): the new link's path, or None."""
+    from voxledger.tasks.listening.served import revoke_link
+
+    h = HomeRef.of(home).open()
+    h.require_writable()
+    return revoke_link(h, packet_set, rater, new_link=new_link)

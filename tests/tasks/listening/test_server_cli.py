@@ -36,6 +36,12 @@ def test_packets_serve_prints_links_serves_pages_and_stops_on_ctrl_c(exported: E
             page = client.get(links["r02"])
             assert page.status_code == 200 and page_parts(page.text)[1]["served"] is True
             assert client.get(url + "/operator.json").json()["packet_set"] == exported.receipt_id
+            revoke = [str(BIN), "--home", str(exported.home.root), "packets", "revoke", exported.receipt_id[:12], "r03", "--new-link"]
+            done = subprocess.run(revoke, capture_output=True, text=True, timeout=120, env={**os.environ})  # a flow, like serve
+            assert done.returncode == 0 and "revoked the link of rater r03" in done.stdout, done.stdout + done.stderr[-2000:]
+            fresh = done.stdout.split("new link path for r03: ")[1].split()[0]
+            assert client.get(links["r03"]).status_code != 200  # the running server refuses the old link at once
+            assert client.get(url + fresh).status_code == 200
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -43,4 +49,5 @@ def test_packets_serve_prints_links_serves_pages_and_stops_on_ctrl_c(exported: E
     assert "Interrupted" in err.splitlines()[-1]
     links_file = exported.home.root / "listening" / "served" / exported.receipt_id[:16] / "links.txt"
     assert links_file.stat().st_mode & 0o777 == 0o600
-    assert {line.split("\t")[0]: url + line.split("\t")[1] for line in links_file.read_text().splitlines()} == links
+    # the file holds every live link: r03's is the one issued when its first was revoked
+    assert {line.split("\t")[0]: url + line.split("\t")[1] for line in links_file.read_text().splitlines()} == links | {"r03": url + fresh}

@@ -421,9 +421,7 @@ def revoke_link(home: Home, packet_set_id: str, rater_id: str, *, new_link: bool
 
     Raises PacketError when the set was never served or the rater is not in it.
     """
-    folder = home.root / SERVED_DIR / packet_set_id[:16]
-    if not (folder / "sessions.sqlite").is_file():
-        raise PacketError(f"packet set {packet_set_id[:12]} was never served from this home; nothing to revoke")
+    folder = check_revocable(home, packet_set_id, rater_id)
     store = SessionStore(folder / "sessions.sqlite")
     try:
         if not store.revoke(rater_id):
@@ -432,6 +430,22 @@ def revoke_link(home: Home, packet_set_id: str, rater_id: str, *, new_link: bool
         return issue_links(store, folder / LINKS_FILE, [rater_id])[rater_id] if new_link else None
     finally:
         store.close()
+
+
+def check_revocable(home: Home, packet_set_id: str, rater_id: str) -> Path:
+    """The served set's folder when ``rater_id`` is one of its raters; PacketError naming the problem
+    otherwise (checked before any flow starts, so bad input costs no run)."""
+    folder = home.root / SERVED_DIR / packet_set_id[:16]
+    if not (folder / "sessions.sqlite").is_file():
+        raise PacketError(f"packet set {packet_set_id[:12]} was never served from this home; nothing to revoke")
+    store = SessionStore(folder / "sessions.sqlite")
+    try:
+        known = [r.rater_id for r in store.raters()]
+    finally:
+        store.close()
+    if rater_id not in known:
+        raise PacketError(f"rater {rater_id!r} is not in packet set {packet_set_id[:12]}; raters: {', '.join(known)}")
+    return folder
 
 
 def issue_links(store: SessionStore, links_file: Path, raters: list[str]) -> dict[str, str]:
