@@ -62,10 +62,12 @@ def test_signal_only_bot_is_excluded_and_honest_raters_are_kept(bot_export, tmp_
         files.append(write_json(tmp_path / f"{rater}.json", doc))
     screening = {s.rater_id: s for s in aggregate_ratings(home, rid, files).receipt.result.screening}
     assert [screening[r].included for r in (*BOTS, *HONEST)] == [False, False, False, True, True, True], screening
-    # every bot fails attention checks (the old fixed sentence: the same bot answered 1.000 of them)
-    assert all(screening[r].attention_failures >= 1 for r in BOTS), {r: screening[r].reasons for r in BOTS}
-    # measured with this fixed secret: 1 of 9 instructions matched right (chance: 1 in 5); the
-    # scrambled gold item sounds like nonsense but measures like a clean recording: rated <= 2 by no bot
+    # every bot fails attention checks (on the old fixed sentence the same bot answered every one) and the
+    # scrambled gold item: it sounds like nonsense but measures like a clean recording, so no bot rates it <= 2
+    assert all(screening[r].attention_failures >= 1 and screening[r].gold_failures >= 1 for r in BOTS), {
+        r: screening[r].reasons for r in BOTS
+    }
+    # measured with this fixed secret: 1 of 9 attention checks right (chance: 1 in 5)
     assert asked == 9 and right <= 2 and scrambled_low == 0, (right, scrambled_low)
 
 
