@@ -28,11 +28,9 @@ from voxledger.tasks.listening.keys import keyed_hex
 VOICES = ("en-us", "en+f3", "en+m7", "en-us+f4", "en+f2", "en+m3")
 RATE_WPM = (135, 190)
 PITCH = (25, 75)
-GAP_S = (0.03, 0.12)
-BABBLE_SNR_DB = (
-    6.0,
-    10.0,
-)  # two backward-spoken sentences under the instruction: no words, speech-like spectrum  # silence between the separately spoken pieces of an instruction
+GAP_S = (0.03, 0.12)  # silence between the separately spoken pieces of an instruction
+# two backward-spoken sentences lie this far (dB) under the instruction: no words, a speech-like spectrum
+BABBLE_SNR_DB = (6.0, 10.0)
 FILLERS = (
     "Thank you for your patience.",
     "This sample is not part of the test.",
