@@ -243,6 +243,11 @@ def test_leak_check_gates_pause_noise_and_onsets() -> None:
     )
     worst = {w.feature: w for w in slow.worst}
     assert worst["onset_35_s"].gated and worst["pause_noise_dbfs"].gated and not worst["onset_45_s"].gated
+    from types import SimpleNamespace
+
+    from voxledger.cli.demo import _leak_summary  # what `voxledger demo run` prints for the packet set
+
+    assert _leak_summary(SimpleNamespace(parameters=SimpleNamespace(leak_check=slow))).endswith("; not removable, stated: onset_45_s")
     assert check_leaks(files(4.0, 0.0), 16000, Blinding()).passed
 
 
