@@ -9,12 +9,13 @@ feature and each pair of candidates (files with role ``stimulus`` or ``hidden_re
 Mann-Whitney AUC says how well the feature separates them (folded: 0.5 = chance, 1 = perfectly).
 
 Also measured, never gated, and stated in the receipt (``unremoved``) when they separate a pair:
-the onset at -45 dBFS (the first phoneme's own attack, see ``UNREMOVED``) and the highest
-correlation with a labelled reference of the same prompt in *another* rater's packet (raters who
-compare files can link a clip to a reference that way; ``cross_packet_links`` counts files above
-0.9). Rendering cannot remove them without changing the candidate's first sound or giving raters
-different audio for the same stimulus. Receipts written before the pause noise floor and onsets were gated hold ``onset_30_s``
-instead of ``onset_35_s``/``onset_25_s``; they stay readable.
+the noise floor in speech pauses and the onset at -45 dBFS (what separates there is audible
+speech or vocoder noise, see ``UNREMOVED``), and the highest correlation with a labelled
+reference of the same prompt in *another* rater's packet (raters who compare files can link a
+clip to a reference that way; ``cross_packet_links`` counts files above 0.9). Rendering cannot
+remove them without changing what raters judge or giving them different audio for the same
+stimulus. Receipts written before the onsets at -35 and -25 dBFS were gated hold ``onset_30_s``
+instead; they stay readable.
 
 Gated features describe rendering or linkage, not speech: a separation above
 ``blinding.leak_auc_max`` fails the export (``on_leak: fail``) or is recorded as a warning
@@ -42,19 +43,22 @@ GATED = (
     "leading_zeros",
     "duration_s",
     "reference_correlation",
-    "pause_noise_dbfs",
     "onset_35_s",
     "onset_25_s",
 )
 INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
 # what rendering cannot remove without changing what is judged: measured and stated in the receipt
-# (``unremoved``) when it separates, never gated. Every clip's speech starts after the same lead
-# (``leading_silence_s`` is gated), so the onset at -45 dBFS, 19 dB under the loudness target, is
-# the first phoneme's own attack: a vocoder that smears it (Griffin-Lim's 64 ms window) reaches
-# -45 dBFS a frame later, and only cutting or reshaping the candidate's first sound would hide
-# that. Linking a clip to a labelled reference in another rater's packet needs only the
-# reference's own audio, which every rater of a MUSHRA screen hears.
-UNREMOVED = ("onset_45_s", "cross_packet_correlation")
+# (``unremoved``) when it separates, never gated.
+# - pause noise: every clip already lies on the same -66 dBFS floor, so what separates is energy
+#   well above it between words (on the demo, medians -41 dBFS for the adapter, -47 for the
+#   recordings: 15-20 dB under the speech), which listeners hear and judge.
+# - onset at -45 dBFS: every clip's speech starts after the same lead (``leading_silence_s`` is
+#   gated), so the time to reach -45 dBFS, 19 dB under the loudness target, is the first phoneme's
+#   own attack: a vocoder that smears it (Griffin-Lim's 64 ms window) reaches it a frame later, and
+#   only cutting or reshaping the candidate's first sound would hide that.
+# - correlation with a labelled reference in another rater's packet: every rater of a MUSHRA screen
+#   hears the reference's own audio; hiding it would mean different audio for the same stimulus.
+UNREMOVED = ("pause_noise_dbfs", "onset_45_s", "cross_packet_correlation")
 ONSETS_DBFS = {"onset_45_s": -45.0, "onset_35_s": -35.0, "onset_25_s": -25.0}
 CANDIDATE_ROLES = ("stimulus", "hidden_reference")
 SILENCE_DBFS = -60.0  # a 10 ms frame below this RMS counts as silence for the silence features
