@@ -257,9 +257,10 @@ def _leak_summary(ps: Any) -> str:
     gated = [w for w in lc.worst if w.gated]
     worst = max(gated, key=lambda w: w.auc, default=None)
     shown = f"max gated AUC {worst.auc:.3f} ({worst.feature}, {worst.a} vs {worst.b})" if worst else "no gated feature"
+    stated = f"; not removable, stated: {', '.join(s.split()[0] for s in lc.unremoved)}" if lc.unremoved else ""
     return (
         f"leak check {'passed' if lc.passed else 'FAILED'}: {shown}, threshold {lc.auc_max}; "
-        f"hidden-reference correlation max {lc.hidden_reference_correlation_max}"
+        f"hidden-reference correlation max {lc.hidden_reference_correlation_max}{stated}"
     )
 
 

@@ -63,12 +63,16 @@ class StimulusFeatures(Frozen):
     peak_dbfs: float
     duration_s: float
     reference_correlation: float  # highest |normalised cross-correlation| (any lag) with a labelled reference of its prompt in its packet
-    # measured and recorded, not gated: rendering does not remove them (see docs/listening.md)
+    # None where a receipt predates the feature. Not gated, rendering cannot remove them (docs/listening.md):
     pause_noise_dbfs: float | None = (
         None  # noise floor in the speech pauses: 10th percentile of 10 ms frame RMS between first and last speech
     )
     onset_45_s: float | None = None  # first 10 ms frame above -45 dBFS
-    onset_30_s: float | None = None  # first 10 ms frame above -30 dBFS
+    onset_30_s: float | None = None  # first 10 ms frame above -30 dBFS (older receipts only)
+    # gated:
+    onset_35_s: float | None = None  # first 10 ms frame above -35 dBFS
+    onset_25_s: float | None = None  # first 10 ms frame above -25 dBFS
+    # not gated, rendering cannot remove it:
     cross_packet_correlation: float | None = None  # highest correlation with a labelled reference of its prompt in another rater's packet
 
 
@@ -94,8 +98,8 @@ class LeakCheck(Frozen):
     leaks: tuple[str, ...]  # features above the threshold, with the pair and AUC
     hidden_reference_correlation_max: float | None  # highest correlation of a hidden reference with its open reference
     reference_links: int = 0  # files outside MUSHRA screens correlating > 0.9 with a labelled reference of their packet
-    # features rendering does not remove (pause noise floor, onsets, correlation across packets) that separate a
-    # pair above ``auc_max``: stated here, not gated
+    # features rendering cannot remove (pause noise floor, onset at -45 dBFS, correlation across packets;
+    # older receipts also onset_30_s) that separate a pair above ``auc_max``: stated here, not gated
     unremoved: tuple[str, ...] = ()
     cross_packet_links: int = 0  # files correlating > 0.9 with a labelled reference of their prompt in another rater's packet
     features: tuple[StimulusFeatures, ...]

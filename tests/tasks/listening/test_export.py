@@ -192,7 +192,8 @@ def test_packet_set_records_leak_features_and_passes(exported: Exported) -> None
                 for r in exported.receipt.parameters.packets)  # fmt: skip
     assert len(leak.features) == files
     gated = {w.feature: w.auc for w in leak.worst if w.gated}
-    assert set(gated) == {"dc_lsb", "leading_silence_s", "leading_zeros", "duration_s", "reference_correlation"}
+    assert set(gated) == {"dc_lsb", "leading_silence_s", "leading_zeros", "duration_s", "reference_correlation",
+                          "onset_35_s", "onset_25_s"}  # fmt: skip
     assert all(v <= leak.auc_max for v in gated.values())
 
 
@@ -213,46 +214,80 @@ def test_hidden_reference_is_not_the_open_reference(exported: Exported) -> None:
     assert exported.receipt.parameters.leak_check.hidden_reference_correlation_max < 0.999  # type: ignore[union-attr]
 
 
-def test_leak_check_states_what_rendering_does_not_remove() -> None:
+def _bursts(rng: np.random.Generator, noise: float, onset_s: float, rate: int = 16000, rise_s: float = 0.0) -> np.ndarray:
+    """Bursts of "speech" with pauses whose floor is ``noise`` (LSB RMS), starting at ``onset_s``
+    with a cubic rise over ``rise_s`` from -57 dBFS (above the -60 dBFS silence threshold)."""
+    burst = np.concatenate([rng.normal(0, 3000, 3200), rng.normal(0, noise, 1600)] * 4)
+    rise = int(rise_s * rate)
+    burst[:rise] *= 0.015 + 0.985 * np.linspace(0, 1, rise) ** 3
+    return np.concatenate([np.zeros(int(onset_s * rate)), burst]).astype("<i2")
+
+
+def test_leak_check_gates_pause_noise_and_onsets() -> None:
     from voxledger.schemas.listening import Blinding
     from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
 
     rng = np.random.default_rng(2)
-    rate = 16000
 
-    def speech(noise: float, onset_s: float) -> np.ndarray:
-        # bursts of "speech" with pauses whose floor is ``noise`` (LSB RMS), starting at ``onset_s``
-        burst = np.concatenate([rng.normal(0, 3000, 3200), rng.normal(0, noise, 1600)] * 4)
-        return np.concatenate([np.zeros(int(onset_s * rate)), burst]).astype("<i2")
+    def files(noise: float, rise_s: float) -> list[PacketFile]:
+        return [PacketFile(f"r0{i % 2}", f"s{c}{i}", f"t{i}", "acr", "stimulus", c, f"p{i}",
+                           _bursts(rng, noise if c == "recordings" else 4.0, 0.15, rise_s=rise_s if c == "recordings" else 0.0))
+                for i in range(8) for c in ("recordings", "tts")]  # fmt: skip
 
-    files = [
-        PacketFile(f"r0{i % 2}", f"s{c}{i}", f"t{i}", "acr", "stimulus", c, f"p{i}", speech(60.0 if c == "recordings" else 4.0, 0.15))
-        for i in range(8)
-        for c in ("recordings", "tts")
-    ]
+    noisy = check_leaks(files(60.0, 0.0), 16000, Blinding())
+    assert noisy.passed and noisy.unremoved == (
+        "pause_noise_dbfs separates recordings from tts (AUC 1.000); rendering cannot remove it without changing what is judged, not gated",
+    )
+    slow = check_leaks(files(4.0, 0.08), 16000, Blinding())  # an 80 ms rise: later at -45, -35 and -25 dBFS
+    assert not slow.passed and [s.split()[0] for s in slow.leaks] == ["onset_35_s", "onset_25_s"]
+    assert [s.split()[0] for s in slow.unremoved] == ["onset_45_s"]
+    worst = {w.feature: w for w in slow.worst}
+    assert worst["onset_35_s"].gated and worst["onset_25_s"].gated and not worst["onset_45_s"].gated and not worst["pause_noise_dbfs"].gated
+    from types import SimpleNamespace
+
+    from voxledger.cli.demo import _leak_summary  # what `voxledger demo run` prints for the packet set
+
+    assert _leak_summary(SimpleNamespace(parameters=SimpleNamespace(leak_check=slow))).endswith("; not removable, stated: onset_45_s")
+    assert check_leaks(files(4.0, 0.0), 16000, Blinding()).passed
+
+
+def test_leak_check_states_cross_packet_links() -> None:
+    from voxledger.schemas.listening import Blinding
+    from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
+
+    rng = np.random.default_rng(2)
+    files = [PacketFile(f"r0{i % 2}", f"s{c}{i}", f"t{i}", "acr", "stimulus", c, f"p{i}", _bursts(rng, 4.0, 0.15))
+             for i in range(8) for c in ("recordings", "tts")]  # fmt: skip
     ref = files[0].pcm  # the recordings clip of p0, labelled as a MUSHRA reference in another rater's packet
     files.append(PacketFile("r01", "sref", "tm", "mushra", "open_reference", "recordings", "p0", ref.copy()))
-    leak = check_leaks(files, rate, Blinding())
-    assert leak.passed and not leak.leaks  # nothing gated separates
-    assert leak.unremoved == ("pause_noise_dbfs separates recordings from tts (AUC 1.000); rendering does not remove it, not gated",)
+    leak = check_leaks(files, 16000, Blinding())
+    assert leak.passed and not leak.leaks and not leak.unremoved  # one linked clip of eight separates nothing
     feats = {f.pseudonym: f for f in leak.features}
     assert feats["srecordings0"].cross_packet_correlation == 1.0 and leak.cross_packet_links == 1  # r00's clip, r01's reference
     assert feats["stts0"].cross_packet_correlation < 0.5
-    assert feats["srecordings2"].pause_noise_dbfs > feats["stts2"].pause_noise_dbfs + 20
-    assert feats["stts2"].onset_45_s == feats["stts2"].onset_30_s == 0.15
-    worst = {w.feature: w for w in leak.worst}
-    assert not worst["pause_noise_dbfs"].gated and worst["pause_noise_dbfs"].auc == 1.0
+    assert feats["stts2"].onset_45_s == feats["stts2"].onset_35_s == feats["stts2"].onset_25_s == 0.15
+    assert feats["stts2"].onset_30_s is None  # recorded by older receipts only
+    assert not {w.feature: w for w in leak.worst}["cross_packet_correlation"].gated
 
 
-def test_packet_set_receipt_holds_the_unremoved_features(exported: Exported) -> None:
+def test_packet_set_receipt_holds_the_new_leak_features(exported: Exported) -> None:
     leak = exported.receipt.parameters.leak_check
     assert leak is not None
+    new = ("pause_noise_dbfs", "onset_45_s", "onset_35_s", "onset_25_s", "cross_packet_correlation")
     cands = [f for f in leak.features if exported.key[f.pseudonym].role in ("stimulus", "hidden_reference")]
-    assert cands and all(None not in (f.pause_noise_dbfs, f.onset_45_s, f.onset_30_s, f.cross_packet_correlation) for f in cands)
+    assert cands and all(None not in [getattr(f, n) for n in new] for f in cands)
     worst = {w.feature: w for w in leak.worst}
-    assert {"pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation"} <= set(worst)
-    assert not any(worst[n].gated for n in ("pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation"))
-    stated = {s.split()[0] for s in leak.unremoved}
-    assert stated == {
-        n for n in ("pause_noise_dbfs", "onset_45_s", "onset_30_s", "cross_packet_correlation") if worst[n].auc > leak.auc_max
-    }
+    assert [worst[n].gated for n in new] == [False, False, True, True, False]
+    assert all(worst[n].auc <= leak.auc_max for n in new if worst[n].gated)
+    unremoved = ("pause_noise_dbfs", "onset_45_s", "cross_packet_correlation")
+    assert {s.split()[0] for s in leak.unremoved} == {n for n in unremoved if worst[n].auc > leak.auc_max}
+
+
+def test_older_leak_check_stays_readable() -> None:
+    from voxledger.schemas.listening_receipts import StimulusFeatures
+
+    old = {"pseudonym": "s1", "candidate": "a", "prompt_id": "p", "dc_lsb": 0.0, "leading_silence_s": 0.15, "trailing_silence_s": 0.2,
+           "leading_zeros": 0, "rms_dbfs": -30.0, "peak_dbfs": -10.0, "duration_s": 2.0, "reference_correlation": 0.1,
+           "pause_noise_dbfs": -60.0, "onset_45_s": 0.15, "onset_30_s": 0.16, "cross_packet_correlation": 0.2}  # fmt: skip
+    f = StimulusFeatures.model_validate(old)
+    assert f.onset_30_s == 0.16 and f.onset_35_s is None and f.onset_25_s is None

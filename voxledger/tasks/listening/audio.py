@@ -114,13 +114,6 @@ def low_pass(audio: np.ndarray, rate: int, cutoff_hz: float) -> np.ndarray:
     return out
 
 
-def degrade(audio: np.ndarray, rate: int, seed: int) -> np.ndarray:
-    """An unmistakably bad version of a clip (1.5 kHz low-pass plus white noise at 0 dB SNR): a gold item."""
-    muffled = low_pass(audio, rate, 1500.0)
-    rms = float(np.sqrt(np.mean(muffled**2))) or 1e-3
-    return muffled + np.random.default_rng(seed).normal(0.0, rms, muffled.size)
-
-
 def high_pass(audio: np.ndarray, rate: int, cutoff_hz: float) -> np.ndarray:
     """DC removed, then a zero-phase Butterworth high-pass (2nd order run forward and back: 24 dB/octave)."""
     centred = audio - float(np.mean(audio))

@@ -178,8 +178,9 @@ class _Builder:
             )
             out.append(TrialPlan("acr", crits, (slot,)))
         for _ in range(self.protocol.design.attention_checks):
-            value = int(self.rng.integers(check.scale.min, check.scale.max + 1))
-            slot = Slot("attention", ATTENTION, "", "", f"attention:{value}", "", value)  # audio made at export
+            # wording, answer and voice are drawn at export from a generator keyed by the home's
+            # secret (instructions.personalise_attention): the public seed must not predict them
+            slot = Slot("attention", ATTENTION, "", "", "attention", "", None)
             out.append(TrialPlan("acr", (check.name,), (slot,)))
         return out
 

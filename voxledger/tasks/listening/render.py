@@ -1,8 +1,9 @@
 """Turn the design's audio sources into the clips raters hear, all rendered the same way.
 
 A source is a stimulus (``stim:<prompt>:<candidate>``), a MUSHRA low anchor
-(``anchor:<prompt>:<cutoff>``), a degraded gold item (``gold_bad:<prompt>``) or a spoken
-attention check (``attention:<n>``). Every source goes through one chain, so nothing but the
+(``anchor:<prompt>:<cutoff>``), a degraded gold item (``gold_bad:<prompt>``, the reference
+scrambled: ``instructions.scramble``) or a spoken attention check (``attention:<rater>:<n>``, its
+wording and voice drawn per item: ``instructions.personalise_attention``). Every source goes through one chain, so nothing but the
 speech itself tells candidates apart:
 
 1. DC removal and one zero-phase high-pass (``blinding.high_pass_hz``): recordings carry DC
@@ -33,8 +34,7 @@ from voxledger.schemas.listening import ListeningProtocol, Stimulus
 from voxledger.schemas.listening_receipts import LoudnessReport
 from voxledger.stores.home import Home
 from voxledger.tasks.listening import audio as au
-
-ATTENTION_TEXT = "Attention check: select {n}."
+from voxledger.tasks.listening.instructions import Instruction, scramble
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,16 @@ def _seed(text: str) -> int:
 class AudioRenderer:
     """Loads, levels and pads every source once; ``wav`` makes one rater's dithered copy."""
 
-    def __init__(self, home: Home, protocol: ListeningProtocol, stimuli: dict[tuple[str, str], Stimulus], sources: set[str]) -> None:
+    def __init__(
+        self,
+        home: Home,
+        protocol: ListeningProtocol,
+        stimuli: dict[tuple[str, str], Stimulus],
+        sources: set[str],
+        instructions: dict[str, Instruction] | None = None,
+    ) -> None:
         self.home, self.protocol, self.rate = home, protocol, protocol.sample_rate_hz
-        self.stimuli = stimuli
+        self.stimuli, self.instructions = stimuli, instructions or {}
         loaded = {src: self._prepared(src) for src in sorted(sources)}
         lengths = self._lengths({src: a.size for src, (a, _) in loaded.items()})
         padded = {src: au.pad(a, lengths[src]) for src, (a, _) in loaded.items()}  # measured as heard
@@ -95,15 +102,29 @@ class AudioRenderer:
             return au.low_pass(audio, self.rate, float(cutoff)), sha
         if kind == "gold_bad":
             audio, sha = self._stimulus(rest, ref)
-            return au.degrade(audio, self.rate, _seed(source)), sha
-        if kind == "attention":
-            return self._attention(int(rest))
+            return scramble(audio, self.rate, _seed(source)), sha
+        if kind == "attention" and source in self.instructions:
+            return self._attention(self.instructions[source])
         raise PacketError(f"unknown audio source {source!r}")
 
-    def _attention(self, value: int) -> tuple[np.ndarray, str]:
+    def _attention(self, item: Instruction) -> tuple[np.ndarray, str]:
         from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 
-        speech = resample_synthesis(synthesize(ATTENTION_TEXT.format(n=value), voice="en-us"), self.rate).audio.astype(np.float64)
+        parts: list[np.ndarray] = []
+        for i, (text, voice, rate_wpm, pitch) in enumerate(item.pieces):
+            said = resample_synthesis(synthesize(text, voice=voice, pitch=pitch, rate_wpm=rate_wpm), self.rate).audio
+            if i:
+                parts.append(np.zeros(round(item.gaps_s[i - 1] * self.rate)))
+            start, end = au.speech_bounds(said.astype(np.float64), self.rate, -40.0)
+            parts.append(said[start:end].astype(np.float64))
+        speech = np.concatenate(parts)
+        babble = np.zeros(speech.size)
+        for text, voice in item.babble:  # backwards speech: no words to follow, a spectrum like the instruction's
+            said = resample_synthesis(synthesize(text, voice=voice), self.rate).audio.astype(np.float64)[::-1]
+            babble += np.resize(said, speech.size)
+        if item.babble and np.any(babble):
+            gain = np.sqrt(np.mean(speech**2) / np.mean(babble**2)) * 10 ** (-item.babble_snr_db / 20)
+            speech = speech + gain * babble
         sha = self.home.blobs.put_bytes(au.encode_pcm16(speech, self.rate))
         return speech, sha
 

@@ -14,6 +14,11 @@ Rules of ``voxledger.screening/1``:
 - ``variance``: exclude a rater whose ACR stimulus ratings have a population variance (ddof = 0,
   ``numpy.var``) below ``min_rating_variance`` (P.808: a rater giving (nearly) the same score to
   everything is not listening). Gold, attention, reference and anchor items are not counted.
+
+Gold and attention items are built so a script cannot answer them from the signal (spoken
+instructions drawn per item, a scrambled reference as the degraded gold item:
+``instructions.py``); the MUSHRA rules screen careless listeners, not scripts (the anchor and
+hidden reference are easy to find by design).
 """
 
 from __future__ import annotations

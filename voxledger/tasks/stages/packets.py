@@ -36,6 +36,7 @@ from voxledger.stores.trees import TREE_MEDIA_TYPE, build_manifest, materialize_
 from voxledger.tasks.listening.audio import encode_int16
 from voxledger.tasks.listening.design import DesignPlan, Slot, plan_packets
 from voxledger.tasks.listening.from_evaluation import stimuli_from_evaluation
+from voxledger.tasks.listening.instructions import personalise_attention
 from voxledger.tasks.listening.keys import home_secret, pseudonym, rater_token, seal_key
 from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
 from voxledger.tasks.listening.page import render_page
@@ -83,10 +84,13 @@ def export_packets(
     if hit is not None:
         return PacketSetOutcome(hit.receipt_id, hit.receipt, True, _materialize(home, hit.receipt, out_dir), verified=hit.verified)
     design = plan_packets(protocol, stimuli)
+    set_id = secrets.token_hex(16)
+    check = protocol.check_criterion()
+    spoken = personalise_attention(design, home_secret(home), set_id, check.scale) if check else {}
     by_key = {(s.prompt_id, s.candidate): s for s in stimuli.stimuli}
     sources = {s.source for plans in design.trials.values() for t in plans for s in (*t.slots, *([t.reference] if t.reference else []))}
-    renderer = AudioRenderer(home, protocol, by_key, sources)
-    writer = _PacketWriter(home, protocol, protocol_sha, renderer, out_dir)
+    renderer = AudioRenderer(home, protocol, by_key, sources, spoken)
+    writer = _PacketWriter(home, protocol, protocol_sha, renderer, out_dir, set_id)
     for rater, plans in design.trials.items():
         writer.write(rater, plans)
     leaks = check_leaks(writer.files, protocol.sample_rate_hz, protocol.blinding)
@@ -169,10 +173,12 @@ def _materialize(home: Home, receipt: PacketSetReceipt, out_dir: Path) -> dict[s
 class _PacketWriter:
     """Writes packets one rater at a time, collecting key entries, CSV rows and packet refs."""
 
-    def __init__(self, home: Home, protocol: ListeningProtocol, protocol_sha: str, renderer: AudioRenderer, out_dir: Path) -> None:
+    def __init__(
+        self, home: Home, protocol: ListeningProtocol, protocol_sha: str, renderer: AudioRenderer, out_dir: Path, set_id: str
+    ) -> None:
         self.home, self.protocol, self.protocol_sha, self.renderer, self.out_dir = home, protocol, protocol_sha, renderer, out_dir
         self.secret = home_secret(home)
-        self.set_id = secrets.token_hex(16)
+        self.set_id = set_id
         self.entries: list[KeyEntry] = []
         self.rows: list[tuple[str, ...]] = []
         self.packets: list[PacketRef] = []
