@@ -14,26 +14,14 @@ import io
 import numpy as np
 import soundfile as sf
 
+from tests.corpus_factory import SENTENCES as FACTORY_SENTENCES
 from tests.tasks.listening.factory import EVAL_PLAN_SHA256
 from voxledger.schemas.listening import Stimulus, StimulusSet
 from voxledger.stores.home import Home
 from voxledger.tasks.backends.tiny.audio import log_mel, vocode
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 
-SENTENCES = (
-    "The birch canoe slid on the smooth planks.",
-    "Glue the sheet to the dark blue background.",
-    "It is easy to tell the depth of a well.",
-    "These days a chicken leg is a rare dish.",
-    "Rice is often served in round bowls.",
-    "The juice of lemons makes fine punch.",
-    "The box was thrown beside the parked truck.",
-    "The hogs were fed chopped corn and garbage.",
-    "Four hours of steady work faced us.",
-    "A large size in stockings is hard to sell.",
-    "The boy was there when the sun rose.",
-    "A rod is used to catch pink salmon.",
-)
+SENTENCES = (*FACTORY_SENTENCES, "The boy was there when the sun rose.", "A rod is used to catch pink salmon.")
 
 
 def _wav(audio: np.ndarray) -> bytes:
