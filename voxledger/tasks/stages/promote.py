@@ -328,28 +328,19 @@ def decide_promotion(
     passing = sorted((d for d in decisions if d.passed), key=lambda d: (d.cv_loss, d.epoch))
     best_cv = min(decisions, key=lambda d: (d.cv_loss, d.epoch))
     previous_candidate = alias_state(home, policy.candidate_alias)
-    moves = []
-    if previous_candidate is None or previous_candidate.target_sha256 != best_cv.tree_sha256:  # a no-op move is not history
-        moves.append(
-            AliasMove(
-                alias=policy.candidate_alias,
-                target_sha256=best_cv.tree_sha256,
-                previous_sha256=previous_candidate.target_sha256 if previous_candidate else None,
-                base_sha256=base_sha,
-                reason=f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})",
-            )
-        )
     promoted = passing[0] if passing else None
-    if promoted is not None and (champion is None or champion.target_sha256 != promoted.tree_sha256):
-        moves.append(
-            AliasMove(
-                alias=policy.alias,
-                target_sha256=promoted.tree_sha256,
-                previous_sha256=champion.target_sha256 if champion else None,
-                base_sha256=base_sha,
-                reason=f"{promoted.name} passed all {len(policy.rules)} gates against {incumbent.runtime} incumbent",
-            )
+    moves = [
+        m
+        for m in (
+            _move(policy.candidate_alias, previous_candidate, best_cv.tree_sha256, base_sha,
+                  f"lowest CV loss of run {training_run_rid[:12]} ({best_cv.name}, {best_cv.cv_loss:.4f})"),
+            _move(policy.alias, champion, promoted.tree_sha256, base_sha,
+                  f"{promoted.name} passed all {len(policy.rules)} gates against {incumbent.runtime} incumbent")
+            if promoted is not None
+            else None,
         )
+        if m is not None
+    ]  # fmt: skip
     failed = "; ".join(f"{d.name}: " + ", ".join(r.detail for r in d.rules if not r.passed) for d in decisions if not d.passed)
     receipt = build_receipt(
         PromotionReceipt,
@@ -382,3 +373,16 @@ def decide_promotion(
         ),
     )
     return record(home, receipt)
+
+
+def _move(alias: str, current: AliasState | None, target: str, base_sha: str | None, reason: str) -> AliasMove | None:
+    """The move of ``alias`` to ``target``, or None when it already points there (a no-op move is not history)."""
+    if current is not None and current.target_sha256 == target:
+        return None
+    return AliasMove(
+        alias=alias,
+        target_sha256=target,
+        previous_sha256=current.target_sha256 if current is not None else None,
+        base_sha256=base_sha,
+        reason=reason,
+    )
