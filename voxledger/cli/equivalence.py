@@ -86,7 +86,8 @@ def attribute(
     """Blame a gap between two runtimes of an adapter on the stage that causes it.
 
     BASE and ADAPTER are stored tree digests or unique prefixes (a full training run's model, a LoRA run's
-    checkpoint); the backend of ADAPTER's run splits synthesis into stages. Each stage of the candidate
+    checkpoint); BASE is '-' for a backend whose base is its own configured model (cosyvoice3 without
+    --base). The backend of ADAPTER's run splits synthesis into stages. Each stage of the candidate
     gets the reference's input (tiny: durations, then mel), so a gap shows at its source and nowhere
     after. The fed-forward dumps are compared under PLAN and recorded as an equivalence receipt; exits
     non-zero on RED.
@@ -95,12 +96,13 @@ def attribute(
     """
     from voxledger.flows.equivalence import equivalence as equivalence_flow
 
-    base, adapter = resolve_node(ctx, base), resolve_node(ctx, adapter)
+    base_ref = None if base == "-" else resolve_node(ctx, base)
+    adapter = resolve_node(ctx, adapter)
     out = run_flow(
         ctx,
         equivalence_flow,
         "attribute",
-        base,
+        base_ref,
         adapter,
         str(plan.absolute()),
         {"name": ref_runtime},

@@ -36,7 +36,7 @@ def compare_runtimes(
 @task(name="attribute_stages", **STAGE_TASK)
 def attribute_stages(
     home: HomeRef | str,
-    base: str,
+    base: str | None,
     adapter: str,
     plan_file: str,
     ref_runtime: str,

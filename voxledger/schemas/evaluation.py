@@ -77,12 +77,17 @@ class Prompt(Frozen):
     recording: str | None = None
 
 
+OWN_BASE = "own"
+"""``Candidate.base`` for a backend whose base is its own configured model, not a stored tree."""
+
+
 class Candidate(Frozen):
     """A system under test: backend, artifact and every inference setting.
 
     ``artifact`` and ``base`` are a sha256 (a stored tree), ``alias:NAME`` (resolved through the
     alias history at run time) or ``input:NAME`` (bound by the caller at run time); the resolved
-    digests are recorded in the evaluation receipt.
+    digests are recorded in the evaluation receipt. ``base: own`` (`OWN_BASE`) is the backend's own
+    configured base model (cosyvoice3's model folder, bound by the training run's backend identity).
     """
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$")

@@ -21,7 +21,8 @@ from voxledger.schemas.training import BackendName
 PACKAGE_FORMAT = "voxledger.package/v1"
 PACKAGE_MEDIA_TYPE = "application/vnd.voxledger.package+tar"
 MANIFEST_NAME = "manifest.json"
-MemberRole = Literal["adapter_weights", "adapter_config", "receipt"]
+MemberRole = Literal["adapter_weights", "adapter_config", "voice_prompt", "receipt"]
+"""``voice_prompt``: the prompt audio a zero-shot backend speaks from (cosyvoice3 bundles one with its adapter)."""
 
 
 class PackageMember(Frozen):
@@ -39,6 +40,11 @@ class ComponentDigests(Frozen):
     base_model_sha256: Sha256
     tokenizer_sha256: Sha256 | None = None
     vocoder_sha256: Sha256 | None = None
+    frontend_sha256: Sha256 | None = None
+    """Digest of what turns text and prompt audio into model inputs, where the backend has one apart from the base."""
+    backend_identity_sha256: Sha256 | None = None
+    """The training run's backend identity (upstream sources, model files, text front end): the base the adapter runs on
+    when it is not a stored tree (``base_model_sha256`` is then a file digest, not a tree)."""
     note: str
 
 

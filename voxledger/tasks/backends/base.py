@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from voxledger.schemas.equivalence import StageKind
-from voxledger.schemas.package import MemberRole
+from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import DEFAULT_BACKEND, BackendName, TrainingPlan
 
 if TYPE_CHECKING:
@@ -136,7 +136,20 @@ class Backend(Protocol):
         ...
 
     def deliverables(self) -> dict[str, MemberRole]:
-        """File name -> package member role of everything a LoRA checkpoint tree ships; nothing else may enter a package."""
+        """File name -> package member role of everything a LoRA checkpoint tree may ship; nothing else may enter a
+        package, and a tree must hold at least one file of each role named here."""
+        ...
+
+    def package_components(self, bound: dict[str, Any], effective_config: dict[str, Any]) -> ComponentDigests:
+        """The digests a package binds its adapter to, from its training run's ``bound`` inputs and effective config.
+
+        Raises TrainingError when the run names no base this backend can bind.
+        """
+        ...
+
+    def check_base(self, components: ComponentDigests, base_dir: Path | None) -> None:
+        """Refuse (DigestMismatchError) a base that is not the one ``components`` names: ``base_dir`` (a stored tree) or,
+        when it is None, the backend's own configured model (e.g. cosyvoice3's model folder, by its identity)."""
         ...
 
     def inference_settings(self) -> tuple[int, dict[str, Any]]:

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from voxledger.schemas.canonical import canonical_bytes
-from voxledger.schemas.errors import BlobMissingError, ReceiptError
+from voxledger.schemas.errors import BlobMissingError, ReceiptError, TrainingError
 from voxledger.schemas.package import (
     MANIFEST_NAME,
-    ComponentDigests,
     InferenceSettings,
     MemberRole,
     PackageBinding,
@@ -92,10 +91,15 @@ def check_deliverables(store: LocalBlobStore, backend: BackendName, tree: TreeMa
     """
     allowed = get_backend(backend).deliverables()
     names = {e.path for e in tree.entries}
-    if names != set(allowed):
+    extra = sorted(names - set(allowed))
+    missing = sorted({role for role in allowed.values()} - {allowed[n] for n in names if n in allowed})
+    if extra or missing:
+        want = ", ".join(
+            f"{role}: {' or '.join(sorted(n for n, r in allowed.items() if r == role))}" for role in sorted(set(allowed.values()))
+        )
         raise ReceiptError(
-            f"checkpoint tree {tree_sha} holds {sorted(names)}; a {backend} adapter package takes exactly {sorted(allowed)} "
-            f"(optimizer state and other working files never ship): extra {sorted(names - set(allowed))}, missing {sorted(set(allowed) - names)}"
+            f"checkpoint tree {tree_sha} holds {sorted(names)}; a {backend} adapter package takes one file of each role ({want}) "
+            f"and nothing else (optimizer state and other working files never ship): extra {extra}, missing roles {missing}"
         )
     for entry in tree.entries:
         if entry.path.endswith(".safetensors"):
@@ -125,8 +129,13 @@ def build_manifest_and_members(store: LocalBlobStore, request: PackageRequest) -
     receipts = ReceiptStore(store)
     run = read_receipt(receipts, request.training_run, "training_run", "training run")
     p = run["parameters"]
-    if p["mode"] != "lora" or p["bound"]["base_sha256"] is None:
+    if p["mode"] != "lora":
         raise ReceiptError(f"training run {request.training_run} is a {p['mode']}-mode run; packages hold LoRA adapters over a base model")
+    backend = get_backend(p["backend"])
+    try:
+        components = backend.package_components(p["bound"], p["effective_config"])
+    except TrainingError as exc:
+        raise ReceiptError(f"training run {request.training_run}: {exc}; packages hold LoRA adapters over a bound base model") from exc
     ckpt_rid = find_checkpoint(receipts, run, request.training_run, request.checkpoint_tree_sha256)
     tree = load_manifest(store, request.checkpoint_tree_sha256)
     roles = check_deliverables(store, p["backend"], tree, request.checkpoint_tree_sha256)
@@ -165,13 +174,12 @@ def build_manifest_and_members(store: LocalBlobStore, request: PackageRequest) -
             PackageMember(path=f"{ADAPTER_DIR}/{entry.path}", role=roles[entry.path], sha256=entry.sha256, size_bytes=entry.size_bytes)
         )
     config = json.loads(store.get_bytes(next(e.sha256 for e in tree.entries if roles[e.path] == "adapter_config")))
-    backend = get_backend(p["backend"])
     rate_hz, settings = backend.inference_settings()
     b = p["bound"]
     manifest = PackageManifest(
         name=f"{p['effective_config']['plan']['name']}-{config['new_speaker']}",
         backend=p["backend"],
-        components=ComponentDigests(base_model_sha256=b["base_sha256"], note=backend.component_note()),
+        components=components,
         binding=PackageBinding(
             training_run=request.training_run,
             checkpoint_receipt=ckpt_rid,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from voxledger.schemas.equivalence import FLOAT_KINDS
-from voxledger.schemas.errors import DigestMismatchError, EquivalenceError
+from voxledger.schemas.errors import EquivalenceError
 from voxledger.schemas.package import PackageManifest
 from voxledger.schemas.training import BackendName
 from voxledger.tasks.backends.base import get_backend
@@ -48,32 +48,31 @@ def probe_stages(
     return {s.dump: out[s.name].astype(np.float32) for s in stages if s.kind in FLOAT_KINDS}
 
 
-def load_packaged(manifest: PackageManifest, base_dir: Path, adapter_dir: Path, runtime: str = "adapter") -> Any:
+def load_packaged(manifest: PackageManifest, base_dir: Path | None, adapter_dir: Path, runtime: str = "adapter") -> Any:
     """Load base + unpacked adapter with the backend named in the manifest."""
     return get_backend(manifest.backend).load_for_inference(base_dir, adapter_dir, runtime)
 
 
-def probe_package(package: Path, base_dir: Path, text: str, seed: int) -> dict[str, np.ndarray]:
-    """Unpack ``package`` (verified), check ``base_dir`` is its base model, synthesize the probe."""
-    from voxledger.schemas.canonical import sha256_hex
-    from voxledger.stores.trees import build_manifest, manifest_bytes
+def probe_package(package: Path, base_dir: Path | None, text: str, seed: int) -> dict[str, np.ndarray]:
+    """Unpack ``package`` (verified), check the base is its base model (``base_dir``, or the backend's own
+    configured model when None: `Backend.check_base`), synthesize the probe."""
     from voxledger.tasks.packaging.archive import unpack_package
 
-    base_sha = sha256_hex(manifest_bytes(build_manifest(base_dir)))
     with tempfile.TemporaryDirectory() as tmp:
         verified = unpack_package(package, Path(tmp) / "pkg")
         manifest = verified.manifest
-        if base_sha != manifest.components.base_model_sha256:
-            raise DigestMismatchError(
-                f"base folder {base_dir} is tree {base_sha}, package {package} needs {manifest.components.base_model_sha256}"
-            )
+        get_backend(manifest.backend).check_base(manifest.components, base_dir)
         loaded = load_packaged(manifest, base_dir, Path(tmp) / "pkg" / "adapter")
         settings = dict(manifest.inference.settings)
         return probe_stages(manifest.backend, loaded, text, manifest.inference.speaker, seed, settings)
 
 
+NO_BASE = "-"
+"""The reload child's base folder argument when the package's base is the backend's own configured model."""
+
+
 def reload_in_fresh_process(
-    package: Path, base_dir: Path, text: str, seed: int, threads: int, timeout_s: float = 300.0
+    package: Path, base_dir: Path | None, text: str, seed: int, threads: int, timeout_s: float = 300.0
 ) -> tuple[dict[str, np.ndarray], float]:
     """Run ``probe_package`` in a new interpreter; return its stages and wall time."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,7 +82,7 @@ def reload_in_fresh_process(
             "-m",
             "voxledger.tasks.packaging.probe",
             str(package),
-            str(base_dir),
+            str(base_dir) if base_dir is not None else NO_BASE,
             str(out),
             "--text",
             text,
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the reload child: PACKAGE BASE_DIR OUT.npz --text --seed --threads."""
     parser = argparse.ArgumentParser(prog="python -m voxledger.tasks.packaging.probe")
     parser.add_argument("package", type=Path)
-    parser.add_argument("base_dir", type=Path)
+    parser.add_argument("base_dir", help=f"the base folder, or {NO_BASE!r} for the backend's configured model")
     parser.add_argument("out", type=Path)
     parser.add_argument("--text", required=True)
     parser.add_argument("--seed", type=int, required=True)
@@ -114,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    stages = probe_package(args.package, args.base_dir, args.text, args.seed)
+    base_dir = None if args.base_dir == NO_BASE else Path(args.base_dir)
+    stages = probe_package(args.package, base_dir, args.text, args.seed)
     with open(args.out, "xb") as f:
         np.savez(f, allow_pickle=False, **stages)
     return 0

@@ -95,7 +95,7 @@ def backend_of_checkpoint(home: Home, tree_sha256: str, role: str) -> BackendNam
 
 def attribute_adapter(
     home: Home,
-    base: str,
+    base: str | None,
     adapter: str,
     plan: EquivalencePlan,
     *,
@@ -120,6 +120,8 @@ def attribute_adapter(
     with tempfile.TemporaryDirectory() as tmp, torch_threads(1):
         work = Path(tmp)
         for role, digest in (("BASE", base), ("ADAPTER", adapter)):
+            if digest is None:
+                continue
             try:
                 materialize_tree(home.blobs, digest, work / role.lower())  # every file verified against its digest
             except BlobMissingError as exc:
@@ -130,13 +132,16 @@ def attribute_adapter(
         name = backend_of_checkpoint(home, adapter, "ADAPTER")
         backend = get_backend(name)
         backend.synthesis_stages()  # refuse a backend without a stage split before loading any model
+        if base is None and backend.needs_stored_base:
+            raise EquivalenceError(f"backend {name} adapters run on a stored base: give BASE (the base tree digest), not '-'")
+        base_dir = work / "base" if base is not None else None
         try:
             voice = backend.adapter_speaker(work / "adapter")
         except TrainingError as exc:
             raise EquivalenceError(f"tree {adapter}: {exc}; give a LoRA checkpoint of the {name} backend") from exc
         spk = speaker or voice
-        ref = backend.load_for_inference(work / "base", work / "adapter", ref_runtime)
-        cand = backend.load_for_inference(work / "base", work / "adapter", cand_runtime)
+        ref = backend.load_for_inference(base_dir, work / "adapter", ref_runtime)
+        cand = backend.load_for_inference(base_dir, work / "adapter", cand_runtime)
         attribute_runtimes(name, ref, cand, text, spk, seed, dump_dir=work / "dumps")
         return record_equivalence(
             home,

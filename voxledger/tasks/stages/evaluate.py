@@ -10,6 +10,7 @@ from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
+    OWN_BASE,
     CandidateSummary,
     Comparison,
     EvaluationParameters,
@@ -33,8 +34,9 @@ from voxledger.tasks.stage import StageOutcome, record, reuse
 
 
 def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str) -> str | None:
-    """A digest for ``ref``: a sha256, ``alias:NAME`` or ``input:NAME``; clear errors otherwise."""
-    if ref is None:
+    """A digest for ``ref``: a sha256, ``alias:NAME`` or ``input:NAME``; None for no ref and for ``own``
+    (the backend's own base, checked by `check_own_bases`); clear errors otherwise."""
+    if ref is None or ref == OWN_BASE:
         return None
     if ref.startswith("input:"):
         name = ref[6:]
@@ -53,6 +55,18 @@ def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str
     return ref
 
 
+def check_own_bases(plan: EvaluationPlan, plan_name: str) -> None:
+    """Refuse ``base: own`` for a backend whose adapters run on a stored base tree."""
+    from voxledger.tasks.backends.base import get_backend
+
+    for c in plan.candidates:
+        if c.base == OWN_BASE and c.backend != "recordings" and get_backend(c.backend).needs_stored_base:  # type: ignore[arg-type]
+            raise EvaluationError(
+                f"plan {plan_name}, candidate {c.name}: backend {c.backend} adapters run on a stored base tree, not {OWN_BASE!r}; "
+                "bind the base (e.g. base: input:base)"
+            )
+
+
 def evaluate_plan_fn(
     home: Home,
     plan: EvaluationPlan,
@@ -67,6 +81,7 @@ def evaluate_plan_fn(
     """Run a frozen plan: the plan receipt is recorded before any generation."""
     started = utc_now()
     bindings = bindings or {}
+    check_own_bases(plan, plan_name)
     plan_rid, plan_sha = register_plan(home, plan, source_name=plan_name, flow=flow)
     resolved = {
         c.name: ResolvedCandidate(

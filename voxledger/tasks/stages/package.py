@@ -103,7 +103,7 @@ def _merged_equivalence(
     home: Home,
     manifest: PackageManifest,
     tar: Path,
-    base_dir: Path,
+    base_dir: Path | None,
     work: Path,
     ours: dict[str, np.ndarray],
     text: str,
@@ -202,20 +202,21 @@ def package_adapter_fn(
         )
         home.blobs.put_file(work / "package.tar", expected_sha256=sha)
         tar = home.blobs.path_of(sha)
-        materialize_tree(home.blobs, manifest.components.base_model_sha256, work / "base")
-        ours = probe_package(tar, work / "base", probe_text, probe_seed)
-        theirs, child_wall = reload_in_fresh_process(tar, work / "base", probe_text, probe_seed, threads)
+        base_dir = _stored_base(home, training_run_rid, work / "base")
+        ours = probe_package(tar, base_dir, probe_text, probe_seed)
+        theirs, child_wall = reload_in_fresh_process(tar, base_dir, probe_text, probe_seed, threads)
         reload = _reload_check(ours["pcm"], theirs["pcm"], probe_text, probe_seed, manifest.inference.speaker, threads, child_wall)
         b = manifest.binding
         inputs = [
             InputRef(role="training_run", sha256=b.training_run, ref="receipt"),
             InputRef(role="checkpoint", sha256=b.checkpoint_receipt, ref="receipt"),
             InputRef(role="adapter_checkpoint", sha256=b.checkpoint_tree_sha256, ref="artifact"),
-            InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"),
             InputRef(role="audit", sha256=b.audit_receipt, ref="receipt"),
             *(InputRef(role=f"evaluation:{i}", sha256=r, ref="receipt") for i, r in enumerate(b.evaluation_receipts)),
             *([InputRef(role="promotion", sha256=b.promotion_receipt, ref="receipt")] if b.promotion_receipt else []),
         ]
+        if base_dir is not None:  # a stored base tree; a backend's own base (cosyvoice3) is bound in the manifest's components
+            inputs.insert(3, InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"))
         subjects = [artifact(home.blobs, "package", sha, PACKAGE_MEDIA_TYPE)]
         result: dict[str, object] = {
             "package_sha256": sha,
@@ -229,7 +230,7 @@ def package_adapter_fn(
         )
         if reload.passed:
             merged_sha, eq = _merged_equivalence(
-                home, manifest, tar, work / "base", work, ours, probe_text, probe_seed, tuple(inputs[:4]), equivalence_plan, flow, compare
+                home, manifest, tar, base_dir, work, ours, probe_text, probe_seed, tuple(inputs[: 4 if base_dir is not None else 3]), equivalence_plan, flow, compare
             )
             report = eq.receipt.report
             subjects.append(artifact(home.blobs, "merged_export", merged_sha, TREE_MEDIA_TYPE))
@@ -262,6 +263,18 @@ def package_adapter_fn(
     if error is not None:
         raise EquivalenceError(f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}")
     return PackageOutcome(rid, receipt, False, sha, tar, published)
+
+
+def _stored_base(home: Home, training_run_rid: str, dest: Path) -> Path | None:
+    """The stored base tree the training run bound, materialised at ``dest`` (verified); None when the run's
+    backend binds its own base (cosyvoice3's model folder, checked by `Backend.check_base`)."""
+    from voxledger.schemas.training import TrainingRunReceipt
+
+    base_sha = home.receipts.read(training_run_rid, TrainingRunReceipt).parameters.bound.base_sha256
+    if base_sha is None:
+        return None
+    materialize_tree(home.blobs, base_sha, dest)
+    return dest
 
 
 def _manifest_sha(manifest: PackageManifest) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError
-from voxledger.schemas.evaluation import Candidate, Comparison, EvaluationPlan, EvaluationReceipt, Interval
+from voxledger.schemas.evaluation import OWN_BASE, Candidate, Comparison, EvaluationPlan, EvaluationReceipt, Interval
 from voxledger.schemas.promotion import (
     PAIRED_STATISTICS,
     AliasMove,
@@ -211,13 +211,14 @@ def prepare_promotion(
     backend = run.parameters.backend
     challengers = select_challengers(home, run, policy)
     speaker = str(run.parameters.effective_config["plan"].get("new_speaker") or policy.baseline_speaker)  # type: ignore[union-attr]
+    base_ref = "input:base" if base_sha else OWN_BASE  # no stored base: the backend's own (cosyvoice3's model folder)
     cands = [
         Candidate(
             name=f"epoch{c.parameters.epoch}",
             backend=backend,
             runtime="adapter",
             artifact=f"input:epoch{c.parameters.epoch}",
-            base="input:base",
+            base=base_ref,
             speaker=speaker,
         )
         for _, c in challengers
@@ -225,12 +226,17 @@ def prepare_promotion(
     bindings = {f"epoch{c.parameters.epoch}": c.subject("checkpoint").sha256 for _, c in challengers}
     if base_sha:
         bindings["base"] = base_sha
-    if champion is None:
+    if champion is None and base_sha:
         incumbent = Candidate(name="incumbent", backend=backend, runtime="base", artifact="input:base", speaker=policy.baseline_speaker)
-        incumbent_sha = base_sha or ""
+        incumbent_sha = base_sha
+    elif champion is None:
+        # the backend's own base speaks from the voice prompt the adapters bundle (zero-shot in the target voice):
+        # the first challenger's tree supplies that prompt, its adapter is not loaded (runtime base)
+        bindings["incumbent"] = incumbent_sha = challengers[0][1].subject("checkpoint").sha256
+        incumbent = Candidate(name="incumbent", backend=backend, runtime="base", artifact="input:incumbent", speaker=speaker)
     else:
         incumbent = Candidate(
-            name="incumbent", backend=backend, runtime="adapter", artifact="input:incumbent", base="input:base", speaker=speaker
+            name="incumbent", backend=backend, runtime="adapter", artifact="input:incumbent", base=base_ref, speaker=speaker
         )
         bindings["incumbent"] = incumbent_sha = champion.target_sha256
     key = cache_key("promote", {"run": training_run_rid, **bindings}, policy_sha, {})

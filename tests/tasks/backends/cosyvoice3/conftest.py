@@ -91,3 +91,26 @@ def upstream_checkout(request: pytest.FixtureRequest) -> Iterator[Path]:
     checkout = FAKE_TREE if request.param == "fake" else request.getfixturevalue("real_checkout")
     with upstream_from(checkout) as path:
         yield path
+
+
+ENV_REAL_MODEL = "VOXLEDGER_TEST_COSYVOICE_MODEL"  # a model folder for the real checkout (e.g. `voxledger cosyvoice3 scaffold`)
+
+
+@pytest.fixture(params=["fake", "real"])
+def cv3_upstream(request: pytest.FixtureRequest, fake_config: CosyVoice3Config) -> Iterator[CosyVoice3Config]:
+    """The backend configured through the environment (as the CLI, Prefect's flows and the packaging child
+    see it): the fake tree and its model folder, or the real checkout with ``VOXLEDGER_TEST_COSYVOICE_MODEL``."""
+    from voxledger.tasks.backends.cosyvoice3.config import ENV_CHECKOUT, ENV_MODEL, ENV_WORK
+
+    if request.param == "fake":
+        config = fake_config
+    else:
+        checkout = request.getfixturevalue("real_checkout")
+        model = os.environ.get(ENV_REAL_MODEL)
+        if not model:
+            pytest.skip(f"real-chain tier: set {ENV_REAL_MODEL} to a model folder for {checkout} (`voxledger cosyvoice3 scaffold`)")
+        config = CosyVoice3Config(checkout_dir=checkout, model_dir=Path(model), work_dir=fake_config.cache_dir.parent / "real-work")
+    with upstream_from(config.checkout_dir), pytest.MonkeyPatch.context() as mp:
+        for var, value in ((ENV_CHECKOUT, config.checkout_dir), (ENV_MODEL, config.model_dir), (ENV_WORK, config.cache_dir)):
+            mp.setenv(var, str(value))
+        yield config

@@ -10,9 +10,11 @@ digest, the voice prompt) and the prompt audio (a training utterance of the new 
 as in the corpus). `CosyVoice3Backend.export_merged` writes ``llm.safetensors`` with exactly
 ``llm.pt``'s keys. Only mode ``lora`` exists: full fine-tuning of a 0.5B model is out of scope.
 
-Not yet supported, and refused with `BackendCapabilityError`: packages (no member role for the
-bundled voice prompt), a stage split of synthesis (upstream yields only the waveform) and a
-measured recipe for generated plans.
+Packages hold the adapter, its config and the bundled prompt (role ``voice_prompt``) and bind
+the LLM weights, speech tokenizer, vocoder and front end by digest (`package_components`).
+Synthesis is split into speech tokens, LLM log-probabilities, mel and pcm (`stages.py`), for
+packaging probes and stage attribution. Not yet supported, and refused with
+`BackendCapabilityError`: a measured recipe for generated plans.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from voxledger.schemas.canonical import canonical_bytes
+from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import BackendCapabilityError, DigestMismatchError, SynthesisError, TrainingError
-from voxledger.schemas.package import MemberRole
+from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
-from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, rng, synth, upstream
+from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, rng, stages, synth, upstream
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_SYSTEM_PROMPT,
     ENV_PYTHON,
@@ -59,11 +61,8 @@ def choose_prompt(examples: list[data.Example], min_duration_s: float) -> data.E
     return max(examples, key=lambda e: (e.duration_s, e.utt))
 
 
-def _no_stage_split() -> BackendCapabilityError:
-    return BackendCapabilityError(
-        "backend cosyvoice3 has no stage split of synthesis yet: upstream's inference generator yields only the final "
-        "waveform (speech tokens and mel stay inside it); compare whole waveforms with `voxledger equivalence compare`"
-    )
+PROMPT_SUFFIXES = (".wav", ".flac", ".ogg")  # the prompt keeps the corpus file's bytes and suffix
+VOICE_PROMPT_FILES = tuple(f"prompt{suffix}" for suffix in PROMPT_SUFFIXES)
 
 
 class CosyVoice3Backend:
@@ -323,12 +322,16 @@ class CosyVoice3Backend:
     def synthesize(
         self, loaded: synth.CosyVoice3Loaded, text: str, speaker: str, seed: int, settings: dict[str, Any]
     ) -> tuple[np.ndarray, int]:
+        self._check_voice(loaded, speaker, settings)
+        return synth.synthesize(loaded, text, seed, settings)
+
+    @staticmethod
+    def _check_voice(loaded: synth.CosyVoice3Loaded, speaker: str, settings: dict[str, Any]) -> None:
         voice = loaded.meta["new_speaker"] if loaded.meta else None
         if "prompt_wav" not in settings and voice is not None and speaker != voice:
             raise SynthesisError(
                 f"the bundled prompt is speaker {voice!r}, not {speaker!r}; pass settings['prompt_wav'] and 'prompt_text' for another voice"
             )
-        return synth.synthesize(loaded, text, seed, settings)
 
     def adapter_speaker(self, artifact_dir: Path) -> str:
         path = artifact_dir / ADAPTER_CONFIG
@@ -337,10 +340,54 @@ class CosyVoice3Backend:
         return str(json.loads(path.read_text(encoding="utf-8"))["new_speaker"])
 
     def deliverables(self) -> dict[str, MemberRole]:
-        raise BackendCapabilityError(
-            f"backend cosyvoice3 cannot be packaged yet: its checkpoints bundle the voice prompt audio next to {ADAPTER_FILE} and "
-            f"{ADAPTER_CONFIG}, and a package has no member role for it (schemas/package.py MemberRole); ship the checkpoint tree itself"
+        """The adapter, its config and the bundled prompt (one file, its suffix the corpus file's)."""
+        return {ADAPTER_FILE: "adapter_weights", ADAPTER_CONFIG: "adapter_config", **dict.fromkeys(VOICE_PROMPT_FILES, "voice_prompt")}  # type: ignore[dict-item]
+
+    def package_components(self, bound: dict[str, Any], effective_config: dict[str, Any]) -> ComponentDigests:
+        """LLM weights the adapter was trained on (``llm.pt``, or a stored base tree), the speech tokenizer, the vocoder,
+        the front end (prompt encoders and text normaliser) and the whole upstream identity, from the run's records."""
+        meta = effective_config.get("cosyvoice3")
+        if not isinstance(meta, dict) or "upstream" not in meta:
+            raise TrainingError("the training run records no cosyvoice3 settings (effective_config.cosyvoice3); it is not a cosyvoice3 run")
+        up, files = meta["upstream"], meta["upstream"]["files_sha256"]
+        frontend = canonical_digest(
+            {
+                "campplus.onnx": files["campplus.onnx"],
+                "speech_tokenizer_v3.onnx": files["speech_tokenizer_v3.onnx"],
+                "text_frontend": up["text_frontend"],
+            }
         )
+        return ComponentDigests(
+            base_model_sha256=bound.get("base_sha256") or meta["base_weights_sha256"],
+            tokenizer_sha256=files["speech_tokenizer_v3.onnx"],
+            vocoder_sha256=files["hift.pt"],
+            frontend_sha256=frontend,
+            backend_identity_sha256=up["identity_sha256"],
+            note=self.component_note(),
+        )
+
+    def check_base(self, components: ComponentDigests, base_dir: Path | None) -> None:
+        """The configured checkout and model folder must digest to the package's upstream identity; a stored base
+        folder must hold the LLM weights it names."""
+        identity = self.preflight()
+        if components.backend_identity_sha256 and identity.identity_sha256 != components.backend_identity_sha256:
+            raise DigestMismatchError(
+                f"the package runs on upstream identity {components.backend_identity_sha256}, the configured checkout and model "
+                f"folder ({self.config.checkout_dir}, {self.config.model_dir}) digest to {identity.identity_sha256}; point "
+                "VOXLEDGER_COSYVOICE_DIR / VOXLEDGER_COSYVOICE_MODEL_DIR at the files it was trained with"
+            )
+        if base_dir is not None:
+            from voxledger.schemas.canonical import sha256_hex
+            from voxledger.stores.trees import build_manifest, manifest_bytes
+
+            tree = sha256_hex(manifest_bytes(build_manifest(base_dir)))
+            if tree != components.base_model_sha256:
+                raise DigestMismatchError(f"base folder {base_dir} is tree {tree}, the package needs {components.base_model_sha256}")
+        elif identity.files_sha256["llm.pt"] != components.base_model_sha256:
+            raise DigestMismatchError(
+                f"the package's adapter was trained on LLM weights {components.base_model_sha256}, the model folder's llm.pt is "
+                f"{identity.files_sha256['llm.pt']}; give the stored base it was trained on"
+            )
 
     def inference_settings(self) -> tuple[int, dict[str, Any]]:
         """24 kHz; zero-shot synthesis from the prompt bundled with the adapter (`synth.SynthesisSettings` defaults)."""
@@ -354,7 +401,8 @@ class CosyVoice3Backend:
         )
 
     def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
-        raise _no_stage_split()
+        """Speech tokens, LLM log-probabilities (teacher-forced), mel, pcm (`stages.py`)."""
+        return stages.STAGES
 
     def stage_outputs(
         self,
@@ -365,7 +413,8 @@ class CosyVoice3Backend:
         settings: dict[str, Any],
         feed: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
-        raise _no_stage_split()
+        self._check_voice(loaded, speaker, settings)
+        return stages.stage_outputs(loaded, text, seed, settings, feed)
 
     def shipped_base(self) -> Path | None:
         """None: the base is the user's upstream model folder (released weights are not shipped)."""

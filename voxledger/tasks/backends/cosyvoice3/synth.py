@@ -98,20 +98,46 @@ def _prompt_text(transcript: str, system_prompt: str) -> str:
     return transcript if END_OF_PROMPT in transcript else f"{system_prompt}{END_OF_PROMPT}{transcript}"
 
 
-def _generator(loaded: CosyVoice3Loaded, text: str, s: SynthesisSettings) -> Iterator[dict[str, torch.Tensor]]:
+def resolve_prompt(loaded: CosyVoice3Loaded, s: SynthesisSettings) -> tuple[str, str]:
+    """(prompt audio path, upstream's second argument): the prompt transcript with the system prompt
+    and ``<|endofprompt|>`` (zero-shot), or the instruction text (instruct2).
+
+    Raises:
+        SynthesisError: no prompt audio, a missing file, or zero-shot without a transcript.
+    """
     wav = s.prompt_wav or (str(loaded.prompt_wav) if loaded.prompt_wav else None)
     if wav is None:
         raise SynthesisError("no prompt audio: pass settings['prompt_wav'] (and 'prompt_text'), or load a trained adapter that bundles one")
     if not Path(wav).is_file():
         raise SynthesisError(f"prompt audio {wav} does not exist")
     if s.mode == "instruct2":
-        instruction = instruct_text(s.instruction, loaded.system_prompt)
-        return loaded.cosy.inference_instruct2(text, instruction, wav, stream=False, speed=s.speed, text_frontend=s.text_frontend)  # type: ignore[no-any-return]
+        return wav, instruct_text(s.instruction, loaded.system_prompt)
     transcript = s.prompt_text if s.prompt_text is not None else loaded.prompt_text
     if transcript is None:
         raise SynthesisError("zero-shot synthesis needs the prompt's transcript: pass settings['prompt_text']")
-    prompt = _prompt_text(transcript, loaded.system_prompt)
+    return wav, _prompt_text(transcript, loaded.system_prompt)
+
+
+def _generator(loaded: CosyVoice3Loaded, text: str, s: SynthesisSettings) -> Iterator[dict[str, torch.Tensor]]:
+    wav, prompt = resolve_prompt(loaded, s)
+    if s.mode == "instruct2":
+        return loaded.cosy.inference_instruct2(text, prompt, wav, stream=False, speed=s.speed, text_frontend=s.text_frontend)  # type: ignore[no-any-return]
     return loaded.cosy.inference_zero_shot(text, prompt, wav, stream=False, speed=s.speed, text_frontend=s.text_frontend)  # type: ignore[no-any-return]
+
+
+UPSTREAM_FAILURES = (AssertionError, ImportError, IndexError, KeyError, OSError, RuntimeError, TypeError, ValueError)
+"""What a failure inside upstream's synthesis code raises (turned into `SynthesisError`)."""
+
+
+@contextmanager
+def upstream_calls(text: str) -> Iterator[None]:
+    """Turn a failure inside upstream's synthesis into `SynthesisError` naming the text."""
+    try:
+        yield
+    except SynthesisError:
+        raise
+    except UPSTREAM_FAILURES as exc:
+        raise SynthesisError(f"CosyVoice3 failed for {text!r}: {exc!r}") from exc
 
 
 def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[str, Any]) -> tuple[np.ndarray, int]:
@@ -134,14 +160,12 @@ def synthesize(loaded: CosyVoice3Loaded, text: str, seed: int, settings: dict[st
     segments: list[torch.Tensor] = []
     with capture_thread_errors() as errors:
         seed_everything(seed)
-        try:
+        with upstream_calls(text):
             for out in _generator(loaded, text, s):
                 speech = out["tts_speech"]
                 if speech.dim() != 2 or speech.shape[0] != 1:
                     raise SynthesisError(f"upstream yielded tts_speech of shape {tuple(speech.shape)}; expected (1, L)")
                 segments.append(speech.detach().float().cpu())
-        except (AssertionError, ImportError, KeyError, OSError, RuntimeError, ValueError) as exc:
-            raise SynthesisError(f"CosyVoice3 failed for {text!r}: {exc!r}") from exc
     wav = torch.cat(segments, dim=1)[0].numpy() if segments else np.zeros(0, dtype=np.float32)
     if errors:
         where = getattr(errors[0], "__notes__", ["in a background thread"])[-1]

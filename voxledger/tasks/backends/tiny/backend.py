@@ -20,8 +20,8 @@ from peft import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from voxledger.schemas.canonical import canonical_bytes
-from voxledger.schemas.errors import CorpusError, TrainingError
-from voxledger.schemas.package import MemberRole
+from voxledger.schemas.errors import CorpusError, DigestMismatchError, TrainingError
+from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import TrainingPlan
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup, shipped_folder
 from voxledger.tasks.backends.tiny import stages
@@ -258,6 +258,23 @@ class TinyBackend:
 
     def component_note(self) -> str:
         return COMPONENT_NOTE
+
+    def package_components(self, bound: dict[str, Any], effective_config: dict[str, Any]) -> ComponentDigests:
+        """The stored base tree the run bound (tokenizer and vocoder live in code: `component_note`)."""
+        if not bound.get("base_sha256"):
+            raise TrainingError("a tiny adapter run binds a stored base tree; this run names none")
+        return ComponentDigests(base_model_sha256=bound["base_sha256"], note=COMPONENT_NOTE)
+
+    def check_base(self, components: ComponentDigests, base_dir: Path | None) -> None:
+        """``base_dir`` must be the stored base tree the package names."""
+        from voxledger.schemas.canonical import sha256_hex
+        from voxledger.stores.trees import build_manifest, manifest_bytes
+
+        if base_dir is None:
+            raise DigestMismatchError(f"a tiny package runs on base tree {components.base_model_sha256}; give its folder")
+        base_sha = sha256_hex(manifest_bytes(build_manifest(base_dir)))
+        if base_sha != components.base_model_sha256:
+            raise DigestMismatchError(f"base folder {base_dir} is tree {base_sha}, the package needs {components.base_model_sha256}")
 
     def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
         return stages.STAGES
