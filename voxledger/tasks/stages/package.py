@@ -230,7 +230,18 @@ def package_adapter_fn(
         )
         if reload.passed:
             merged_sha, eq = _merged_equivalence(
-                home, manifest, tar, base_dir, work, ours, probe_text, probe_seed, tuple(inputs[: 4 if base_dir is not None else 3]), equivalence_plan, flow, compare
+                home,
+                manifest,
+                tar,
+                base_dir,
+                work,
+                ours,
+                probe_text,
+                probe_seed,
+                tuple(inputs[: 4 if base_dir is not None else 3]),
+                equivalence_plan,
+                flow,
+                compare,
             )
             report = eq.receipt.report
             subjects.append(artifact(home.blobs, "merged_export", merged_sha, TREE_MEDIA_TYPE))

@@ -145,7 +145,7 @@ def test_fixture_onnx_graphs_are_the_committed_ones(fake_config: CosyVoice3Confi
 
 
 def test_what_the_backend_cannot_do_yet_is_refused_by_name(tmp_path: Path) -> None:
-    """Packaging, stage splits and generated plans: a clear refusal, never a silent stub."""
+    """Generated plans: a clear refusal, never a silent stub (packaging and the stage split are `test_stages.py`'s)."""
     import json
 
     from voxledger.schemas.errors import BackendCapabilityError
@@ -153,9 +153,9 @@ def test_what_the_backend_cannot_do_yet_is_refused_by_name(tmp_path: Path) -> No
     backend = get_backend("cosyvoice3")
     assert backend.inference_settings() == (24000, {"mode": "zero_shot", "text_frontend": True, "speed": 1.0})
     assert "upstream_sha256" in backend.component_note()
-    for call, missing in ((backend.deliverables, "no member role"), (backend.synthesis_stages, "no stage split"),
-                          (lambda: backend.stage_outputs(None, "x", "s", 0, {}), "no stage split"),
-                          (lambda: backend.plan_recipe("full"), "LoRA adapters only"),
+    assert set(backend.deliverables().values()) == {"adapter_weights", "adapter_config", "voice_prompt"}
+    assert [s.name for s in backend.synthesis_stages()] == ["speech_tokens", "llm_logits", "mel", "pcm"]
+    for call, missing in ((lambda: backend.plan_recipe("full"), "LoRA adapters only"),
                           (lambda: backend.plan_recipe("lora"), "no measured LoRA recipe")):  # fmt: skip
         with pytest.raises(BackendCapabilityError, match=f"backend cosyvoice3 .*{missing}"):
             call()
