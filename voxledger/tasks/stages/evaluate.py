@@ -60,7 +60,7 @@ def check_own_bases(plan: EvaluationPlan, plan_name: str) -> None:
     from voxledger.tasks.backends.base import get_backend
 
     for c in plan.candidates:
-        if c.base == OWN_BASE and c.backend != "recordings" and get_backend(c.backend).needs_stored_base:  # type: ignore[arg-type]
+        if c.base == OWN_BASE and c.backend != "recordings" and get_backend(c.backend).needs_stored_base:
             raise EvaluationError(
                 f"plan {plan_name}, candidate {c.name}: backend {c.backend} adapters run on a stored base tree, not {OWN_BASE!r}; "
                 "bind the base (e.g. base: input:base)"

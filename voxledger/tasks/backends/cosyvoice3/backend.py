@@ -341,7 +341,7 @@ class CosyVoice3Backend:
 
     def deliverables(self) -> dict[str, MemberRole]:
         """The adapter, its config and the bundled prompt (one file, its suffix the corpus file's)."""
-        return {ADAPTER_FILE: "adapter_weights", ADAPTER_CONFIG: "adapter_config", **dict.fromkeys(VOICE_PROMPT_FILES, "voice_prompt")}  # type: ignore[dict-item]
+        return {ADAPTER_FILE: "adapter_weights", ADAPTER_CONFIG: "adapter_config", **dict.fromkeys(VOICE_PROMPT_FILES, "voice_prompt")}
 
     def package_components(self, bound: dict[str, Any], effective_config: dict[str, Any]) -> ComponentDigests:
         """LLM weights the adapter was trained on (``llm.pt``, or a stored base tree), the speech tokenizer, the vocoder,

@@ -71,7 +71,8 @@ def teacher_forced_logits(llm: Any, model_input: dict[str, torch.Tensor], tokens
     out = llm.llm.model(inputs_embeds=x, output_hidden_states=True, return_dict=True)
     hidden = out.hidden_states[-1][:, prefix.shape[1] - 1 :]
     logp = llm.llm_decoder(hidden).log_softmax(dim=-1)
-    return logp[0].float().cpu().numpy().astype(np.float32)
+    result: np.ndarray = logp[0].float().cpu().numpy().astype(np.float32)
+    return result
 
 
 def _model_inputs(loaded: synth.CosyVoice3Loaded, text: str, s: synth.SynthesisSettings) -> list[dict[str, torch.Tensor]]:
@@ -115,14 +116,16 @@ def _mel(model: Any, mi: dict[str, torch.Tensor], tokens: np.ndarray, speed: flo
     )
     if speed != 1.0:
         mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
-    return mel[0].T.float().cpu().numpy().astype(np.float32)  # frames x bins
+    frames: np.ndarray = mel[0].T.float().cpu().numpy().astype(np.float32)  # frames x bins
+    return frames
 
 
 @torch.inference_mode()
 def _pcm(model: Any, mel: np.ndarray) -> np.ndarray:
     feat = torch.from_numpy(np.ascontiguousarray(mel.T)).unsqueeze(0).to(model.device)
     speech, _ = model.hift.inference(speech_feat=feat, finalize=True)
-    return speech[0].float().cpu().numpy().astype(np.float32)
+    pcm: np.ndarray = speech[0].float().cpu().numpy().astype(np.float32)
+    return pcm
 
 
 def stage_outputs(
