@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import click
 
 from voxledger.cli.common import emit_json, json_option
+from voxledger.schemas.training import DEFAULT_BACKEND, BackendName
+
+BACKEND_NAMES = get_args(BackendName)
 
 
 @click.command("init")
@@ -25,6 +29,13 @@ from voxledger.cli.common import emit_json, json_option
     help="The adapter's base: the one shipped with the backend, or trained here on the other speakers "
     "(auto: train when there are other speakers, else shipped).",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(list(BACKEND_NAMES)),
+    default=DEFAULT_BACKEND,
+    show_default=True,
+    help="Model family the plans train and evaluate (cosyvoice3 adapts its own configured model: docs/cosyvoice3.md).",
+)
 @click.option("--target", default=None, help="Speaker the adapter learns (default: the one with most train utterances).")
 @click.option("--train-split", default=None, help="Split to train on (default: the one named like 'train').")
 @click.option(
@@ -38,6 +49,7 @@ def init(
     corpus: Path,
     out: Path | None,
     base: str,
+    backend: str,
     target: str | None,
     train_split: str | None,
     dev_split: str | None,
@@ -65,6 +77,7 @@ def init(
         name=name,
         force=force,
         base=base,  # type: ignore[arg-type]
+        backend=backend,  # type: ignore[arg-type]
         target=target,
         train_split=train_split,
         dev_split=dev_split,
@@ -81,6 +94,8 @@ def init(
         "target": r.target,
         "base_speakers": list(r.base_speakers),
         "shipped_base": r.shipped.name if r.shipped else None,
+        "backend": backend,
+        "own_base": r.own_base,
         "language": r.language,
         "sample_rate_hz": r.sample_rate_hz,
         "written": [str(p) for p in result.written],

@@ -9,7 +9,8 @@ when there is none) are found by name (``train`` / ``dev``, ``valid``, ``val``, 
 importer (`importers.common.assign_splits`). The adapter's base is either trained here on every
 speaker but the target (two or more speakers), or the base the backend ships
 (`Backend.shipped_base`): the default for a one-speaker corpus, so a newcomer's own voice goes
-straight to an adapter. A corpus that lacks what a plan needs is refused with one line naming the
+straight to an adapter; a backend that adapts its own configured model (cosyvoice3, whose
+``needs_stored_base`` is False) always does that. A corpus that lacks what a plan needs is refused with one line naming the
 value and the fix; nothing is written then.
 """
 
@@ -25,6 +26,7 @@ import soundfile as sf
 import yaml
 
 from voxledger.schemas.errors import BackendCapabilityError, CorpusError, UnsafePathError
+from voxledger.schemas.evaluation import OWN_BASE
 from voxledger.schemas.manifest import Utterance
 from voxledger.schemas.shipped import ShippedBase
 from voxledger.schemas.training import BackendName
@@ -55,14 +57,18 @@ class CorpusRoles:
     sample_rate_hz: int
     channels: int
     shipped: ShippedBase | None = None  # the adapter's base is the backend's shipped base
+    own_base: bool = False  # the adapter's base is the backend's own configured model (evaluation plans: base: own)
 
     @property
     def adapts(self) -> bool:
         """Whether an adapter (and so promotion and a pipeline) is planned."""
-        return bool(self.base_speakers) or self.shipped is not None
+        return bool(self.base_speakers) or self.shipped is not None or self.own_base
 
     def base_voice(self) -> str:
-        """The base voice the adapter is compared with (the first voice of the base)."""
+        """The base voice the adapter is compared with (the first voice of the base; an own base speaks zero-shot
+        from the target's prompt)."""
+        if self.own_base:
+            return self.target
         if self.shipped is not None:
             return self.shipped.speakers[0]
         return self.base_speakers[0] if self.base_speakers else self.target
@@ -225,8 +231,10 @@ def _adapter_training(name: str, backend: BackendName, roles: CorpusRoles, lora:
 def _evaluation(
     name: str, backend: BackendName, roles: CorpusRoles, base_voice: str, prompts: list[dict[str, Any]], references: dict[str, str]
 ) -> dict[str, Any]:
+    # an own base (cosyvoice3) speaks zero-shot from the voice prompt the adapter bundles: its artifact is the adapter's tree
+    base_artifact, base_ref = ("input:adapter", OWN_BASE) if roles.own_base else ("input:base", "input:base")
     candidates: list[dict[str, Any]] = [
-        {"name": "base", "backend": backend, "runtime": "base", "artifact": "input:base", "speaker": base_voice}
+        {"name": "base", "backend": backend, "runtime": "base", "artifact": base_artifact, "speaker": base_voice}
     ]
     if roles.adapts:
         adapter = {
@@ -234,7 +242,7 @@ def _evaluation(
             "backend": backend,
             "runtime": "adapter",
             "artifact": "input:adapter",
-            "base": "input:base",
+            "base": base_ref,
             "speaker": roles.target,
         }
         candidates.append(adapter)
@@ -291,8 +299,8 @@ def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], reference
     }
 
 
-def _pipeline(name: str, shipped_base: BackendName | None) -> dict[str, Any]:
-    base: dict[str, Any] = {"shipped_base": shipped_base} if shipped_base else {"base_training": "train-base.yaml"}
+def _pipeline(name: str, shipped_base: BackendName | None, own_base: bool = False) -> dict[str, Any]:
+    base: dict[str, Any] = {"shipped_base": shipped_base} if shipped_base else {} if own_base else {"base_training": "train-base.yaml"}
     return {
         "kind": "pipeline_plan",
         "name": name,
@@ -322,7 +330,7 @@ def plan_documents(
     base_voice = roles.base_voice()
     models = get_backend(backend)
     docs: dict[str, dict[str, Any]] = {"audit.yaml": _audit_policy(name, roles, utts)}
-    if roles.shipped is None:
+    if roles.shipped is None and not roles.own_base:
         docs["train-base.yaml"] = _base_training(name, backend, roles, models.plan_recipe("full"))
     docs["eval.yaml"] = _evaluation(name, backend, roles, base_voice, final, _references(final, refs or of_target))
     docs["listening.yaml"] = _listening(name)
@@ -330,7 +338,7 @@ def plan_documents(
         return docs
     docs["train-adapter.yaml"] = _adapter_training(name, backend, roles, models.plan_recipe("lora"))
     docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs))
-    docs["pipeline.yaml"] = _pipeline(name, backend if roles.shipped is not None else None)
+    docs["pipeline.yaml"] = _pipeline(name, backend if roles.shipped is not None else None, roles.own_base)
     return docs
 
 
@@ -342,7 +350,9 @@ def _recipe_notes(backend: BackendName, roles: CorpusRoles) -> dict[str, str]:
         "language": roles.language,
         "target": roles.target,
     }
-    return {mode: models.plan_recipe(mode).note.format(**fill) for mode in ("full", "lora") if mode == "full" or roles.adapts}
+    modes: list[Literal["full", "lora"]] = ["full"] if roles.shipped is None and not roles.own_base else []
+    modes += ["lora"] if roles.adapts else []
+    return {mode: models.plan_recipe(mode).note.format(**fill) for mode in modes}
 
 
 def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict[str, str]) -> dict[str, str]:
@@ -361,21 +371,26 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
         )
     )
     adapter_bind = " --bind adapter=SHA" if roles.adapts else ""
-    if roles.shipped is not None:
+    base_bind = "" if roles.own_base else " --bind base=SHA"
+    base_opt = "" if roles.own_base else " --base BASE_TREE"
+    if roles.own_base:
+        base_line = "the configured model folder's own LLM (VOXLEDGER_COSYVOICE_MODEL_DIR; bound by the backend identity)"
+        base_arg, base_step = "", base_line
+    elif roles.shipped is not None:
         s = roles.shipped
         base_line = f"the shipped {s.backend} base {s.name} (tree {s.tree_sha256[:12]}; voices {', '.join(s.speakers)}; {s.summary})"
-        base_arg, base_step = "BASE_TREE  (from: voxledger base import " + s.backend + ")", f"{base_line}"
+        base_arg, base_step = "  (from: voxledger base import " + s.backend + ")", f"{base_line}"
     else:
         base_line = f"base on {', '.join(roles.base_speakers)}"
-        base_arg, base_step = "BASE_TREE", base_line
+        base_arg, base_step = "", base_line
     return {
         "audit.yaml": (
             f"# voxledger audit {corpus} --policy {out}/audit.yaml\n"
             f"# Splits: {split_note}. Speakers may appear in every split; no recording and no sentence may cross splits.\n"
         ),
-        "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# {notes['full']}\n",
+        "train-base.yaml": f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-base.yaml\n# {notes.get('full', '')}\n",
         "train-adapter.yaml": (
-            f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml --base {base_arg}\n"
+            f"# voxledger train {corpus} --audit AUDIT_RECEIPT --plan {out}/train-adapter.yaml{base_opt}{base_arg}\n"
             f"# Base: {base_step}.\n# {notes.get('lora', '')}\n"
         ),
         "promote.yaml": (
@@ -383,7 +398,7 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
             f"# Gate prompts: the dev split {roles.dev!r} of {roles.target!r}; speaker references: its train recordings.{pairs}\n"
         ),
         "eval.yaml": (
-            f"# voxledger eval run {out}/eval.yaml --corpus {corpus} --bind base=SHA{adapter_bind}\n"
+            f"# voxledger eval run {out}/eval.yaml --corpus {corpus}{base_bind}{adapter_bind}\n"
             f"# Prompts: split {roles.test or roles.dev!r} of {roles.target!r}.\n"
         ),
         "listening.yaml": (
@@ -444,6 +459,8 @@ def init_plans(
     if roles.shipped is not None:
         s = roles.shipped
         notes.append(f"the adapter adapts the shipped {backend} base {s.name} (tree {s.tree_sha256[:12]}, voices {', '.join(s.speakers)})")
+    if roles.own_base:
+        notes.append(f"the adapter adapts {backend}'s own configured model; its base candidate speaks zero-shot from the adapter's prompt")
     if loaded.split_rule is not None:
         notes.append(f"{loaded.root.name} names no splits: split by {loaded.split_rule}")
     return InitResult(roles, tuple(written), tuple(notes))
@@ -457,6 +474,12 @@ def with_base(roles: CorpusRoles, backend: BackendName, base: BaseChoice) -> Cor
             (another language, or a target named like one of its voices).
         BackendCapabilityError: ``shipped`` for a backend that ships no base.
     """
+    if not get_backend(backend).needs_stored_base:
+        if base != "auto":
+            raise BackendCapabilityError(
+                f"backend {backend} adapts its own configured model (its base is not trained or shipped here); drop --base {base}"
+            )
+        return replace(roles, own_base=True, base_speakers=())
     if base == "train" or (base == "auto" and roles.base_speakers):
         if not roles.base_speakers:
             raise CorpusError(

@@ -136,3 +136,52 @@ def test_package_refuses_another_upstream_and_stray_files(env: CosyVoice3Config,
     (stray / "prompt.wav").unlink()
     with pytest.raises(ReceiptError, match=r"extra \['optimizer.pt'\], missing roles \['voice_prompt'\]"):
         check_deliverables(trained.home.blobs, "cosyvoice3", build_manifest(stray), trained.best)
+
+
+def test_init_writes_a_cosyvoice3_pipeline_on_its_own_base(small_corpus: Path, tmp_path: Path) -> None:
+    """A newcomer's `voxledger init --backend cosyvoice3`: no base stage, `base: own`, upstream's recipe (stated as unmeasured)."""
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+    from voxledger.schemas.evaluation import EvaluationPlan
+    from voxledger.schemas.pipeline import PipelinePlan
+    from voxledger.schemas.promotion import PromotionPolicy
+    from voxledger.schemas.training import TrainingPlan
+
+    out = tmp_path / "plans"
+    splits = ("--train-split", "target_train", "--dev-split", "target_dev")
+    res = CliRunner().invoke(
+        main,
+        [
+            "init",
+            str(small_corpus),
+            "--out",
+            str(out),
+            "--backend",
+            "cosyvoice3",
+            "--target",
+            "spk_t",
+            "--train-split",
+            "target_train",
+            "--dev-split",
+            "target_dev",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["audit.yaml", "eval.yaml", "listening.yaml", "pipeline.yaml", "promote.yaml",
+                                                     "train-adapter.yaml"]  # fmt: skip
+    pipe = load_plan(out / "pipeline.yaml", PipelinePlan)
+    assert pipe.base_training is None and pipe.shipped_base is None and pipe.adapter_training == "train-adapter.yaml"
+    train = load_plan(out / "train-adapter.yaml", TrainingPlan)
+    assert (train.backend, train.mode, train.new_speaker, train.frames_per_batch) == ("cosyvoice3", "lora", "spk_t", 2000)
+    text = (out / "train-adapter.yaml").read_text()
+    assert "--base" not in text.splitlines()[0] and "not measured on the released weights" in text
+    ev = load_plan(out / "eval.yaml", EvaluationPlan)
+    cands = {c.name: c for c in ev.candidates}
+    assert cands["adapter"].base == "own" and cands["base"].artifact == "input:adapter" and cands["base"].speaker == "spk_t"
+    assert "--bind base" not in (out / "eval.yaml").read_text().splitlines()[0]
+    assert load_plan(out / "promote.yaml", PromotionPolicy).baseline_speaker == "spk_t"
+    refused = CliRunner().invoke(
+        main, ["init", str(small_corpus), "--out", str(tmp_path / "p2"), "--backend", "cosyvoice3", "--base", "train", *splits]
+    )
+    assert refused.exit_code != 0 and "adapts its own configured model" in refused.output and not (tmp_path / "p2").exists()

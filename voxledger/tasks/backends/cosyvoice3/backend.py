@@ -61,6 +61,14 @@ def choose_prompt(examples: list[data.Example], min_duration_s: float) -> data.E
     return max(examples, key=lambda e: (e.duration_s, e.utt))
 
 
+LORA_FRAMES_PER_BATCH = 2000  # upstream's max_frames_in_batch (conf/cosyvoice3.yaml), 50 mel frames per second
+LORA_OPTIM: dict[str, Any] = {"peak_lr": 1.0e-4, "warmup_steps": 100, "final_lr_fraction": 0.05, "weight_decay": 0.0, "max_grad_norm": 5.0}
+LORA_SETTINGS: dict[str, Any] = {"r": 16, "alpha": 32.0, "dropout": 0.0}
+LORA_NOTE = (
+    "LoRA on the Qwen2 q/k/v/o projections of the model folder's own LLM for the new voice {target!r}; the prompt it speaks "
+    "from is the shortest training utterance of >= 3 s. Recipe: upstream's batch of 2000 mel frames and grad clip 5, "
+    "the LM in fp32; the learning rate is not measured on the released weights (not obtainable here): watch the CV curve."
+)
 PROMPT_SUFFIXES = (".wav", ".flac", ".ogg")  # the prompt keeps the corpus file's bytes and suffix
 VOICE_PROMPT_FILES = tuple(f"prompt{suffix}" for suffix in PROMPT_SUFFIXES)
 
@@ -421,7 +429,17 @@ class CosyVoice3Backend:
         return None
 
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
-        what = "trains LoRA adapters only" if mode == "full" else "has no measured LoRA recipe yet"
-        raise BackendCapabilityError(
-            f"backend cosyvoice3 {what}: generated plans cannot name it; write its training plan by hand (docs/cosyvoice3.md)"
+        """LoRA only: `LORA_OPTIM` / `LORA_SETTINGS`, the settings docs/cosyvoice3.md gives (upstream's SFT batch of 2000 mel frames,
+        the LM in fp32); not measured on the released weights, which these machines cannot obtain."""
+        if mode == "full":
+            raise BackendCapabilityError(
+                "backend cosyvoice3 trains LoRA adapters only: generated plans cannot name it for a base; it adapts the model "
+                "folder's own LLM (docs/cosyvoice3.md)"
+            )
+        return PlanRecipe(
+            frames_per_batch=LORA_FRAMES_PER_BATCH,
+            precision="fp32",
+            optim=dict(LORA_OPTIM),
+            lora=dict(LORA_SETTINGS),
+            note=LORA_NOTE,
         )
