@@ -207,6 +207,10 @@ class Generation(Frozen):
     valid: bool
     audio_sha256: Sha256 | None = None
     sample_rate_hz: int | None = None
+    native_audio_sha256: Sha256 | None = None
+    """The clip at the rate the backend produced it, kept when that rate is above the metrics' 16 kHz (listening
+    packets are rendered from it: a 24 kHz model is heard at 24 kHz)."""
+    native_sample_rate_hz: int | None = None
     duration_s: float | None = None
     wall_s: float = 0.0
     rtf: float | None = None

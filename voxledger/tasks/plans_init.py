@@ -258,7 +258,7 @@ def _evaluation(
     }
 
 
-def _listening(name: str) -> dict[str, Any]:
+def _listening(name: str, sample_rate_hz: int) -> dict[str, Any]:
     naturalness = {"name": "naturalness", "task": "acr", "question": "How natural does this voice sound?", "direction": "higher_better"}
     quality = {
         "name": "quality",
@@ -271,6 +271,7 @@ def _listening(name: str) -> dict[str, Any]:
         "name": f"{name}-listening",
         "title": "Voice quality listening test",
         "reference_candidate": "recordings",
+        "sample_rate_hz": sample_rate_hz,  # the backend's own rate: listeners hear its whole bandwidth
         "criteria": [naturalness, quality],
         "design": {"raters": 6, "raters_per_prompt": 3, "seed": 7, "gold_items": 2, "attention_checks": 1},
     }
@@ -333,7 +334,7 @@ def plan_documents(
     if roles.shipped is None and not roles.own_base:
         docs["train-base.yaml"] = _base_training(name, backend, roles, models.plan_recipe("full"))
     docs["eval.yaml"] = _evaluation(name, backend, roles, base_voice, final, _references(final, refs or of_target))
-    docs["listening.yaml"] = _listening(name)
+    docs["listening.yaml"] = _listening(name, models.inference_settings()[0])
     if not roles.adapts:
         return docs
     docs["train-adapter.yaml"] = _adapter_training(name, backend, roles, models.plan_recipe("lora"))

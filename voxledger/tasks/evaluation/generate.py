@@ -37,10 +37,21 @@ def to_16k(wav: np.ndarray, sr: int) -> np.ndarray:
     return np.asarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
 
 
-def wav_bytes(wav: np.ndarray) -> bytes:
-    """16-bit PCM WAV bytes at 16 kHz (deterministic: no tags, no timestamps)."""
+def resample_to(wav: np.ndarray, sr: int, rate: int) -> np.ndarray:
+    """Mono float32 at ``rate`` (polyphase, as `to_16k`), clipped to [-1, 1]."""
+    wav = np.asarray(wav, dtype=np.float32)
+    if wav.ndim > 1:
+        wav = wav.mean(axis=1)
+    if sr != rate:
+        g = gcd(rate, sr)
+        wav = resample_poly(wav, rate // g, sr // g).astype(np.float32)
+    return np.asarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
+
+
+def wav_bytes(wav: np.ndarray, rate: int = SAMPLE_RATE_HZ) -> bytes:
+    """16-bit PCM WAV bytes at ``rate`` (deterministic: no tags, no timestamps)."""
     buf = io.BytesIO()
-    sf.write(buf, wav, SAMPLE_RATE_HZ, format="WAV", subtype="PCM_16")
+    sf.write(buf, wav, rate, format="WAV", subtype="PCM_16")
     return buf.getvalue()
 
 
@@ -58,12 +69,14 @@ def generate_all(
 ) -> list[Generation]:
     """Generate every missing row; rows already in the journal are kept, never redone."""
     done = {(r["candidate"], r["prompt_id"], r["seed"]): Generation.model_validate(r) for r in journal.rows()}
-    for key, row in list(done.items()):  # a journaled clip is re-used only if its bytes still verify
-        if row.valid and row.audio_sha256 and not home.blobs.intact(row.audio_sha256):
-            home.blobs.quarantine(row.audio_sha256)
+    for key, row in list(done.items()):  # a journaled clip is re-used only if its bytes (both rates) still verify
+        bad = [sha for sha in (row.audio_sha256, row.native_audio_sha256) if row.valid and sha and not home.blobs.intact(sha)]
+        if bad:
+            for sha in bad:
+                home.blobs.quarantine(sha)
             del done[key]
             if progress:
-                progress(f"clip {row.audio_sha256[:12]} of {'/'.join(map(str, key))} is damaged; regenerating it")
+                progress(f"clip {bad[0][:12]} of {'/'.join(map(str, key))} is damaged; regenerating it")
     total, made = len(plan.candidates) * len(plan.prompts) * len(plan.seeds), len(done)
     for cand in plan.candidates:
         todo = [(p, s) for p in plan.prompts for s in plan.seeds if (cand.name, p.id, s) not in done]
@@ -126,6 +139,9 @@ def _one(home: Home, synth: Callable[[Any, int], tuple[np.ndarray, int]], cand: 
         )
     wall = time.perf_counter() - t0
     digest = home.blobs.put_bytes(wav_bytes(wav16))
+    native: dict[str, Any] = {}
+    if sr > SAMPLE_RATE_HZ:  # kept for listening at the model's own bandwidth
+        native = {"native_audio_sha256": home.blobs.put_bytes(wav_bytes(resample_to(wav, sr, sr), sr)), "native_sample_rate_hz": sr}
     duration = wav16.size / SAMPLE_RATE_HZ
     return Generation(
         candidate=cand.name,
@@ -133,6 +149,7 @@ def _one(home: Home, synth: Callable[[Any, int], tuple[np.ndarray, int]], cand: 
         seed=seed,
         valid=True,
         audio_sha256=digest,
+        **native,
         sample_rate_hz=SAMPLE_RATE_HZ,
         duration_s=duration,
         wall_s=wall,

@@ -143,7 +143,7 @@ def evaluate_plan_fn(
 
 def _audio_subjects(home: Home, gens: list[Generation]) -> list:  # type: ignore[type-arg]
     """Every generated clip as an output, so ratings and packets bound to audio digests walk back here."""
-    seen = sorted({(f"audio:{g.candidate}", g.audio_sha256) for g in gens if g.valid and g.audio_sha256})
+    seen = sorted({(f"audio:{g.candidate}", sha) for g in gens if g.valid for sha in (g.audio_sha256, g.native_audio_sha256) if sha})
     return [artifact(home.blobs, role, sha, "audio/wav") for role, sha in seen]
 
 

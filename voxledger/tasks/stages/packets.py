@@ -268,7 +268,7 @@ def export_packets_for_evaluation(
 ) -> dict[str, Any]:
     """Export per-rater packets for an evaluation; returns the packet-set summary (``verified``: what a
     cache hit checked, a ``ReuseCheck``, or None)."""
-    stimuli = stimuli_from_evaluation(home, evaluation_rid)
+    stimuli = stimuli_from_evaluation(home, evaluation_rid, protocol.sample_rate_hz)
     if out_dir.exists() and any(out_dir.iterdir()):
         # a re-run: export beside it and accept only if the folder already holds exactly these packets
         scratch = out_dir.with_name(f".{out_dir.name}.check-{os.getpid()}")

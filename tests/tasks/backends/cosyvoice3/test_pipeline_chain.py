@@ -8,9 +8,11 @@ real code.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import soundfile as sf
 import yaml
 
 from voxledger.flows.pipeline import pipeline
@@ -55,6 +57,7 @@ def write_cv3_plans(d: Path) -> Path:
     }  # fmt: skip
     listening = yaml.safe_load((ROOT / "plans" / "listening-demo.yaml").read_text())
     listening["design"] |= {"raters": 2, "raters_per_prompt": 2}
+    listening["sample_rate_hz"] = 24000  # heard at the model's own rate (the metrics use a 16 kHz copy)
     listening["blinding"] = {**listening.get("blinding", {}), "on_leak": "warn"}  # noise from a toy model leaks, and is recorded
     for c in listening["criteria"]:
         c.pop("categories", None)
@@ -80,9 +83,11 @@ def test_cosyvoice3_runs_every_stage_of_the_pipeline(cv3_upstream: object, small
     assert package["status"] == "succeeded" and package["result"]["reload"]["bitwise_equal"]
     assert package["result"]["equivalence_band"] == "GREEN"
     evaluation = home.receipts.read_json(receipts["evaluate"])
-    rows = evaluation["result"]["candidates"] if "candidates" in evaluation["result"] else evaluation["result"]
-    assert rows  # every candidate summarised
-    assert sorted((tmp_path / "packets").iterdir())  # per-rater packets written
+    wavs = sorted((tmp_path / "packets").rglob("*.wav"))  # per-rater packets written, every clip at 24 kHz
+    assert wavs and {sf.info(str(w)).samplerate for w in wavs} == {24000}
+    gens = json.loads(home.blobs.get_bytes(next(s["sha256"] for s in evaluation["subjects"] if s["role"] == "generations")))
+    synthesised = [g for g in gens if g["valid"] and g["candidate"] != "recordings"]
+    assert synthesised and all(g["native_sample_rate_hz"] == 24000 and g["sample_rate_hz"] == 16000 for g in synthesised)
     # stage attribution: the reference's intermediates fed through the merged runtime, per component
     train = home.receipts.read_json(receipts["train_adapter"])
     best = next(s["sha256"] for s in train["subjects"] if s["role"] == "best")

@@ -144,6 +144,7 @@ def test_init_writes_a_cosyvoice3_pipeline_on_its_own_base(small_corpus: Path, t
 
     from voxledger.cli import main
     from voxledger.schemas.evaluation import EvaluationPlan
+    from voxledger.schemas.listening import ListeningProtocol
     from voxledger.schemas.pipeline import PipelinePlan
     from voxledger.schemas.promotion import PromotionPolicy
     from voxledger.schemas.training import TrainingPlan
@@ -181,6 +182,7 @@ def test_init_writes_a_cosyvoice3_pipeline_on_its_own_base(small_corpus: Path, t
     assert cands["adapter"].base == "own" and cands["base"].artifact == "input:adapter" and cands["base"].speaker == "spk_t"
     assert "--bind base" not in (out / "eval.yaml").read_text().splitlines()[0]
     assert load_plan(out / "promote.yaml", PromotionPolicy).baseline_speaker == "spk_t"
+    assert load_plan(out / "listening.yaml", ListeningProtocol).sample_rate_hz == 24000  # heard at the model's own rate
     refused = CliRunner().invoke(
         main, ["init", str(small_corpus), "--out", str(tmp_path / "p2"), "--backend", "cosyvoice3", "--base", "train", *splits]
     )
