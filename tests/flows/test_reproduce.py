@@ -304,3 +304,25 @@ def test_evaluation_band_names_exactly_the_candidate_that_moved(copy: tuple[Path
     assert overall(list(got.values()), environment_differs=False)[0] == "differs"
     assert overall([got["audio:base#0"]], environment_differs=True)[0] == "within_bands"
     assert overall([got["audio:base#0"]], environment_differs=False)[0] == "exact"
+
+
+def test_a_rerun_that_fails_before_recording_differs_and_is_recorded(copy: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[type-arg]
+    """The comparison raises here (as it does for dumps of unequal shapes) before its receipt is written:
+    the reproduction is still recorded, `differs`, with the failure as its reason and no re-run receipt."""
+    from voxledger.schemas.errors import EquivalenceError
+    from voxledger.schemas.package import PackageReceipt
+    from voxledger.tasks.stages import equivalence as stage
+
+    def planted(*_: Any, **__: Any) -> Any:
+        raise EquivalenceError("stage 'mel' (mel): ref shape (242, 80) != cand shape (257, 80)")
+
+    monkeypatch.setattr(stage, "compare_dirs", planted)
+    home, summary = copy
+    eq_rid = Home(home).receipts.read(summary["package"]["receipt_id"], PackageReceipt).result.equivalence_receipt
+    assert eq_rid is not None
+    before = _receipts(home)
+    r = reproduce(str(home), eq_rid).receipt
+    assert r.result.verdict == "differs" and r.parameters.rerun is None and not r.subjects
+    assert [(c.name, c.verdict) for c in r.result.comparisons] == [("rerun", "differs")]
+    assert "failed before recording a receipt: stage 'mel' (mel): ref shape (242, 80) != cand shape" in r.result.comparisons[0].reason
+    assert len(_receipts(home) - before) == 1

@@ -26,7 +26,15 @@ from voxledger.flows.progress import report
 from voxledger.flows.stages import stage_table
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
-from voxledger.schemas.errors import AuditFailedError, EquivalenceError, GateFailedError, ReproductionError
+from voxledger.schemas.errors import (
+    AuditFailedError,
+    EquivalenceError,
+    EvaluationError,
+    GateFailedError,
+    ReproductionError,
+    SynthesisError,
+    TrainingError,
+)
 from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelineRunReceipt
@@ -40,6 +48,9 @@ from voxledger.tasks.stage import StageOutcome
 from voxledger.tasks.stages import reproduce as rp
 
 THREADS_VARIABLE = "VOXLEDGER_REPRODUCE_THREADS"
+STAGE_FAILURES = (AuditFailedError, GateFailedError, EquivalenceError, TrainingError, EvaluationError, SynthesisError)
+"""What a stage raises when its own work fails (not a lock, a missing object or bad input): a re-run
+that fails so before recording its receipt did not reproduce, and is recorded as ``differs``."""
 
 
 @task(name="prepare_reproduction", **STAGE_TASK)
@@ -58,12 +69,23 @@ def seed_scratch_home(home: HomeRef, scratch: HomeRef, rid: str) -> SeedReport:
 
 @task(name="record_reproduction", **STAGE_TASK)
 def record_reproduction(
-    home: HomeRef, scratch: HomeRef, prep: rp.Preparation, rerun_id: str, seeded: SeedReport, wall_s: float, started: Any
+    home: HomeRef,
+    scratch: HomeRef,
+    prep: rp.Preparation,
+    rerun_id: str | None,
+    seeded: SeedReport,
+    wall_s: float,
+    started: Any,
+    failure: str | None = None,
 ) -> StageOutcome[ReproductionReceipt]:
-    """Compare the re-run's outputs with the original's and record the verdict in the original home."""
+    """Compare the re-run's outputs with the original's and record the verdict in the original home
+    (``failure``: the re-run failed before recording a receipt, so there is nothing to compare)."""
     h, s, bands = open_home(home), scratch.open(), ReproductionBands()
-    rerun = s.receipts.read(rerun_id)
-    comparisons = _compare(h, s, prep.receipt, rerun, bands)
+    rerun = s.receipts.read(rerun_id) if rerun_id is not None else None
+    if rerun is None:
+        comparisons = [OutputComparison(name="rerun", verdict="differs", reason=f"the re-run failed before recording a receipt: {failure}")]
+    else:
+        comparisons = _compare(h, s, prep.receipt, rerun, bands)
     return rp.record_reproduction(
         h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name()
     )
@@ -202,10 +224,14 @@ def _reproduce(
         seeded = seed_scratch_home(ref, scratch_ref, receipt_id)
         report(f"re-running {prep.stage} of {receipt_id[:12]} in {where} ({seeded.receipts} receipts, {seeded.objects} objects given)")
         t0 = time.perf_counter()
+        rerun_id, failure = None, None
         with forced_threads(threads):
-            rerun_id = _rerun(scratch_ref, prep.stage, arguments)
+            try:
+                rerun_id = _rerun(scratch_ref, prep.stage, arguments)
+            except STAGE_FAILURES as exc:  # failed before recording (a recorded failure is returned by _rerun)
+                failure = " ".join(str(exc).split())[:600]
         wall_s = time.perf_counter() - t0
-        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started)
+        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started, failure)
     finally:
         if not scratch:
             shutil.rmtree(where, ignore_errors=True)

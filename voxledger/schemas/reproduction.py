@@ -67,7 +67,8 @@ class ReproductionParameters(Frozen):
     original_kind: str
     rerun: Sha256 | None = Field(
         description="id of the re-run's receipt (its document is this receipt's `rerun_receipt` subject); "
-        "None for a pipeline run, whose stages are re-run one by one (each its own reproduction, an input of this one)"
+        "None for a pipeline run, whose stages are re-run one by one (each its own reproduction, an input of this one), "
+        "and for a re-run that failed before recording a receipt (comparison `rerun` says how)"
     )
     stage: str
     code_drift_allowed: bool

@@ -304,8 +304,8 @@ def rerun_environment(prep: Preparation, rerun: ReceiptBase) -> list[Environment
 def record_reproduction(
     home: Home,
     prep: Preparation,
-    rerun_id: str,
-    rerun: ReceiptBase,
+    rerun_id: str | None,
+    rerun: ReceiptBase | None,
     comparisons: list[OutputComparison],
     *,
     seeded: SeedReport,
@@ -314,20 +314,24 @@ def record_reproduction(
     started: Any,
     flow: str = "reproduce",
 ) -> StageOutcome[ReproductionReceipt]:
-    """Write the reproduction receipt (and the re-run's receipt document it names) into the original home."""
-    diffs = (*prep.differences, *rerun_environment(prep, rerun))
+    """Write the reproduction receipt (and the re-run's receipt document it names) into the original home;
+    ``rerun`` None: the re-run failed before recording one (``comparisons`` say how)."""
+    diffs = (*prep.differences, *(rerun_environment(prep, rerun) if rerun is not None else ()))
     verdict, reason = cmp.overall(comparisons, environment_differs=bool(diffs))
     if diffs:
         reason += "; environment: " + ", ".join(f"{d.field} {d.recorded} -> {d.here}" for d in diffs)
-    stored = home.blobs.put_bytes(canonical_bytes(_document(rerun)))
-    if stored != rerun_id:
-        raise ReceiptError(f"the re-run's receipt hashes to {stored}, not its id {rerun_id}; a defect")
+    subjects = []
+    if rerun is not None:
+        stored = home.blobs.put_bytes(canonical_bytes(_document(rerun)))
+        if stored != rerun_id:
+            raise ReceiptError(f"the re-run's receipt hashes to {stored}, not its id {rerun_id}; a defect")
+        subjects.append(artifact(home.blobs, "rerun_receipt", stored, RECEIPT_MEDIA_TYPE))
     receipt = build_receipt(
         ReproductionReceipt,
         flow=flow,
         task="record_reproduction",
         started_at=started,
-        subjects=[artifact(home.blobs, "rerun_receipt", stored, RECEIPT_MEDIA_TYPE)],
+        subjects=subjects,
         inputs=[InputRef(role="original", sha256=prep.rid, ref="receipt")],
         parameters=ReproductionParameters(
             original=prep.rid,
