@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,21 @@ from voxledger.schemas.base import CodeIdentity
 from voxledger.schemas.errors import ReproductionError
 from voxledger.schemas.reproduction import ReproductionReceipt
 from voxledger.stores.home import Home
+from voxledger.stores.trees import load_manifest
 
 pytestmark = pytest.mark.prefect
 
-STAGES = ("audit", "train_base", "train_adapter", "promote", "evaluate")
+STAGES = ("audit", "train_base", "train_adapter", "promote", "evaluate", "package")
+PACKAGE_OUTPUTS = {
+    "package",
+    "reload",
+    "merged_export",
+    "equivalence:reference_dumps",
+    "equivalence:candidate_dumps",
+    "equivalence:inventory",
+    "equivalence:stage:mel",
+    "equivalence:stage:pcm",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,23 +56,103 @@ def _run(home: Path, rid: str, corpus: Path, **kwargs: Any) -> ReproductionRecei
     return out.receipt
 
 
-def test_each_stage_reproduces_exactly_on_the_same_machine(copy: tuple[Path, dict], corpus: Path) -> None:  # type: ignore[type-arg]
+def test_pipeline_reproduces_each_stage_exactly_on_the_same_machine(copy: tuple[Path, dict], corpus: Path) -> None:  # type: ignore[type-arg]
+    """The pipeline run is reproduced stage by stage (audit, both trainings, promotion, evaluation,
+    package), each from the original's inputs in its own scratch home; the packet export is named
+    as not re-run (blinded with a fresh secret by design)."""
     home, summary = copy
+    before = _receipts(home)
+    r = _run(home, summary["pipeline_receipt"], corpus)
+    stages = {c.name.removeprefix("stage:"): c for c in r.result.comparisons}
+    assert tuple(stages) == STAGES, list(stages)
+    assert r.result.verdict == "exact", (r.result.reason, [c for c in r.result.comparisons if c.verdict != "exact"])
+    assert r.parameters.stage == "pipeline" and r.parameters.rerun is None and r.parameters.environment_differences == ()
+    assert [n.split(":")[0] for n in r.parameters.stages_not_rerun] == ["export_packets"], r.parameters.stages_not_rerun
+    assert "fresh secret" in r.parameters.stages_not_rerun[0] and "export_packets" in r.result.reason
+    # the original home gained one reproduction per stage and the run's own (the re-runs live in scratch homes)
+    h = Home(home)
+    added = _receipts(home) - before
+    assert len(added) == len(STAGES) + 1 and {h.receipts.read(a).kind for a in added} == {"reproduction"}  # type: ignore[attr-defined]
     walls: dict[str, float] = {}
     for stage in STAGES:
         rid = summary[stage]["receipt_id"]
-        before = _receipts(home)
-        t0 = time.perf_counter()
-        r = _run(home, rid, corpus)
-        walls[stage] = time.perf_counter() - t0
-        assert r.result.verdict == "exact", (stage, r.result.reason, [c for c in r.result.comparisons if c.verdict != "exact"])
-        assert r.parameters.environment_differences == ()
-        assert r.parameters.original == rid and r.input("original").sha256 == rid
-        assert {c.verdict for c in r.result.comparisons} == {"exact"} and r.result.comparisons
-        # the original home gained exactly the reproduction receipt (the re-run lives in the scratch home)
-        added = _receipts(home) - before
-        assert len(added) == 1 and Home(home).receipts.read(added.pop()).kind == "reproduction"  # type: ignore[attr-defined]
-    print("reproduce wall s:", {k: round(v, 1) for k, v in walls.items()})
+        one = h.receipts.read(r.input(f"reproduction:{stage}").sha256, ReproductionReceipt)
+        assert stages[stage].original_sha256 == rid and stages[stage].rerun_sha256 == one.parameters.rerun
+        assert one.parameters.original == rid and one.input("original").sha256 == rid and one.parameters.stage == stage
+        assert one.result.verdict == "exact", (stage, one.result.reason, [c for c in one.result.comparisons if c.verdict != "exact"])
+        assert {c.verdict for c in one.result.comparisons} == {"exact"} and one.result.comparisons
+        assert one.parameters.environment_differences == ()
+        walls[stage] = one.result.rerun_wall_s
+    package = h.receipts.read(r.input("reproduction:package").sha256, ReproductionReceipt)
+    assert {c.name for c in package.result.comparisons} == PACKAGE_OUTPUTS
+    print("reproduce wall s:", {k: round(v, 1) for k, v in walls.items()}, "pipeline", r.result.rerun_wall_s)
+
+
+def test_equivalence_reproduces_exactly_and_is_judged_by_its_recorded_bands(copy: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    """The package's merged-export check re-run from its recorded dumps (no corpus needed); then, plain
+    comparison: a stage that moves inside its recorded band, and one that leaves it."""
+    from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+    from voxledger.schemas.package import PackageReceipt
+    from voxledger.tasks.reproduction.packaging import compare_equivalence
+
+    home, summary = copy
+    h = Home(home)
+    eq_rid = h.receipts.read(summary["package"]["receipt_id"], PackageReceipt).result.equivalence_receipt
+    assert eq_rid is not None
+    r = reproduce(str(home), eq_rid).receipt
+    assert r.result.verdict == "exact", r.result.reason
+    assert r.parameters.stage == "equivalence" and r.parameters.environment_differences == ()
+    assert {c.name: c.verdict for c in r.result.comparisons} == {
+        n.removeprefix("equivalence:"): "exact" for n in PACKAGE_OUTPUTS if n.startswith("equivalence:")
+    }
+    assert json.loads(h.blobs.get_bytes(r.subject("rerun_receipt").sha256))["kind"] == "equivalence"
+
+    original = h.receipts.read(eq_rid, EquivalenceReceipt)
+    green = original.report.bands.green_max_rel
+    pcm = next(s for s in original.report.stages if s.stage == "pcm")
+
+    def moved(rel: float, band: str) -> list[Any]:
+        stages = tuple(s.model_copy(update={"rel": rel, "band": band}) if s.stage == "pcm" else s for s in original.report.stages)
+        rerun = original.model_copy(update={"report": original.report.model_copy(update={"stages": stages})})
+        return [c for c in compare_equivalence(original, rerun) if c.verdict != "exact"]
+
+    inside = moved(green / 2 if pcm.rel != green / 2 else green / 4, "GREEN")
+    assert [(c.name, c.verdict) for c in inside] == [("stage:pcm", "within_bands")], inside
+    assert "band GREEN kept" in inside[0].reason and f"GREEN <= {green:g}" in inside[0].reason
+    outside = moved(green * 2, "YELLOW")
+    assert [(c.name, c.verdict) for c in outside] == [("stage:pcm", "differs")], outside
+    assert "band GREEN -> YELLOW" in outside[0].reason
+
+
+def test_planted_change_in_the_merged_export_differs_exactly_where_it_acts(
+    copy: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[type-arg]
+    """A planted fault in the merged export (its mel projection scaled by 1 + 3e-2 before writing, as a
+    merge kernel that rounds differently might): the merged tree, the merged runtime's probe dumps and
+    the stages compared from them differ (mel GREEN -> YELLOW, pcm GREEN -> RED: the re-run's package
+    fails its check, recorded, then judged); the package tar, the fresh-process reload, the adapter's
+    dumps and the plan inventory stay exact."""
+    import torch
+
+    from voxledger.tasks.backends.tiny.backend import TinyBackend
+
+    real = TinyBackend.export_merged
+
+    def planted(self: TinyBackend, loaded: Any, out_dir: Path) -> None:
+        with torch.no_grad():
+            loaded.model.mel_out.weight.mul_(1.0 + 3e-2)
+        real(self, loaded, out_dir)
+
+    monkeypatch.setattr(TinyBackend, "export_merged", planted)
+    home, summary = copy
+    r = reproduce(str(home), summary["package"]["receipt_id"]).receipt
+    verdicts = {c.name: c.verdict for c in r.result.comparisons}
+    assert r.result.verdict == "differs", r.result.reason
+    assert set(verdicts) == PACKAGE_OUTPUTS, verdicts
+    changed = {"merged_export", "equivalence:candidate_dumps", "equivalence:stage:mel", "equivalence:stage:pcm"}
+    assert {n for n, v in verdicts.items() if v == "differs"} == changed, r.result.comparisons
+    assert {n for n, v in verdicts.items() if v == "exact"} == PACKAGE_OUTPUTS - changed
+    assert "band GREEN -> " in next(c.reason for c in r.result.comparisons if c.name == "equivalence:stage:pcm")
 
 
 def test_another_thread_count_is_never_exact(copy: tuple[Path, dict], corpus: Path) -> None:  # type: ignore[type-arg]
@@ -92,6 +182,15 @@ def test_tampered_input_is_refused_naming_it(copy: tuple[Path, dict], corpus: Pa
     obj.write_bytes(b"not the features manifest")
     with pytest.raises(ReproductionError, match=f"input 'features' {features} has 1 object"):
         _run(local, summary["train_base"]["receipt_id"], corpus)
+    # a package: one file of the checkpoint it packages, changed in place, is refused by name (no corpus needed)
+    package = h.receipts.read(summary["package"]["receipt_id"])
+    tree = package.input("adapter_checkpoint").sha256
+    entry = load_manifest(h.blobs, tree).entries[0].sha256
+    damaged = h.blobs.path_of(entry)
+    damaged.chmod(0o644)
+    damaged.write_bytes(b"not the adapter")
+    with pytest.raises(ReproductionError, match=f"{tree} has 1 object\\(s\\) damaged .*e.g. {entry}"):
+        reproduce(str(local), summary["package"]["receipt_id"])
     # a changed corpus file is refused by name before any work
     changed = tmp_path / "c"
     shutil.copytree(corpus, changed)
@@ -145,10 +244,11 @@ def test_cli_bad_receipt_is_one_line_and_a_verdict_prints(copy: tuple[Path, dict
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", "zz"])
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1 and "zz" in res.output, res.output
-    res = CliRunner().invoke(main, ["--home", str(home), "reproduce", summary["pipeline_receipt"][:12], "--corpus", str(corpus)])
-    assert res.exit_code != 0 and "is a pipeline_run receipt, not audit or training_run or promotion or evaluation" in res.output, (
-        res.output
-    )
+    packets = summary["export_packets"]["receipt_id"]
+    res = CliRunner().invoke(main, ["--home", str(home), "reproduce", packets[:12], "--corpus", str(corpus)])
+    assert (
+        res.exit_code != 0 and "is a packet_set receipt, not audit or training_run or promotion or evaluation or package" in res.output
+    ), res.output
     assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", summary["train_base"]["receipt_id"][:12]])
     assert res.exit_code != 0 and "--corpus" in res.output and "Traceback" not in res.output, res.output
@@ -204,3 +304,25 @@ def test_evaluation_band_names_exactly_the_candidate_that_moved(copy: tuple[Path
     assert overall(list(got.values()), environment_differs=False)[0] == "differs"
     assert overall([got["audio:base#0"]], environment_differs=True)[0] == "within_bands"
     assert overall([got["audio:base#0"]], environment_differs=False)[0] == "exact"
+
+
+def test_a_rerun_that_fails_before_recording_differs_and_is_recorded(copy: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[type-arg]
+    """The comparison raises here (as it does for dumps of unequal shapes) before its receipt is written:
+    the reproduction is still recorded, `differs`, with the failure as its reason and no re-run receipt."""
+    from voxledger.schemas.errors import EquivalenceError
+    from voxledger.schemas.package import PackageReceipt
+    from voxledger.tasks.stages import equivalence as stage
+
+    def planted(*_: Any, **__: Any) -> Any:
+        raise EquivalenceError("stage 'mel' (mel): ref shape (242, 80) != cand shape (257, 80)")
+
+    monkeypatch.setattr(stage, "compare_dirs", planted)
+    home, summary = copy
+    eq_rid = Home(home).receipts.read(summary["package"]["receipt_id"], PackageReceipt).result.equivalence_receipt
+    assert eq_rid is not None
+    before = _receipts(home)
+    r = reproduce(str(home), eq_rid).receipt
+    assert r.result.verdict == "differs" and r.parameters.rerun is None and not r.subjects
+    assert [(c.name, c.verdict) for c in r.result.comparisons] == [("rerun", "differs")]
+    assert "failed before recording a receipt: stage 'mel' (mel): ref shape (242, 80) != cand shape" in r.result.comparisons[0].reason
+    assert len(_receipts(home) - before) == 1

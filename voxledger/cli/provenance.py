@@ -146,7 +146,7 @@ def diff_cmd(ctx: click.Context, a: str, b: str, show_all: bool, as_json: bool) 
     "--corpus",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="The corpus folder the original read (audit, training, promotion, evaluation); checked against the recorded digests.",
+    help="The corpus folder the original read (audit, training, promotion, evaluation, pipeline); checked against the recorded digests.",
 )
 @click.option(
     "--scratch",
@@ -168,7 +168,10 @@ def diff_cmd(ctx: click.Context, a: str, b: str, show_all: bool, as_json: bool) 
 def reproduce(
     ctx: click.Context, receipt: str, corpus: Path | None, scratch: Path | None, allow_code_drift: bool, threads: int | None, as_json: bool
 ) -> None:
-    """Re-run an audit, training, promotion or evaluation receipt in a scratch home and record the verdict.
+    """Re-run an audit, training, promotion, evaluation, package or equivalence receipt in a scratch home and record the verdict.
+
+    A pipeline run is reproduced stage by stage: each stage receipt it chains is reproduced (its
+    own scratch home, its own reproduction receipt) and the run's verdict is the worst of theirs.
 
     Verdicts: exact (bit for bit, same environment), within_bands (inside the stage's bands, or
     identical under another environment), differs (outside; exit status 1). docs/provenance.md.
@@ -176,6 +179,8 @@ def reproduce(
     Example: voxledger reproduce 3f2a9c01 --corpus ./demo/corpus
 
     Example: voxledger reproduce 3f2a9c01 --corpus ./demo/corpus --threads 1 --json
+
+    Example: voxledger reproduce 7be01d44
     """
     from voxledger.flows.reproduce import reproduce as reproduce_flow
     from voxledger.schemas.reproduction import REPRODUCIBLE_KINDS

@@ -25,8 +25,19 @@ from voxledger.flows.common import STAGE_TASK, flow_name, open_home, shared_stor
 from voxledger.flows.progress import report
 from voxledger.flows.stages import stage_table
 from voxledger.schemas.base import ReceiptBase
-from voxledger.schemas.errors import AuditFailedError, GateFailedError, ReproductionError
+from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
+from voxledger.schemas.errors import (
+    AuditFailedError,
+    EquivalenceError,
+    EvaluationError,
+    GateFailedError,
+    ReproductionError,
+    SynthesisError,
+    TrainingError,
+)
 from voxledger.schemas.evaluation import EvaluationReceipt
+from voxledger.schemas.package import PackageReceipt
+from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.reproduction import OutputComparison, ReproductionBands, ReproductionReceipt
 from voxledger.schemas.training import TrainingRunReceipt
@@ -37,6 +48,9 @@ from voxledger.tasks.stage import StageOutcome
 from voxledger.tasks.stages import reproduce as rp
 
 THREADS_VARIABLE = "VOXLEDGER_REPRODUCE_THREADS"
+STAGE_FAILURES = (AuditFailedError, GateFailedError, EquivalenceError, TrainingError, EvaluationError, SynthesisError)
+"""What a stage raises when its own work fails (not a lock, a missing object or bad input): a re-run
+that fails so before recording its receipt did not reproduce, and is recorded as ``differs``."""
 
 
 @task(name="prepare_reproduction", **STAGE_TASK)
@@ -49,20 +63,45 @@ def prepare_reproduction(home: HomeRef, rid: str, allow_code_drift: bool, thread
 def seed_scratch_home(home: HomeRef, scratch: HomeRef, rid: str) -> SeedReport:
     """Give the scratch home what the original home held when the stage started."""
     h = open_home(home)
-    return seed_home(h, scratch.open(), h.receipts.read(rid).started_at)
+    receipt = h.receipts.read(rid)
+    return seed_home(h, scratch.open(), receipt.started_at, trees=rp.own_trees(receipt))
 
 
 @task(name="record_reproduction", **STAGE_TASK)
 def record_reproduction(
-    home: HomeRef, scratch: HomeRef, prep: rp.Preparation, rerun_id: str, seeded: SeedReport, wall_s: float, started: Any
+    home: HomeRef,
+    scratch: HomeRef,
+    prep: rp.Preparation,
+    rerun_id: str | None,
+    seeded: SeedReport,
+    wall_s: float,
+    started: Any,
+    failure: str | None = None,
 ) -> StageOutcome[ReproductionReceipt]:
-    """Compare the re-run's outputs with the original's and record the verdict in the original home."""
+    """Compare the re-run's outputs with the original's and record the verdict in the original home
+    (``failure``: the re-run failed before recording a receipt, so there is nothing to compare)."""
     h, s, bands = open_home(home), scratch.open(), ReproductionBands()
-    rerun = s.receipts.read(rerun_id)
-    comparisons = _compare(h, s, prep.receipt, rerun, bands)
+    rerun = s.receipts.read(rerun_id) if rerun_id is not None else None
+    if rerun is None:
+        comparisons = [OutputComparison(name="rerun", verdict="differs", reason=f"the re-run failed before recording a receipt: {failure}")]
+    else:
+        comparisons = _compare(h, s, prep.receipt, rerun, bands)
     return rp.record_reproduction(
         h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name()
     )
+
+
+@task(name="record_pipeline_reproduction", **STAGE_TASK)
+def record_pipeline_reproduction(
+    home: HomeRef,
+    prep: rp.Preparation,
+    stages: list[tuple[str, str, str, ReproductionReceipt]],
+    not_rerun: tuple[str, ...],
+    wall_s: float,
+    started: Any,
+) -> StageOutcome[ReproductionReceipt]:
+    """Record the pipeline run's verdict: the worst of its stages' reproductions."""
+    return rp.record_pipeline_reproduction(open_home(home), prep, stages, not_rerun, wall_s=wall_s, started=started, flow=flow_name())
 
 
 def _read_either(h: Home, s: Home) -> Any:
@@ -92,6 +131,16 @@ def _compare(h: Home, s: Home, original: ReceiptBase, rerun: ReceiptBase, bands:
         return cmp.compare_promotion(original, rerun, read, gate, bands)
     if isinstance(original, EvaluationReceipt) and isinstance(rerun, EvaluationReceipt):
         return cmp.compare_evaluation(original, rerun, read, bands)
+    if isinstance(original, PackageReceipt) and isinstance(rerun, PackageReceipt):
+        from voxledger.tasks.reproduction.packaging import compare_package
+
+        ea, eb = original.result.equivalence_receipt, rerun.result.equivalence_receipt
+        pair = (h.receipts.read(ea, EquivalenceReceipt), s.receipts.read(eb, EquivalenceReceipt)) if ea and eb else None
+        return compare_package(original, rerun, (h.blobs.path_of, s.blobs.path_of), pair)
+    if isinstance(original, EquivalenceReceipt) and isinstance(rerun, EquivalenceReceipt):
+        from voxledger.tasks.reproduction.packaging import compare_equivalence
+
+        return compare_equivalence(original, rerun)
     return cmp.compare_audit(original, rerun)  # type: ignore[arg-type]
 
 
@@ -117,13 +166,31 @@ def forced_threads(threads: int | None) -> Iterator[None]:
 
 def _rerun(scratch: HomeRef, stage: str, arguments: dict[str, Any]) -> str:
     """Run the stage's own flow on the scratch home; the receipt id it recorded (also when its verdict failed the run)."""
+    if stage == "equivalence":
+        return _rerun_equivalence(scratch, **arguments)
     spec = next(s for s in stage_table() if s.name == stage)
     try:
         return str(spec.flow(scratch, **arguments).receipt_id)
-    except (AuditFailedError, GateFailedError) as exc:  # recorded, then judged: the receipt is the result
+    except (AuditFailedError, GateFailedError, EquivalenceError) as exc:  # recorded, then judged: the receipt is the result
         if exc.receipt_id is None:
             raise
         return str(exc.receipt_id)
+
+
+def _rerun_equivalence(
+    scratch: HomeRef, plan_document: dict[str, Any], plan_name: str, reference: str, candidate: str, **runtimes: dict[str, Any]
+) -> str:
+    """The ``equivalence`` flow's comparison of the recorded dump trees (given to the scratch home) under the recorded plan,
+    written to a file of the recorded name (the flow reads plans from files)."""
+    import json
+
+    from voxledger.flows.equivalence import equivalence
+
+    with tempfile.TemporaryDirectory(prefix="voxledger-reproduce-plan-") as tmp:
+        plan_file = Path(tmp) / Path(plan_name).name
+        plan_file.write_text(json.dumps(plan_document), encoding="utf-8")
+        out = equivalence(scratch, "compare", reference, candidate, str(plan_file), runtimes["ref_runtime"], runtimes["cand_runtime"])
+    return str(out.receipt_id)
 
 
 @flow(name="reproduce")
@@ -147,18 +214,42 @@ def _reproduce(
     started = rp.now()
     prep = prepare_reproduction(ref, receipt_id, allow_code_drift, threads)
     arguments = rp.stage_arguments(open_home(ref), prep, Path(corpus) if corpus else None)
+    if scratch and Path(scratch).exists() and any(Path(scratch).iterdir()):
+        raise ReproductionError(f"--scratch {scratch} is not empty: give a new or empty folder (the re-run's home is made there)")
+    if isinstance(prep.receipt, PipelineRunReceipt):
+        return _reproduce_pipeline(ref, prep, corpus, scratch, allow_code_drift, threads, started)
     where = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="voxledger-reproduce-"))
-    if scratch and where.exists() and any(where.iterdir()):
-        raise ReproductionError(f"--scratch {where} is not empty: give a new or empty folder (the re-run's home is made there)")
     scratch_ref = HomeRef(root=str(where), lock_timeout_s=ref.lock_timeout_s, shared_store=False)
     try:
         seeded = seed_scratch_home(ref, scratch_ref, receipt_id)
         report(f"re-running {prep.stage} of {receipt_id[:12]} in {where} ({seeded.receipts} receipts, {seeded.objects} objects given)")
         t0 = time.perf_counter()
+        rerun_id, failure = None, None
         with forced_threads(threads):
-            rerun_id = _rerun(scratch_ref, prep.stage, arguments)
+            try:
+                rerun_id = _rerun(scratch_ref, prep.stage, arguments)
+            except STAGE_FAILURES as exc:  # failed before recording (a recorded failure is returned by _rerun)
+                failure = " ".join(str(exc).split())[:600]
         wall_s = time.perf_counter() - t0
-        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started)
+        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started, failure)
     finally:
         if not scratch:
             shutil.rmtree(where, ignore_errors=True)
+
+
+def _reproduce_pipeline(
+    ref: HomeRef, prep: rp.Preparation, corpus: str | None, scratch: str | None, allow_code_drift: bool, threads: int | None, started: Any
+) -> StageOutcome[ReproductionReceipt]:
+    """Reproduce each stage receipt the run chains, in run order, each in its own scratch home (``SCRATCH/<stage>`` when
+    kept), then record the run's verdict."""
+    from voxledger.tasks.reproduction.pipeline import plan_stages
+
+    plan = plan_stages(open_home(ref), prep.receipt)  # type: ignore[arg-type]
+    done: list[tuple[str, str, str, ReproductionReceipt]] = []
+    t0 = time.perf_counter()
+    for stage, rid in plan.rerun:
+        report(f"pipeline {prep.rid[:12]}: reproducing stage {stage} ({rid[:12]})")
+        where = str(Path(scratch) / stage) if scratch else None
+        out = _reproduce(ref, rid, corpus, where, allow_code_drift, threads)
+        done.append((stage, rid, out.receipt_id, out.receipt))
+    return record_pipeline_reproduction(ref, prep, done, plan.not_rerun, time.perf_counter() - t0, started)

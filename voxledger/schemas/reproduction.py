@@ -18,8 +18,8 @@ from voxledger.schemas.equivalence import EquivalenceBands
 Verdict = Literal["exact", "within_bands", "differs"]
 """exact: bit for bit under the recorded environment; within_bands: inside the stated bands; differs: outside."""
 
-REPRODUCIBLE_KINDS = ("audit", "training_run", "promotion", "evaluation")
-"""Receipt kinds ``voxledger reproduce`` re-runs (package, equivalence and pipeline receipts are not yet covered)."""
+REPRODUCIBLE_KINDS = ("audit", "training_run", "promotion", "evaluation", "package", "equivalence", "pipeline_run")
+"""Receipt kinds ``voxledger reproduce`` re-runs (a pipeline run by re-running each stage receipt it chains)."""
 
 
 class ReproductionBands(Frozen):
@@ -65,7 +65,11 @@ class ReproductionParameters(Frozen):
 
     original: Sha256
     original_kind: str
-    rerun: Sha256 = Field(description="id of the re-run's receipt (its document is this receipt's `rerun_receipt` subject)")
+    rerun: Sha256 | None = Field(
+        description="id of the re-run's receipt (its document is this receipt's `rerun_receipt` subject); "
+        "None for a pipeline run, whose stages are re-run one by one (each its own reproduction, an input of this one), "
+        "and for a re-run that failed before recording a receipt (comparison `rerun` says how)"
+    )
     stage: str
     code_drift_allowed: bool
     environment_differences: tuple[EnvironmentDifference, ...]
@@ -73,6 +77,11 @@ class ReproductionParameters(Frozen):
     bands: ReproductionBands
     objects_seeded: int = Field(ge=0, description="stored objects the scratch home was given from the original home")
     objects_unavailable: int = Field(ge=0, description="objects older receipts name that were missing or damaged and not given")
+    stages_not_rerun: tuple[str, ...] = Field(
+        default=(),
+        description="pipeline run: each stage receipt it chains that was not re-run, with why (`stage: reason`); "
+        "its outputs are not covered by the verdict",
+    )
 
 
 class ReproductionResult(Frozen):

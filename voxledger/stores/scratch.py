@@ -44,8 +44,11 @@ def receipts_before(home: Home, when: datetime) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def verify_inputs(home: Home, receipt: ReceiptBase, rid: str) -> int:
+def verify_inputs(home: Home, receipt: ReceiptBase, rid: str, trees: tuple[str, ...] = ()) -> int:
     """Check every input of ``receipt`` and every output of its parent receipts; return the objects checked.
+
+    ``trees`` names inputs that are trees though no receipt wrote them as an output (an equivalence
+    receipt's stage dumps): they are checked whole, like tree outputs.
 
     Parents the stage wrote itself (recorded after it started: a training run's checkpoints, a
     promotion's gate evaluation) are read but their outputs are not required: the re-run writes
@@ -54,7 +57,7 @@ def verify_inputs(home: Home, receipt: ReceiptBase, rid: str) -> int:
     Raises:
         ReproductionError: naming the input (role and digest) that is missing or does not verify, and the fix.
     """
-    trees = output_trees(home.catalog, [i.sha256 for i in receipt.inputs if i.ref == "artifact"])
+    tree_inputs = {*trees, *output_trees(home.catalog, [i.sha256 for i in receipt.inputs if i.ref == "artifact"])}
     checked = 0
     for ref in receipt.inputs:
         if ref.ref == "receipt":
@@ -67,7 +70,7 @@ def verify_inputs(home: Home, receipt: ReceiptBase, rid: str) -> int:
                 _require(home, rid, what, subject.sha256, subject.media_type)
                 checked += 1
         else:
-            _require(home, rid, f"input {ref.role!r}", ref.sha256, TREE_MEDIA_TYPE if ref.sha256 in trees else "")
+            _require(home, rid, f"input {ref.role!r}", ref.sha256, TREE_MEDIA_TYPE if ref.sha256 in tree_inputs else "")
             checked += 1
     return checked
 
@@ -95,8 +98,9 @@ def _require(home: Home, rid: str, what: str, sha256: str, media_type: str) -> N
         )
 
 
-def seed_home(src: Home, dst: Home, before: datetime) -> SeedReport:
-    """Give ``dst`` every receipt ``src`` recorded before ``before`` and the intact objects they name."""
+def seed_home(src: Home, dst: Home, before: datetime, trees: tuple[str, ...] = ()) -> SeedReport:
+    """Give ``dst`` every receipt ``src`` recorded before ``before`` and the intact objects they name,
+    and the trees ``trees`` whole (inputs of the re-run stage that no earlier receipt wrote)."""
     rids = receipts_before(src, before)
     docs: list[tuple[str, dict[str, Any]]] = []
     wanted: dict[str, None] = {}
@@ -106,6 +110,8 @@ def seed_home(src: Home, dst: Home, before: datetime) -> SeedReport:
         for subject in doc["subjects"]:
             wanted.update(dict.fromkeys(_behind(src, subject["sha256"], subject["media_type"])))
         wanted.update(dict.fromkeys(i["sha256"] for i in doc["inputs"] if i["ref"] == "artifact"))
+    for tree in trees:
+        wanted.update(dict.fromkeys(_behind(src, tree, TREE_MEDIA_TYPE)))
     bad = set(src.blobs.damaged(d for d in wanted if src.blobs.has(d)))
     given = unavailable = 0
     for digest in wanted:

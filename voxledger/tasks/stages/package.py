@@ -272,7 +272,9 @@ def package_adapter_fn(
         )
         rid = home.record(receipt)
     if error is not None:
-        raise EquivalenceError(f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}")
+        raise EquivalenceError(
+            f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}", receipt_id=rid
+        )
     return PackageOutcome(rid, receipt, False, sha, tar, published)
 
 

@@ -19,8 +19,12 @@ from voxledger.schemas.audit import AuditPolicy, AuditReceipt
 from voxledger.schemas.base import Environment, InputRef, ReceiptBase, utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanReceipt
+from voxledger.schemas.equivalence import EquivalencePlan
+from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.errors import ReceiptError, ReproductionError
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
+from voxledger.schemas.package import PackageReceipt
+from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
 from voxledger.schemas.reproduction import (
     REPRODUCIBLE_KINDS,
@@ -67,7 +71,15 @@ def stage_of(receipt: ReceiptBase) -> str:
     """The stage-table name of the stage that wrote ``receipt``."""
     if receipt.kind == "training_run":  # type: ignore[attr-defined]
         return "train_adapter" if receipt.parameters.mode == "lora" else "train_base"  # type: ignore[attr-defined]
-    return {"audit": "audit", "promotion": "promote", "evaluation": "evaluate"}[receipt.kind]  # type: ignore[attr-defined]
+    stages = {
+        "audit": "audit",
+        "promotion": "promote",
+        "evaluation": "evaluate",
+        "package": "package",
+        "equivalence": "equivalence",
+        "pipeline_run": "pipeline",
+    }
+    return stages[receipt.kind]  # type: ignore[attr-defined]
 
 
 def environment_differences(recorded: Environment, here: Environment) -> list[EnvironmentDifference]:
@@ -114,7 +126,16 @@ def prepare(home: Home, rid: str, *, allow_code_drift: bool, threads: int | None
     recorded_threads = _recorded_threads(home, receipt)
     if threads is not None and threads != recorded_threads:
         diffs.append(EnvironmentDifference(field="torch_threads", recorded=_text(recorded_threads), here=str(threads)))
-    return Preparation(rid, receipt, stage_of(receipt), tuple(diffs), drift, threads, verify_inputs(home, receipt, rid))
+    checked = verify_inputs(home, receipt, rid, trees=own_trees(receipt))
+    return Preparation(rid, receipt, stage_of(receipt), tuple(diffs), drift, threads, checked)
+
+
+def own_trees(receipt: ReceiptBase) -> tuple[str, ...]:
+    """Tree inputs no earlier receipt wrote as an output (an equivalence receipt's stage dumps): checked
+    whole before the re-run, and given to the scratch home whole."""
+    if isinstance(receipt, EquivalenceReceipt):
+        return (receipt.parameters.reference_tree_sha256, receipt.parameters.candidate_tree_sha256)
+    return ()
 
 
 def _text(value: Any) -> str | None:
@@ -125,6 +146,8 @@ def _recorded_threads(home: Home, receipt: ReceiptBase) -> int | None:
     """The torch thread count the original ran with, where its kind records it (a training plan's ``threads``)."""
     if isinstance(receipt, TrainingRunReceipt):
         return plan_ref(home, receipt, "plan").validated(TrainingPlan).threads
+    if isinstance(receipt, PackageReceipt):  # the reload check's count is the one packaging ran with
+        return receipt.result.reload.threads
     return None
 
 
@@ -164,7 +187,50 @@ def stage_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[
     if isinstance(r, EvaluationReceipt):
         ref = plan_ref(home, r, "plan")
         return {"corpus": str(_need(corpus, prep)), "plan": ref, "bindings": bindings_of(r, ref.validated(EvaluationPlan))}
+    if isinstance(r, PackageReceipt):
+        return package_arguments(r, prep.rid)
+    if isinstance(r, EquivalenceReceipt):
+        return equivalence_arguments(home, r)
+    if isinstance(r, PipelineRunReceipt):
+        _need(corpus, prep)  # its audit, training, promotion and evaluation stages read it
+        return {}
     raise ReproductionError(f"receipt {prep.rid[:12]}: no re-run for kind {r.kind}")  # type: ignore[attr-defined]
+
+
+def package_arguments(r: PackageReceipt, rid: str) -> dict[str, Any]:
+    """The ``package`` flow's arguments: the recorded run, checkpoint, bound receipts and probe seed (never published)."""
+    from voxledger.tasks.stages.package import PROBE_TEXT
+
+    p = r.parameters
+    if p.probe_text != PROBE_TEXT:
+        raise ReproductionError(
+            f"package receipt {rid[:12]} probed with text {p.probe_text!r}; the package flow probes with {PROBE_TEXT!r} "
+            "and takes no other, so a re-run could not compare its checks: reproduce it with the code that wrote it"
+        )
+    return {
+        "run_rid": p.training_run,
+        "tree_sha": p.checkpoint_tree_sha256,
+        "promotion_rid": p.promotion_receipt,
+        "eval_rids": p.evaluation_receipts,
+        "retention": None,
+        "probe_seed": p.probe_seed,
+    }
+
+
+def equivalence_arguments(home: Home, r: EquivalenceReceipt) -> dict[str, Any]:
+    """The ``equivalence`` flow's compare arguments: the recorded dump trees, runtimes and plan (its document and file name)."""
+    plan_receipt = home.receipts.read(r.input("plan").sha256, PlanReceipt)
+    document = json.loads(home.blobs.get_bytes(plan_receipt.parameters.plan_sha256))
+    EquivalencePlan.model_validate(document)  # the stored plan still validates
+    p = r.parameters
+    return {
+        "reference": p.reference_tree_sha256,
+        "candidate": p.candidate_tree_sha256,
+        "plan_document": document,
+        "plan_name": plan_receipt.parameters.source_name,
+        "ref_runtime": p.reference.model_dump(mode="json"),
+        "cand_runtime": p.candidate.model_dump(mode="json"),
+    }
 
 
 def bindings_of(receipt: EvaluationReceipt, plan: EvaluationPlan) -> dict[str, str]:
@@ -238,8 +304,8 @@ def rerun_environment(prep: Preparation, rerun: ReceiptBase) -> list[Environment
 def record_reproduction(
     home: Home,
     prep: Preparation,
-    rerun_id: str,
-    rerun: ReceiptBase,
+    rerun_id: str | None,
+    rerun: ReceiptBase | None,
     comparisons: list[OutputComparison],
     *,
     seeded: SeedReport,
@@ -248,20 +314,24 @@ def record_reproduction(
     started: Any,
     flow: str = "reproduce",
 ) -> StageOutcome[ReproductionReceipt]:
-    """Write the reproduction receipt (and the re-run's receipt document it names) into the original home."""
-    diffs = (*prep.differences, *rerun_environment(prep, rerun))
+    """Write the reproduction receipt (and the re-run's receipt document it names) into the original home;
+    ``rerun`` None: the re-run failed before recording one (``comparisons`` say how)."""
+    diffs = (*prep.differences, *(rerun_environment(prep, rerun) if rerun is not None else ()))
     verdict, reason = cmp.overall(comparisons, environment_differs=bool(diffs))
     if diffs:
         reason += "; environment: " + ", ".join(f"{d.field} {d.recorded} -> {d.here}" for d in diffs)
-    stored = home.blobs.put_bytes(canonical_bytes(_document(rerun)))
-    if stored != rerun_id:
-        raise ReceiptError(f"the re-run's receipt hashes to {stored}, not its id {rerun_id}; a defect")
+    subjects = []
+    if rerun is not None:
+        stored = home.blobs.put_bytes(canonical_bytes(_document(rerun)))
+        if stored != rerun_id:
+            raise ReceiptError(f"the re-run's receipt hashes to {stored}, not its id {rerun_id}; a defect")
+        subjects.append(artifact(home.blobs, "rerun_receipt", stored, RECEIPT_MEDIA_TYPE))
     receipt = build_receipt(
         ReproductionReceipt,
         flow=flow,
         task="record_reproduction",
         started_at=started,
-        subjects=[artifact(home.blobs, "rerun_receipt", stored, RECEIPT_MEDIA_TYPE)],
+        subjects=subjects,
         inputs=[InputRef(role="original", sha256=prep.rid, ref="receipt")],
         parameters=ReproductionParameters(
             original=prep.rid,
@@ -274,6 +344,56 @@ def record_reproduction(
             bands=bands,
             objects_seeded=seeded.objects,
             objects_unavailable=seeded.unavailable,
+        ),
+        result=ReproductionResult(verdict=verdict, reason=reason, comparisons=tuple(comparisons), rerun_wall_s=round(wall_s, 3)),
+    )
+    return record(home, receipt)
+
+
+def record_pipeline_reproduction(
+    home: Home,
+    prep: Preparation,
+    stages: list[tuple[str, str, str, ReproductionReceipt]],
+    not_rerun: tuple[str, ...],
+    *,
+    wall_s: float,
+    started: Any,
+    flow: str = "reproduce",
+) -> StageOutcome[ReproductionReceipt]:
+    """Record a pipeline run's reproduction: each stage's verdict (its own reproduction, an input here), the worst one overall.
+
+    ``stages`` holds (stage, original stage receipt id, reproduction receipt id, reproduction) in run order.
+    """
+    from voxledger.tasks.reproduction.pipeline import stage_comparison
+
+    comparisons = [stage_comparison(stage, original, rid, r) for stage, original, rid, r in stages]
+    verdict, reason = cmp.overall(comparisons, environment_differs=bool(prep.differences))
+    if prep.differences:
+        reason += "; environment: " + ", ".join(f"{d.field} {d.recorded} -> {d.here}" for d in prep.differences)
+    if not_rerun:
+        reason += f"; not re-run (outside the verdict): {'; '.join(not_rerun)}"
+    receipt = build_receipt(
+        ReproductionReceipt,
+        flow=flow,
+        task="record_reproduction",
+        started_at=started,
+        subjects=[],
+        inputs=[
+            InputRef(role="original", sha256=prep.rid, ref="receipt"),
+            *(InputRef(role=f"reproduction:{stage}", sha256=rid, ref="receipt") for stage, _, rid, _ in stages),
+        ],
+        parameters=ReproductionParameters(
+            original=prep.rid,
+            original_kind=prep.receipt.kind,  # type: ignore[attr-defined]
+            rerun=None,
+            stage=prep.stage,
+            code_drift_allowed=prep.code_drift,
+            environment_differences=prep.differences,
+            torch_threads=prep.threads,
+            bands=ReproductionBands(),
+            objects_seeded=sum(r.parameters.objects_seeded for *_, r in stages),
+            objects_unavailable=sum(r.parameters.objects_unavailable for *_, r in stages),
+            stages_not_rerun=not_rerun,
         ),
         result=ReproductionResult(verdict=verdict, reason=reason, comparisons=tuple(comparisons), rerun_wall_s=round(wall_s, 3)),
     )
