@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.errors import TrainingError, UpstreamError
 from voxledger.settings import load_settings
 
 MARK = {"error": "ERROR", "warning": "warn", "handled": "fixed"}
@@ -115,7 +115,7 @@ def scaffold(out_dir: Path, layers: int, checkout: Path | None, seed: int) -> No
 
     checkout = checkout or load_settings().cosyvoice.dir
     if checkout is None:
-        raise TrainingError("cosyvoice3 scaffold needs a CosyVoice checkout: pass --checkout PATH or set VOXLEDGER_COSYVOICE_DIR")
+        raise UpstreamError("cosyvoice3 scaffold needs a CosyVoice checkout: pass --checkout PATH or set VOXLEDGER_COSYVOICE_DIR")
     info = write_scaffold(out_dir, layers, checkout, seed)
     size = sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())
     click.echo(

@@ -67,6 +67,7 @@ TEXT_VOCAB = 151936
 QWEN_REGULAR_TOKENS = 151643  # ids below are BPE tokens; <|endoftext|>, <|im_start|>, <|im_end|> follow
 QWEN_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 BPE_MERGES = 700
+MAX_FIXES_NAMED = 4  # more missing modules than this: the message names them and the one install command
 # CosyVoice-BlankEN's config.json as transformers 4.x writes it (Qwen2-0.5B widths); layer counts are set per scaffold
 QWEN_CONFIG_4X: dict[str, Any] = {
     "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643,
@@ -151,10 +152,11 @@ def check_checkout(checkout: Path) -> str:
         raise _fail(f"{yaml} is missing; the scaffold adapts upstream's CosyVoice3 recipe yaml (use FunAudioLLM/CosyVoice at ace7c47)")
     missing = missing_imports()
     if missing:
+        names = [m.split(" ", 1)[0] for m in missing]
+        each = f" ({'; '.join(m.split(' (', 1)[1].rstrip(')') for m in missing)})" if len(missing) <= MAX_FIXES_NAMED else ""
         raise _fail(
-            f"upstream's import set is incomplete in {sys.executable}: missing {', '.join(missing)}; "
-            "or install the extra: pip install -c constraints.txt '.[cosyvoice3]' then "
-            "pip install --no-deps --no-build-isolation openai-whisper==20231117"
+            f"upstream's import set is incomplete in {sys.executable}: missing {', '.join(names)}{each}; install all of it with "
+            f"pip install -c constraints.txt 'voxledger[cosyvoice3]' && {upstream.pip_fix('whisper')} (docs/cosyvoice3.md)"
         )
     return yaml.read_text(encoding="utf-8")
 
@@ -230,8 +232,8 @@ def _write_qwen(qwen_dir: Path, layers: int, seed: int) -> dict[str, torch.Tenso
 
     cfg = _qwen_config(layers)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in cfg.items() if k not in _CONFIG_ONLY_4X})).float()
-    state = model.state_dict()
+    model: torch.nn.Module = Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in cfg.items() if k not in _CONFIG_ONLY_4X}))
+    state: dict[str, torch.Tensor] = model.to(torch.float32).state_dict()
     tied = {"lm_head.weight"} if cfg["tie_word_embeddings"] else set()
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in state.items() if k not in tied}, str(qwen_dir / "model.safetensors"),
               metadata={"format": "pt"})  # fmt: skip
