@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tarfile
 from collections.abc import Iterator
@@ -83,6 +84,18 @@ def real_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if path is None:
         pytest.skip(reason)
     return path
+
+
+_REAL_ID = re.compile(r"\[(?:.+-)?real(?:-.+)?\]$")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test here that runs upstream's real code (the ``[real]`` cases and the scaffolded chain) is
+    selectable as one tier: ``-m real_chain`` (``.ci/run`` runs it with the cosyvoice3 extra installed)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and _REAL_ID.search(item.name):
+            item.add_marker(pytest.mark.real_chain)
 
 
 @pytest.fixture(params=["fake", "real"])
