@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -104,3 +105,22 @@ def upstream_checkout(request: pytest.FixtureRequest) -> Iterator[Path]:
     checkout = FAKE_TREE if request.param == "fake" else request.getfixturevalue("real_checkout")
     with upstream_from(checkout) as path:
         yield path
+
+
+SCAFFOLD_LAYERS, SCAFFOLD_SEED = 1, 0  # one Qwen2 layer and one DiT block at the released widths
+
+
+@pytest.fixture(scope="session")
+def scaffolded(real_checkout: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `voxledger cosyvoice3 scaffold` model folder built in this process from the real checkout's classes
+    (the real-chain tier's model); a skip naming the missing modules where upstream's import set is not installed."""
+    from voxledger.tasks.backends.cosyvoice3.scaffold import BUILD_IMPORTS, scaffold
+
+    missing = [m for m in BUILD_IMPORTS if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"upstream's import set is not installed ({', '.join(missing)}): install the cosyvoice3 extra (docs/cosyvoice3.md)")
+    torch.set_num_threads(2)
+    out = tmp_path_factory.mktemp("cv3-scaffold") / "Fun-CosyVoice3-0.5B"
+    with upstream_from(real_checkout):
+        scaffold(out, SCAFFOLD_LAYERS, real_checkout, SCAFFOLD_SEED)
+    return out

@@ -10,7 +10,6 @@ import set; ``.ci/run`` installs them into a scratch prefix and runs these tests
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,55 +19,36 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 
 from voxledger.schemas.audit import AuditPolicy
+from voxledger.stores.hashing import sha256_file
 from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree
 from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
 from voxledger.tasks.backends.cosyvoice3.config import ENV_CHECKOUT, ENV_MODEL, ENV_WORK, CosyVoice3Config
 from voxledger.tasks.backends.cosyvoice3.environment import check_environment
-from voxledger.tasks.backends.cosyvoice3.scaffold import BUILD_IMPORTS, SCAFFOLD_FILE, scaffold
+from voxledger.tasks.backends.cosyvoice3.scaffold import SCAFFOLD_FILE
 from voxledger.tasks.backends.cosyvoice3.upstream import read_llm_state
 from voxledger.tasks.plans import load_plan
 from voxledger.tasks.stages.audit import audit_corpus_fn
 from voxledger.tasks.stages.train import train_adapter_fn
 
-from .conftest import upstream_from
+from .conftest import SCAFFOLD_LAYERS, SCAFFOLD_SEED, upstream_from
 from .test_training import make_plan
 
 pytestmark = pytest.mark.real_chain
 ROOT = Path(__file__).resolve().parents[4]
-LAYERS, SEED = 1, 0
-
-
-def _extra_missing() -> list[str]:
-    return [m for m in BUILD_IMPORTS if importlib.util.find_spec(m) is None]
-
-
-@pytest.fixture(scope="module")
-def scaffolded(real_checkout: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One scaffold per module, built in this process from the real checkout's classes."""
-    missing = _extra_missing()
-    if missing:
-        pytest.skip(f"upstream's import set is not installed ({', '.join(missing)}): install the cosyvoice3 extra (docs/cosyvoice3.md)")
-    torch.set_num_threads(2)
-    out = tmp_path_factory.mktemp("cv3-scaffold") / "Fun-CosyVoice3-0.5B"
-    with upstream_from(real_checkout):
-        scaffold(out, LAYERS, real_checkout, SEED)
-    return out
+LAYERS, SEED = SCAFFOLD_LAYERS, SCAFFOLD_SEED
 
 
 def test_scaffold_is_the_released_layout_and_marked_random(scaffolded: Path, real_checkout: Path) -> None:
     info = json.loads((scaffolded / SCAFFOLD_FILE).read_text(encoding="utf-8"))
     assert info["random_weights"] is True and info["seed"] == SEED and info["layers"] == {"requested": 1, "qwen2": 1, "dit": 1}
     for name, digest in info["files"].items():  # every file listed, with its digest
-        from voxledger.stores.hashing import sha256_file
-
         assert sha256_file(scaffolded / name) == digest, name
     qwen = json.loads((scaffolded / "CosyVoice-BlankEN" / "config.json").read_text(encoding="utf-8"))
     assert qwen["torch_dtype"] == "bfloat16" and (qwen["hidden_size"], qwen["intermediate_size"], qwen["vocab_size"]) == (896, 4864, 151936)
-    from safetensors import safe_open
-
     with safe_open(str(scaffolded / "CosyVoice-BlankEN" / "model.safetensors"), framework="pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     llm = read_llm_state(scaffolded / "llm.pt")
