@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.errors import TrainingError, UpstreamError
 from voxledger.settings import load_settings
 
 MARK = {"error": "ERROR", "warning": "warn", "handled": "fixed"}
@@ -88,3 +88,37 @@ def preflight(
             f"cosyvoice3 preflight: {len(report.errors)} error(s) ({', '.join(sorted({f.id for f in report.errors}))}); "
             "fix them before training"
         )
+
+
+@cosyvoice3.command("scaffold")
+@click.argument("out_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.option(
+    "--layers", type=int, required=True, help="Qwen2 layers and DiT depth (each at most its released count: 24 / 22); widths stay real."
+)
+@click.option(
+    "--checkout",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The FunAudioLLM/CosyVoice checkout whose classes build it (default $VOXLEDGER_COSYVOICE_DIR).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random weight (same arguments: same bytes).")
+def scaffold(out_dir: Path, layers: int, checkout: Path | None, seed: int) -> None:
+    """Write a random-weights model folder in Fun-CosyVoice3-0.5B's layout into DIR (new or empty), built
+    with the checkout's own classes at the released widths, only the layer counts reduced: cosyvoice3.yaml,
+    llm.pt, flow.pt, hift.pt, CosyVoice-BlankEN/ (bf16 weights, 4.x config, a byte-level BPE tokenizer),
+    ONNX stand-ins with upstream's inputs and outputs, and scaffold.json marking it random weights. For
+    checking an environment end to end without the released weights; its audio is noise.
+
+    Example: voxledger cosyvoice3 scaffold /tmp/cv3-scaffold --layers 2 --checkout /opt/CosyVoice
+    """
+    from voxledger.tasks.backends.cosyvoice3.scaffold import scaffold as write_scaffold
+
+    checkout = checkout or load_settings().cosyvoice.dir
+    if checkout is None:
+        raise UpstreamError("cosyvoice3 scaffold needs a CosyVoice checkout: pass --checkout PATH or set VOXLEDGER_COSYVOICE_DIR")
+    info = write_scaffold(out_dir, layers, checkout, seed)
+    size = sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())
+    click.echo(
+        f"wrote {out_dir}: random weights (seed {seed}; Qwen2 {info['layers']['qwen2']} layers, DiT depth {info['layers']['dit']}), "
+        f"{len(info['files']) + 1} files, {size / 1e6:.0f} MB; check it with: voxledger cosyvoice3 preflight {checkout} {out_dir}"
+    )

@@ -123,6 +123,27 @@ def _files(config: CosyVoice3Config) -> list[EnvFinding]:
     return found
 
 
+def _scaffold(config: CosyVoice3Config) -> list[EnvFinding]:
+    from voxledger.tasks.backends.cosyvoice3.scaffold import SCAFFOLD_FILE, read_scaffold
+
+    info = read_scaffold(config.model_dir)
+    if info is None:
+        return []
+    layers = info.get("layers", {})
+    what = (
+        f"seed {info.get('seed')}, Qwen2 layers {layers.get('qwen2')}, DiT depth {layers.get('dit')}" if isinstance(layers, dict) else "?"
+    )
+    return [
+        EnvFinding(
+            id="scaffold-model",
+            severity="warning",
+            message=f"{config.model_dir} is a scaffold ({config.model_dir / SCAFFOLD_FILE}: random weights, {what}), "
+            "written by `voxledger cosyvoice3 scaffold`: its speech is noise",
+            fix="use it to check the environment and the pipeline only; train voices on the released Fun-CosyVoice3-0.5B folder",
+        )
+    ]
+
+
 def _weights(config: CosyVoice3Config) -> list[EnvFinding]:
     m = manifest.load_manifest()
     qwen = config.model_dir / upstream.TOKENIZER_DIR
@@ -327,7 +348,7 @@ def _interpreter(python: Path) -> tuple[dict[str, str | None] | None, list[EnvFi
 
 def check_environment(config: CosyVoice3Config, python: Path | None = None) -> EnvironmentReport:
     """Every finding for ``config``'s checkout and model folder, this environment and ``python``."""
-    findings = [*_files(config), *_weights(config), *_onnx(config)]
+    findings = [*_files(config), *_scaffold(config), *_weights(config), *_onnx(config)]
     try:
         probe = run_probe(config)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
