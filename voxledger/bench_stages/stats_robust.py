@@ -277,7 +277,7 @@ def listening_bounded_rows(reps: int, seed: int) -> list[Figure]:
         cov = outside = 0
         for _ in range(reps):
             y = centre + rng.normal(0, sd / 2, 6)[r_idx] + rng.normal(0, sd / 3, 10)[p_idx] + rng.normal(0, sd, 60)
-            e = crossed_mean(np.clip(np.round(y), lo, hi).tolist(), raters, prompts, 0.95, (lo, hi))
+            e = crossed_mean(np.clip(np.round(y), lo, hi).tolist(), raters, prompts, 0.95, (lo, hi), seed=int(rng.integers(2**31)))
             cov += e.low is not None and e.low <= truth <= (e.high or 0)
             outside += e.low is not None and ((e.low or 0) < lo or (e.high or 0) > hi)
         figures.append(
@@ -354,8 +354,8 @@ def family_rows(reps: int, seed: int) -> list[Figure]:
         holm += any(t.p_adjusted is not None and t.p_adjusted < 0.05 for t in adjust_family(tests, "bench", "holm"))
     l_raw = l_holm = 0
     l_reps = max(20, reps // 4)
-    spec = Statistics()
-    for _ in range(l_reps):
+    for i in range(l_reps):
+        spec = Statistics(seed=i)  # a fresh simulation seed per data set
         rows = []
         bias = rng.normal(0, 0.5, 6)
         for r in range(6):
