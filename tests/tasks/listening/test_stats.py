@@ -123,6 +123,22 @@ def test_variance_components_are_recovered_by_moments() -> None:
     assert s_r == pytest.approx(1.0, rel=0.15) and s_p == pytest.approx(0.25, rel=0.25) and s_e == pytest.approx(0.64, rel=0.06)
 
 
+def test_reference_is_never_shorter_than_without_rater_and_prompt_effects() -> None:
+    # a strong rater effect fits a rater-dominated model whose |t| tail is short (t-like on 5 df);
+    # the p-value must still be the no-effects reference's, which is the larger here
+    rng = np.random.default_rng(8)
+    r, p = np.repeat(np.arange(6), 10), np.tile(np.arange(10), 6)
+    y = rng.normal(0, 1.0, 6)[r] + rng.normal(0, 0.5, 60)
+    y = y - y.mean() + 1.5  # |t| = 4.6: in the tail Holm reads
+    e = crossed_mean(y.tolist(), [f"r{i}" for i in r], [f"p{i}" for i in p], 0.95, resamples=2000, seed=4)
+    cells, _ = _Cells.of(r, p)
+    assert e.components is not None and e.components[0] > 2 * e.components[2] and e.t is not None and e.p_value is not None
+    plain = cells.simulate_t((0.0, 0.0, 1.0), 2000, 4)
+    fitted = cells.simulate_t(e.components, 2000, 4)
+    p_plain, p_fitted = ((1 + np.sum(x >= abs(e.t))) / 2001 for x in (plain, fitted))
+    assert p_plain > 2 * p_fitted and e.p_value == pytest.approx(p_plain)
+
+
 def test_paired_delta_records_the_simulated_reference() -> None:
     rng = np.random.default_rng(5)
     rows = [row(f"r{i}", f"p{j}", c, float(rng.normal(3 + (c == "b") * 0.4, 1))) for i in range(6) for j in range(10) for c in "ab"]
