@@ -196,7 +196,8 @@ def reference(cells: _Cells, components: tuple[float, float, float], resamples: 
     fitted = np.sort(cells.simulate_t(components, resamples, seed))
     if components[0] == 0 and components[1] == 0:
         return fitted
-    return np.maximum(fitted, np.sort(cells.simulate_t(NO_EFFECTS, resamples, seed)))
+    heavier: np.ndarray = np.maximum(fitted, np.sort(cells.simulate_t(NO_EFFECTS, resamples, seed)))
+    return heavier
 
 
 def crossed_mean(
