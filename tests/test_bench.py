@@ -170,7 +170,7 @@ def test_stats_round_two_scenarios_run_through_the_gate() -> None:
                 "identical challenger", "bounded: gate pass rate", "bounded: MUSHRA", "bounded: ACR", "3-challenger round",
                 "18-way family", "listening 6 pairs", "cluster_bootstrap_t, 20 x 1", "power, demo WER rule")  # fmt: skip
     assert all(any(n.startswith(p) for n in names) for p in prefixes), names
-    assert len(figures) == 61 and all(math.isfinite(f.value) and 0 <= f.value <= 100 for f in figures)
+    assert len(figures) == 65 and all(math.isfinite(f.value) and 0 <= f.value <= 100 for f in figures)
     by = {f.name: f.value for f in figures}
     assert by["round-off constant delta: estimable"] == 0 and by["identical challenger: passes any paired rule"] == 0
     assert by["bounded: gate pass rate 0.9, 20 prompts, Wilson: intervals outside the range"] == 0

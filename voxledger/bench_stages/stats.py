@@ -27,6 +27,7 @@ from scipy import stats
 from voxledger.bench_stages.common import Figure
 from voxledger.schemas.evaluation import StatisticsSettings
 from voxledger.tasks.evaluation.stats import interval_of_means, t_test
+from voxledger.tasks.listening.stats import METHOD as LISTEN_METHOD
 from voxledger.tasks.listening.stats import crossed_mean
 
 ALPHA = 0.05
@@ -106,7 +107,8 @@ def listening_data(rng: np.random.Generator, r: np.ndarray, p: np.ndarray, skewe
 
 
 def listening_rates(design: tuple[int, int, int], skewed: bool, reps: int, seed: int, legacy: bool = False) -> Rates:
-    """Type-I and coverage of the two-way clustered t (or the removed row-level Wilcoxon / rater bootstrap)."""
+    """Type-I and coverage of the two-way clustered t with its simulated reference (a fresh simulation
+    seed per data set), or of the removed row-level Wilcoxon / rater bootstrap."""
     rng, rejected, covered = np.random.default_rng(seed), 0, 0
     r, p = listening_cells(*design)
     raters, prompts = [f"r{i}" for i in r], [f"p{i}" for i in p]
@@ -118,7 +120,7 @@ def listening_rates(design: tuple[int, int, int], skewed: bool, reps: int, seed:
             draw = rng.integers(0, sums.size, (500, sums.size))
             low, high = np.quantile(sums[draw].sum(axis=1) / counts[draw].sum(axis=1), [0.025, 0.975])
         else:
-            e = crossed_mean(y.tolist(), raters, prompts, 0.95)
+            e = crossed_mean(y.tolist(), raters, prompts, 0.95, seed=int(rng.integers(2**31)))
             rejected += e.p_value is not None and e.p_value < ALPHA
             low, high = (e.low, e.high) if e.low is not None else (np.inf, -np.inf)
         covered += low <= 0 <= high
@@ -163,7 +165,7 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
         for skewed in (False, True):
             data = "skewed" if skewed else "heterogeneous"
             d = (raters, prompts, per_prompt)
-            runs.append((f"listening two_way_cluster_t, {name}, {data}", partial(listening_rates, d, skewed, reps // 2, 2), False))
+            runs.append((f"listening {LISTEN_METHOD}, {name}, {data}", partial(listening_rates, d, skewed, reps // 2, 2), False))
             runs.append(
                 (
                     f"listening row Wilcoxon + rater bootstrap, {name}, {data}",

@@ -277,7 +277,7 @@ def listening_bounded_rows(reps: int, seed: int) -> list[Figure]:
         cov = outside = 0
         for _ in range(reps):
             y = centre + rng.normal(0, sd / 2, 6)[r_idx] + rng.normal(0, sd / 3, 10)[p_idx] + rng.normal(0, sd, 60)
-            e = crossed_mean(np.clip(np.round(y), lo, hi).tolist(), raters, prompts, 0.95, (lo, hi))
+            e = crossed_mean(np.clip(np.round(y), lo, hi).tolist(), raters, prompts, 0.95, (lo, hi), seed=int(rng.integers(2**31)))
             cov += e.low is not None and e.low <= truth <= (e.high or 0)
             outside += e.low is not None and ((e.low or 0) < lo or (e.high or 0) > hi)
         figures.append(
@@ -353,9 +353,9 @@ def family_rows(reps: int, seed: int) -> list[Figure]:
         raw += any(t.p_value is not None and t.p_value < 0.05 for t in tests)
         holm += any(t.p_adjusted is not None and t.p_adjusted < 0.05 for t in adjust_family(tests, "bench", "holm"))
     l_raw = l_holm = 0
-    l_reps = max(20, reps // 4)
-    spec = Statistics()
-    for _ in range(l_reps):
+    l_reps = max(20, reps // 2)
+    for i in range(l_reps):
+        spec = Statistics(seed=i)  # a fresh simulation seed per data set
         rows = []
         bias = rng.normal(0, 0.5, 6)
         for r in range(6):
@@ -386,32 +386,42 @@ DEMO_WER_SD = 0.2874
 (cluster_t), so se = 0.269 / (2 t(0.975, 19)) = 0.0643 and sd = se sqrt(20)."""
 
 
+DEMO_EVALUATION = (0.0154, 0.2366)
+"""WER delta (adapter - base) and prompt sd of the demo run's evaluation that README reports
+(+0.015 over 20 prompts): `voxledger plan power plans/promote-demo.yaml --pilot <it>` gives 48% per
+challenger at the round's 98.33% and 36 prompts for 80%."""
+
+
 def power_rows(reps: int, seed: int) -> list[Figure]:
-    """``plan power`` against the gate itself, at the demo's WER rule ``delta_high <= 0.15``, true
-    delta +0.005, prompt sd ``DEMO_WER_SD``: one challenger at 95% and 20 prompts (the demo gate
-    as it ran), and a 3-challenger round (Bonferroni) at 20 prompts and at the count recommended."""
+    """``plan power`` against the gate itself, at the demo's WER rule ``delta_high <= 0.15``:
+    at README's earlier delta +0.005 (prompt sd ``DEMO_WER_SD``), one challenger at 95% and 20
+    prompts (the demo gate as it ran, issue 28's 55%), and a 3-challenger round (Bonferroni) at 20
+    prompts and at the count recommended; then the same round at the demo evaluation's own effect
+    and spread (``DEMO_EVALUATION``), at 20 prompts and at the count ``plan power`` recommends."""
     from voxledger.tasks.power import power_of, prompts_needed
 
-    effect, sd, margin = 0.005, DEMO_WER_SD, 0.15
+    margin = 0.15
     conf3 = round_confidence(SETTINGS.confidence, 3)
-    need = prompts_needed("delta_high", "<=", margin, effect, sd, conf3, 0.8) or 5
     rule = [_rule("wer:basic", "delta_high", "<=", margin)]
     rng = np.random.default_rng(seed)
     figures = []
-    for k, conf, what in (
-        (20, SETTINGS.confidence, "1 challenger at 95%"),
-        (20, conf3, "3-challenger round"),
-        (need, conf3, "3-challenger round"),
+    for effect, sd, designs in (
+        (0.005, DEMO_WER_SD, ((20, SETTINGS.confidence, "1 challenger at 95%"), (20, conf3, "3-challenger round"))),
+        (*DEMO_EVALUATION, ((20, conf3, "3-challenger round"),)),
     ):
-        st = SETTINGS.model_copy(update={"confidence": conf})
-        passed = 0
-        for _ in range(reps):
-            b = rng.uniform(0.2, 0.6, k)
-            passed += _passes(_comparison(b + rng.normal(effect, sd, k), b, st), rule)
-        label = f"power, demo WER rule delta_high <= 0.15 (effect +0.005, sd {sd}), {what}, {k} prompts"
-        figures.append(Figure(f"{label}: predicted", 100 * power_of("delta_high", "<=", margin, effect, sd, k, conf), "%", "plan power"))
-        goal = (">= 80: " + ("ok" if _pct(passed, reps) >= 80 else "SHORT")) if k == need else "descriptive"
-        figures.append(Figure(f"{label}: simulated", _pct(passed, reps), "%", goal))
+        need = prompts_needed("delta_high", "<=", margin, effect, sd, conf3, 0.8) or 5
+        for k, conf, what in (*designs, (need, conf3, "3-challenger round")):
+            st = SETTINGS.model_copy(update={"confidence": conf})
+            passed = 0
+            for _ in range(reps):
+                b = rng.uniform(0.2, 0.6, k)
+                passed += _passes(_comparison(b + rng.normal(effect, sd, k), b, st), rule)
+            label = f"power, demo WER rule delta_high <= 0.15 (effect {effect:+g}, sd {sd}), {what}, {k} prompts"
+            figures.append(
+                Figure(f"{label}: predicted", 100 * power_of("delta_high", "<=", margin, effect, sd, k, conf), "%", "plan power")
+            )
+            goal = (">= 80: " + ("ok" if _pct(passed, reps) >= 80 else "SHORT")) if k == need else "descriptive"
+            figures.append(Figure(f"{label}: simulated", _pct(passed, reps), "%", goal))
     return figures
 
 
@@ -426,5 +436,5 @@ def bench_robust(reps: int) -> list[Figure]:
     figures += round_rows(reps, seed=25)
     figures += family_rows(reps, seed=26)
     figures += bootstrap_rows(max(100, reps // 4), seed=27)
-    figures += power_rows(max(100, reps // 2), seed=28)
+    figures += power_rows(max(100, 2 * reps), seed=28)  # SE ~0.9 points at 2000: the >= 80% check sits near 81%
     return figures

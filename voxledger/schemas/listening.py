@@ -166,16 +166,18 @@ class SubmissionChecks(Frozen):
 
 MIN_RATERS = 5
 MIN_LISTENING_PROMPTS = 5
-"""Fewest included raters and prompts an interval or test needs (df = min(raters, prompts) - 1 >= 4)."""
+"""Fewest included raters and prompts an interval or test needs."""
 
 
 class Statistics(Frozen):
     """How the aggregate is computed.
 
-    Intervals and tests use a two-way cluster-robust variance over raters and prompts (crossed
-    units) with a t reference on min(raters, prompts) - 1 degrees of freedom; with fewer than
-    ``MIN_RATERS`` included raters or ``MIN_LISTENING_PROMPTS`` prompts they are reported as not
-    estimable. ``bootstrap_resamples`` and ``seed`` are kept for plan compatibility and unused.
+    Intervals and tests use the two-way (raters x prompts, crossed units) cluster-robust t
+    statistic; its reference distribution is simulated, ``bootstrap_resamples`` data sets drawn from
+    ``seed``, from a crossed random-effects model fitted to the ratings (a parametric bootstrap;
+    receipts record ``two_way_cluster_t_parametric_bootstrap``). ``method`` names the statistic.
+    With fewer than ``MIN_RATERS`` included raters or ``MIN_LISTENING_PROMPTS`` prompts they are
+    reported as not estimable.
     """
 
     bootstrap_resamples: int = Field(default=2000, ge=100)

@@ -241,7 +241,11 @@ class Attrition(Frozen):
     cells: tuple[MissingCell, ...]
 
 
-CrossedMethod = Literal["two_way_cluster_t"]
+CrossedMethod = Literal["two_way_cluster_t", "two_way_cluster_t_parametric_bootstrap"]
+"""``two_way_cluster_t``: two-way cluster-robust t on min(raters, prompts) - 1 df (receipts written
+before the reference distribution was simulated); ``two_way_cluster_t_parametric_bootstrap``: the
+same statistic and standard error, its reference distribution simulated from a fitted crossed
+random-effects model (``df`` is then None)."""
 
 
 class CandidateScore(Frozen):
@@ -269,7 +273,7 @@ class CandidateScore(Frozen):
 
 class PairedDelta(Frozen):
     """``b - a`` paired within (rater, prompt) (for A/B: the CMOS of b over a), tested at the level of
-    raters and prompts (two-way cluster-robust t, df = min(raters, prompts) - 1)."""
+    raters and prompts (two-way cluster-robust t; ``method`` says how its reference distribution was had)."""
 
     criterion: str
     task: TaskType

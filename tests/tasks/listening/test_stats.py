@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from voxledger.bench_stages.stats import listening_rates
+from voxledger.bench_stages.stats import listening_cells, listening_rates
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.listening import ScreeningRules, Statistics
 from voxledger.schemas.listening_receipts import RatingRow
 from voxledger.tasks.listening.screening import screen_rater
 from voxledger.tasks.listening.stats import (
+    _Cells,
     bradley_terry,
     candidate_scores,
     crossed_mean,
@@ -77,9 +78,75 @@ def test_crossed_interval_matches_statsmodels_two_way_cluster() -> None:
     y = 0.3 + rng.normal(0, 0.5, 7)[r] + rng.normal(0, 0.4, 12)[p] + rng.normal(0, 1, r.size)
     e = crossed_mean(y.tolist(), [f"r{i}" for i in r], [f"p{i}" for i in p], 0.95)
     fit = sm.OLS(y, np.ones(y.size)).fit(cov_type="cluster", cov_kwds={"groups": np.column_stack([r, p]), "use_correction": True})
-    assert e.low is not None and e.high is not None and e.df == 6
-    assert (e.high - e.low) / 2 / stats.t.ppf(0.975, 6) == pytest.approx(float(fit.bse[0]), rel=1e-9)
+    assert e.low is not None and e.high is not None and e.t is not None and e.df is None
+    assert e.mean / e.t == pytest.approx(float(fit.bse[0]), rel=1e-9)
     assert e.mean == pytest.approx(float(fit.params[0]))
+
+
+def _two_way_t(y: np.ndarray, r: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """|t| of the mean of each row of ``y`` (draws, ratings), two-way clustered, written out directly."""
+    n, m = y.shape[1], y.mean(axis=1)
+    e = y - m[:, None]
+
+    def part(idx: np.ndarray) -> np.ndarray:
+        g = idx.max() + 1
+        return np.stack([e[:, idx == k].sum(axis=1) for k in range(g)], 1) ** 2 @ np.ones(g) * g / (g - 1) / n**2
+
+    cell = r * (p.max() + 1) + p
+    v = part(r) + part(p) - part(np.unique(cell, return_inverse=True)[1])
+    return np.abs(m) / np.sqrt(np.where(v > 0, v, np.maximum(part(r), part(p))))
+
+
+def test_simulated_reference_has_the_tail_the_t_on_raters_lacked() -> None:
+    # 6 raters x 10 prompts, one rating each, no rater or prompt effect: the 1 - 0.05 / 6 quantile
+    # of |t| (the first step of Holm over six pairs) is ~5.5 by brute force, and t on 5 df put it
+    # at 4.2, so a single pair passed Holm's first step twice as often as it should
+    r, p = np.repeat(np.arange(6), 10), np.tile(np.arange(10), 6)
+    truth = _two_way_t(np.random.default_rng(7).standard_normal((20000, 60)), r, p)
+    level = 1 - 0.05 / 6
+    t5 = stats.t.ppf(0.5 + level / 2, 5)
+    beyond = float(np.mean(truth > t5))
+    assert beyond > 1.6 * (1 - level)
+    cells, _ = _Cells.of(r, p)
+    simulated = cells.simulate_t((0.0, 0.0, 1.0), 20000, 3)
+    assert float(np.mean(simulated > t5)) == pytest.approx(beyond, abs=0.003)
+    assert float(np.quantile(simulated, 0.95)) == pytest.approx(float(np.quantile(truth, 0.95)), rel=0.03)
+
+
+def test_variance_components_are_recovered_by_moments() -> None:
+    # 40 raters x 60 prompts, 8 raters per prompt; variances 1, 0.25, 0.64: the mean of 20 fits
+    rng = np.random.default_rng(2)
+    r, p = listening_cells(40, 60, 8)
+    cells, cell = _Cells.of(r, p)
+    fits = [cells.components(3 + rng.normal(0, 1, 40)[r] + rng.normal(0, 0.5, 60)[p] + rng.normal(0, 0.8, r.size), cell) for _ in range(20)]
+    s_r, s_p, s_e = np.mean(fits, axis=0)
+    assert s_r == pytest.approx(1.0, rel=0.15) and s_p == pytest.approx(0.25, rel=0.25) and s_e == pytest.approx(0.64, rel=0.06)
+
+
+def test_reference_is_never_shorter_than_without_rater_and_prompt_effects() -> None:
+    # a strong rater effect fits a rater-dominated model whose |t| tail is short (t-like on 5 df);
+    # the p-value must still be the no-effects reference's, which is the larger here
+    rng = np.random.default_rng(8)
+    r, p = np.repeat(np.arange(6), 10), np.tile(np.arange(10), 6)
+    y = rng.normal(0, 1.0, 6)[r] + rng.normal(0, 0.5, 60)
+    y = y - y.mean() + 1.5  # |t| = 4.6: in the tail Holm reads
+    e = crossed_mean(y.tolist(), [f"r{i}" for i in r], [f"p{i}" for i in p], 0.95, resamples=2000, seed=4)
+    cells, _ = _Cells.of(r, p)
+    assert e.components is not None and e.components[0] > 2 * e.components[2] and e.t is not None and e.p_value is not None
+    plain = cells.simulate_t((0.0, 0.0, 1.0), 2000, 4)
+    fitted = cells.simulate_t(e.components, 2000, 4)
+    p_plain, p_fitted = ((1 + np.sum(x >= abs(e.t))) / 2001 for x in (plain, fitted))
+    assert p_plain > 2 * p_fitted and e.p_value == pytest.approx(p_plain)
+
+
+def test_paired_delta_records_the_simulated_reference() -> None:
+    rng = np.random.default_rng(5)
+    rows = [row(f"r{i}", f"p{j}", c, float(rng.normal(3 + (c == "b") * 0.4, 1))) for i in range(6) for j in range(10) for c in "ab"]
+    (d,) = paired_deltas(rows, Statistics(bootstrap_resamples=500), {"acr": "higher_better"})
+    assert d.method == "two_way_cluster_t_parametric_bootstrap" and d.df is None
+    assert d.p_value is not None and 1 / 501 <= d.p_value <= 1
+    assert paired_deltas(rows, Statistics(bootstrap_resamples=500), {"acr": "higher_better"})[0] == d  # same seed, same receipt
+    assert all(s.method == d.method and s.df is None for s in candidate_scores(rows, SPEC))
 
 
 def test_crossed_input_checks() -> None:

@@ -78,14 +78,20 @@ def inside(low: float, high: float, bounds: Bounds) -> bool:
     return (lo is None or low >= lo) and (hi is None or high <= hi)
 
 
-def bounded_t(mean: float, se: float, df: int, confidence: float, bounds: Bounds) -> tuple[float, float, bool]:
+def bounded_t(
+    mean: float, se: float, df: int | None, confidence: float, bounds: Bounds, quantile: float | None = None
+) -> tuple[float, float, bool]:
     """t interval ``mean +- t * se``; when it leaves ``bounds``, the delta-method interval on the
     logit (two bounds) or log (one bound) scale, back-transformed. Returns (low, high, fell_back).
 
+    ``quantile`` replaces the t quantile on ``df`` degrees of freedom when the reference
+    distribution of the studentized statistic is not a t (e.g. simulated).
     The transformed interval needs the mean strictly inside the range; a mean on a bound has no
     spread left to transform, so the t interval is clipped to the range (still flagged).
     """
-    q = float(stats.t.ppf(0.5 + confidence / 2, df))
+    if quantile is None and df is None:
+        raise ValueError("bounded_t needs df or quantile")
+    q = float(stats.t.ppf(0.5 + confidence / 2, df)) if quantile is None else quantile
     low, high = mean - q * se, mean + q * se
     if inside(low, high, bounds):
         return low, high, False
