@@ -19,6 +19,8 @@ from voxledger.flows.pipeline import pipeline
 from voxledger.schemas.equivalence import EquivalencePlan
 from voxledger.stores.capabilities import ANY, capability_matrix
 from voxledger.stores.home import Home
+from voxledger.stores.trees import load_manifest
+from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 from voxledger.tasks.stages.equivalence import attribute_adapter
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -71,7 +73,7 @@ def write_cv3_plans(d: Path) -> Path:
 
 
 @pytest.mark.prefect
-def test_cosyvoice3_runs_every_stage_of_the_pipeline(cv3_upstream: object, small_corpus: Path, tmp_path: Path) -> None:
+def test_cosyvoice3_runs_every_stage_of_the_pipeline(cv3_upstream: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
     plans = write_cv3_plans(tmp_path / "plans")
     home_dir = tmp_path / "home"
     out = pipeline(str(home_dir), str(small_corpus), str(plans / "pipeline.yaml"), str(plans), str(tmp_path / "packets"))
@@ -82,6 +84,15 @@ def test_cosyvoice3_runs_every_stage_of_the_pipeline(cv3_upstream: object, small
     package = home.receipts.read_json(receipts["package"])
     assert package["status"] == "succeeded" and package["result"]["reload"]["bitwise_equal"]
     assert package["result"]["equivalence_band"] == "GREEN"
+    # the merged export stores the tied embedding / LM head once: llm.pt's size plus the LoRA delta, within 2%
+    merged = {e.path: e.size_bytes for e in load_manifest(home.blobs, package["result"]["merged_tree_sha256"]).entries}
+    train_doc = home.receipts.read_json(receipts["train_adapter"])
+    best_tree = {
+        e.path: e.size_bytes
+        for e in load_manifest(home.blobs, next(s["sha256"] for s in train_doc["subjects"] if s["role"] == "best")).entries
+    }
+    expected = (cv3_upstream.model_dir / "llm.pt").stat().st_size + best_tree["adapter.safetensors"]
+    assert abs(merged["llm.safetensors"] - expected) <= 0.02 * expected, (merged, expected)
     evaluation = home.receipts.read_json(receipts["evaluate"])
     wavs = sorted((tmp_path / "packets").rglob("*.wav"))  # per-rater packets written, every clip at 24 kHz
     assert wavs and {sf.info(str(w)).samplerate for w in wavs} == {24000}
