@@ -29,17 +29,50 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ.setdefault(_var, "1")
 
 
+# The xdist groups that take longest, longest first (measured with `--durations` on an idle 2-core
+# machine; a few minutes down to about 40 s each). They are handed out first, so the many short
+# groups fill in around them and no long group starts near the end while the other worker idles.
+LONGEST_GROUPS = (
+    "first_run",
+    "tests/flows/test_newcomer.py",
+    "tests/tasks/test_promotion.py",
+    "tests/test_bench.py",
+    "tests/tasks/test_evaluation.py",
+    "tests/flows/test_server.py",
+    "tests/flows/test_deploy.py",
+    "tests/flows/test_workers.py",
+    "tests/tasks/test_training.py",
+    "tests/tasks/packaging/test_package_build.py",
+    "tests/tasks/listening/test_commit_race.py",
+    "tests/flows/test_own_corpus.py",
+    "tests/test_cli_interrupt.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist hands out groups with the most tests first; here the order of the collection decides
+    (``pytest_collection_modifyitems`` puts the longest groups first)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``) a module's tests stay on one worker, so its
     module-scoped fixtures (trained models, corpora) are built once, and every test that uses the
-    session's pipeline run (``first_run``) shares one worker, in collection order. Tests marked
+    session's pipeline run (``first_run``) shares one worker, in collection order. The longest
+    groups (``LONGEST_GROUPS``) come first under xdist; within a group the collection order stays. Tests marked
     ``prefect`` get the session's Prefect server first, before any fixture that runs a flow."""
+    groups: dict[pytest.Item, str] = {}
     for item in items:
         fixturenames = getattr(item, "fixturenames", [])
         if item.get_closest_marker("prefect") is not None and "prefect_api" not in fixturenames:
             fixturenames.insert(0, "prefect_api")
         uses_run = "first_run" in fixturenames
-        item.add_marker(pytest.mark.xdist_group("first_run" if uses_run else item.nodeid.split("::")[0]))
+        groups[item] = "first_run" if uses_run else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(groups[item]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's collection is the order groups are handed out in
+        rank = {g: i for i, g in enumerate(LONGEST_GROUPS)}
+        items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +105,30 @@ def _no_prefect_api_unless_marked(request: pytest.FixtureRequest, monkeypatch: p
     with temporary_settings(updates={PREFECT_API_URL: NO_API_URL}):
         monkeypatch.setattr(prefect.context, "GLOBAL_SETTINGS_CONTEXT", prefect.context.get_settings_context())
         yield
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small synthetic corpus of the shared pipeline run (tests/corpus_factory.py)."""
+    from tests.corpus_factory import build_small_corpus
+
+    return build_small_corpus(tmp_path_factory.mktemp("pc") / "c")
+
+
+@pytest.fixture(scope="session")
+def first_run(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> tuple[Path, Path, dict, float]:  # type: ignore[type-arg]
+    """One full pipeline run (tests/flows/conftest.py's plans) shared by every test that only reads it or
+    works on a copy: (home, plans, summary, seconds). Defined here, once, so the flow and dashboard
+    tests get the same run (a fixture defined in two conftest files runs twice)."""
+    import time
+
+    from tests.flows.conftest import run, write_plans
+
+    root = tmp_path_factory.mktemp("pipe")
+    plans = write_plans(root / "plans")
+    t0 = time.perf_counter()
+    summary = run(root / "h", corpus, plans)
+    return root / "h", plans, summary, time.perf_counter() - t0
 
 
 @pytest.fixture

@@ -1,15 +1,13 @@
-"""Flow tests share the session's Prefect server (``tests/conftest.py``) and one pipeline run."""
+"""Plans and a runner for the flow tests; the session's Prefect server and its one shared pipeline run
+(``corpus``, ``first_run``) are fixtures of ``tests/conftest.py``."""
 
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.corpus_factory import build_small_corpus
 from voxledger.flows.pipeline import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,18 +116,3 @@ def run(home: Path, corpus: Path, plans: Path, plan: str = "pipeline.yaml", pack
     out = pipeline(str(home), str(corpus), str(plans / plan), str(plans), str(home.parent / (packets or f"packets-{plan}")))
     stages = [s.model_dump(mode="json") for s in out.stages]
     return {"pipeline_receipt": out.pipeline_receipt, "stages": stages, **{s["stage"]: s for s in stages}}
-
-
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_small_corpus(tmp_path_factory.mktemp("pc") / "c")
-
-
-@pytest.fixture(scope="session")
-def first_run(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> tuple[Path, Path, dict, float]:  # type: ignore[type-arg]
-    """One full pipeline run shared by the tests of this module: (home, plans, summary, seconds)."""
-    root = tmp_path_factory.mktemp("pipe")
-    plans = write_plans(root / "plans")
-    t0 = time.perf_counter()
-    summary = run(root / "h", corpus, plans)
-    return root / "h", plans, summary, time.perf_counter() - t0

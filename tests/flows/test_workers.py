@@ -31,7 +31,8 @@ endpoint, client, make_store = test_s3.endpoint, test_s3.client, test_s3.make_st
 
 def _worker(pool: str, home: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process", "--limit", "1"]
-    return subprocess.Popen(cmd, env={**os.environ, **env, "VOXLEDGER_HOME": str(home)}, stdout=log.open("wb"),
+    env = {**os.environ, **env, "VOXLEDGER_HOME": str(home), "PREFECT_WORKER_QUERY_SECONDS": "1"}  # looks every second, not 10
+    return subprocess.Popen(cmd, env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
 
@@ -88,7 +89,7 @@ def test_two_workers_on_two_pools_share_one_bucket(make_store: Any, tmp_path: Pa
     workers = [_worker("wk-cpu", tmp_path / "home-cpu", s3_env, tmp_path / "cpu.log"),
                _worker("wk-gpu", tmp_path / "home-gpu", s3_env, tmp_path / "gpu.log")]  # fmt: skip
     try:
-        audit_run = run_deployment("audit/wk-audit", timeout=600)
+        audit_run = run_deployment("audit/wk-audit", timeout=600, poll_interval=1)
         assert audit_run.state is not None and audit_run.state.is_completed(), (tmp_path / "cpu.log").read_text()[-3000:]
         # which audit? the bucket says: a third home pulls it (as the pipeline's machine would)
         catalog = Home(tmp_path / "home-catalog")
@@ -96,7 +97,7 @@ def test_two_workers_on_two_pools_share_one_bucket(make_store: Any, tmp_path: Pa
         with catalog.catalog.connect(read_only=True) as con:
             (audit_rid,) = con.execute("SELECT receipt_sha256 FROM receipts WHERE kind = 'audit'").fetchone()
         assert not (tmp_path / "home-gpu").exists()  # the training worker has not run anything yet
-        train_run = run_deployment("train/wk-train_base", parameters={"audit_rid": audit_rid}, timeout=600)
+        train_run = run_deployment("train/wk-train_base", parameters={"audit_rid": audit_rid}, timeout=600, poll_interval=1)
         assert train_run.state is not None and train_run.state.is_completed(), (tmp_path / "gpu.log").read_text()[-3000:]
     finally:
         for w in workers:

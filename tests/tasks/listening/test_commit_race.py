@@ -99,7 +99,9 @@ def test_session_reused_in_another_raters_file_is_refused_across_runs(exported: 
 
 def test_kill_in_the_commit_window_then_rebuild_does_not_lock_the_rater_out(exported: Exported, tmp_path: Path) -> None:
     killed = write_json(tmp_path / "r02_v1.json", doc(exported, "r02", "4" * 32))
-    p = start(exported, [killed], delay_s=60.0)
+    # the delay holds both pauses (after the decision, then in the commit window): long enough to kill
+    # inside the second, short enough that the first does not dominate the test
+    p = start(exported, [killed], delay_s=10.0)
     wait_for_pause(p, "submission receipts written, aggregate not yet")
     os.kill(p.pid, signal.SIGKILL)  # inside the commit window: after the submission receipt, before the aggregate
     p.communicate(timeout=60)
