@@ -26,19 +26,8 @@ from voxledger.tasks.evaluation.journal import Journal
 SAMPLE_RATE_HZ = 16000
 
 
-def to_16k(wav: np.ndarray, sr: int) -> np.ndarray:
-    """Mono float32 at 16 kHz (the rate every extractor uses)."""
-    wav = np.asarray(wav, dtype=np.float32)
-    if wav.ndim > 1:
-        wav = wav.mean(axis=1)
-    if sr != SAMPLE_RATE_HZ:
-        g = gcd(SAMPLE_RATE_HZ, sr)
-        wav = resample_poly(wav, SAMPLE_RATE_HZ // g, sr // g).astype(np.float32)
-    return np.asarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
-
-
 def resample_to(wav: np.ndarray, sr: int, rate: int) -> np.ndarray:
-    """Mono float32 at ``rate`` (polyphase, as `to_16k`), clipped to [-1, 1]."""
+    """Mono float32 at ``rate`` (polyphase), clipped to [-1, 1]."""
     wav = np.asarray(wav, dtype=np.float32)
     if wav.ndim > 1:
         wav = wav.mean(axis=1)
@@ -46,6 +35,11 @@ def resample_to(wav: np.ndarray, sr: int, rate: int) -> np.ndarray:
         g = gcd(rate, sr)
         wav = resample_poly(wav, rate // g, sr // g).astype(np.float32)
     return np.asarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
+
+
+def to_16k(wav: np.ndarray, sr: int) -> np.ndarray:
+    """Mono float32 at 16 kHz (the rate every extractor uses)."""
+    return resample_to(wav, sr, SAMPLE_RATE_HZ)
 
 
 def wav_bytes(wav: np.ndarray, rate: int = SAMPLE_RATE_HZ) -> bytes:
