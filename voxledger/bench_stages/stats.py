@@ -35,7 +35,7 @@ EVAL_DESIGNS: tuple[tuple[str, int, int], ...] = (
     ("k=5 x 4 seeds", 5, 4),
     ("k=10 x 4 seeds", 10, 4),
     ("k=30 x 4 seeds", 30, 4),
-    ("eval-demo / promote-demo 20 x 1", 20, 1),
+    ("eval-demo 20 x 1", 20, 1),
     ("eval-hard-cases 11 x 2", 11, 2),
 )
 LISTEN_DESIGNS: tuple[tuple[str, int, int, int], ...] = (

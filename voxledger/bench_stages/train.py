@@ -35,6 +35,7 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
         "frames": sum(e.frames_per_s * e.wall_s for e in r.epochs),
         "steps": r.total_steps,
         "params": r.total_parameters,
+        "precision": str(out.receipt.parameters.effective_config.get("precision_effective", plan.precision)),
     }
 
 
@@ -91,6 +92,7 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
     run, k, step_s = runs["plan"], plan.checkpoint_every_steps, runs["plan"]["stages"]["step"]
     if bare["steps"] != run["steps"]:
         raise VoxledgerError(f"bare loop ran {bare['steps']} steps, the training run {run['steps']}: the comparison would be unfair")
+    precision = run["precision"]
     label = f"train {plan.backend} full {run['params'] / 1e6:.1f} M params, {plan.threads} thread(s), {run['steps']} steps"
     return [
         Figure(f"{label}: utterances", run["utterances"] / run["loop_step_s"], "utterances/s"),
@@ -109,5 +111,17 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
             100 * (_outside(run) - _outside(runs["epoch_only"])) / step_s,
             "%",
         ),
-        Figure("train_adapter vs bare loop: total wall (setup and step noise included)", run["wall_s"] / bare["wall_s"], "x"),
+        Figure(f"train_adapter: step time ({precision})", 1000 * step_s / run["steps"], "ms/step"),
+        Figure(f"bare loop: step time ({precision})", 1000 * bare["stages"]["step"] / bare["steps"], "ms/step"),
+        Figure("train_adapter vs bare loop: step time", step_s / bare["stages"]["step"], "x", _goal(step_s / bare["stages"]["step"])),
+        Figure(
+            "train_adapter vs bare loop: total wall (setup and step noise included)",
+            run["wall_s"] / bare["wall_s"],
+            "x",
+            _goal(run["wall_s"] / bare["wall_s"]),
+        ),
     ]
+
+
+def _goal(ratio: float) -> str:
+    return "<= 1.2: " + ("ok" if ratio <= 1.2 else "SHORT")

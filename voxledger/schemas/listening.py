@@ -175,7 +175,7 @@ class Statistics(Frozen):
     Intervals and tests use the two-way (raters x prompts, crossed units) cluster-robust t
     statistic; its reference distribution is simulated, ``bootstrap_resamples`` data sets drawn from
     ``seed``, from a crossed random-effects model fitted to the ratings (a parametric bootstrap;
-    receipts record ``two_way_cluster_t_parametric_bootstrap``). ``method`` names the statistic.
+    receipts record ``two_way_cluster_t_pretested_bootstrap``). ``method`` names the statistic.
     With fewer than ``MIN_RATERS`` included raters or ``MIN_LISTENING_PROMPTS`` prompts they are
     reported as not estimable.
     """

@@ -241,11 +241,13 @@ class Attrition(Frozen):
     cells: tuple[MissingCell, ...]
 
 
-CrossedMethod = Literal["two_way_cluster_t", "two_way_cluster_t_parametric_bootstrap"]
+CrossedMethod = Literal["two_way_cluster_t", "two_way_cluster_t_parametric_bootstrap", "two_way_cluster_t_pretested_bootstrap"]
 """``two_way_cluster_t``: two-way cluster-robust t on min(raters, prompts) - 1 df (receipts written
 before the reference distribution was simulated); ``two_way_cluster_t_parametric_bootstrap``: the
 same statistic and standard error, its reference distribution simulated from a fitted crossed
-random-effects model (``df`` is then None)."""
+random-effects model, the heavier of that and the model without rater and prompt effects (``df``
+is then None); ``two_way_cluster_t_pretested_bootstrap`` (current): the heavier of the fitted model
+and the fitted model keeping only the effects whose two-way ANOVA F test has p < 0.2."""
 
 
 class CandidateScore(Frozen):

@@ -16,6 +16,8 @@ from voxledger.schemas.listening import ScreeningRules, Statistics
 from voxledger.schemas.listening_receipts import RatingRow
 from voxledger.tasks.listening.screening import screen_rater
 from voxledger.tasks.listening.stats import (
+    NO_EFFECTS,
+    PRETEST_ALPHA,
     _Cells,
     bradley_terry,
     candidate_scores,
@@ -123,27 +125,55 @@ def test_variance_components_are_recovered_by_moments() -> None:
     assert s_r == pytest.approx(1.0, rel=0.15) and s_p == pytest.approx(0.25, rel=0.25) and s_e == pytest.approx(0.64, rel=0.06)
 
 
-def test_reference_is_never_shorter_than_without_rater_and_prompt_effects() -> None:
-    # a strong rater effect fits a rater-dominated model whose |t| tail is short (t-like on 5 df);
-    # the p-value must still be the no-effects reference's, which is the larger here
+def test_effect_f_tests_match_statsmodels_type_ii_anova() -> None:
+    # unbalanced crossed design (8 raters x 12 prompts, 5 raters per prompt, some cells twice)
+    statsmodels_formula = pytest.importorskip("statsmodels.formula.api")
+    anova_lm = pytest.importorskip("statsmodels.stats.anova").anova_lm
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(11)
+    r, p = listening_cells(8, 12, 5)
+    r, p = np.concatenate([r, r[:7]]), np.concatenate([p, p[:7]])
+    y = 3 + rng.normal(0, 0.3, 8)[r] + rng.normal(0, 0.6, 12)[p] + rng.normal(0, 1, r.size)
+    cells, cell = _Cells.of(r, p)
+    ours = cells.effect_p_values(y, cell)
+    fit = statsmodels_formula.ols("y ~ C(r) + C(p)", data=pd.DataFrame({"y": y, "r": r, "p": p})).fit()
+    table = anova_lm(fit, typ=2)
+    assert ours == pytest.approx((table.loc["C(r)", "PR(>F)"], table.loc["C(p)", "PR(>F)"]), rel=1e-9)
+
+
+def test_reference_keeps_only_the_effects_the_f_test_shows() -> None:
+    # a strong rater effect is kept (its F test has p ~ 0), so the p-value is the fitted model's
+    # or the rater-only model's, never the shorter-tailed no-effects one alone; with no effect at
+    # all (both F tests p >= 0.2) the reference is at least the no-effects model's
     rng = np.random.default_rng(8)
     r, p = np.repeat(np.arange(6), 10), np.tile(np.arange(10), 6)
-    y = rng.normal(0, 1.0, 6)[r] + rng.normal(0, 0.5, 60)
-    y = y - y.mean() + 1.5  # |t| = 4.6: in the tail Holm reads
-    e = crossed_mean(y.tolist(), [f"r{i}" for i in r], [f"p{i}" for i in p], 0.95, resamples=2000, seed=4)
-    cells, _ = _Cells.of(r, p)
-    assert e.components is not None and e.components[0] > 2 * e.components[2] and e.t is not None and e.p_value is not None
-    plain = cells.simulate_t((0.0, 0.0, 1.0), 2000, 4)
-    fitted = cells.simulate_t(e.components, 2000, 4)
-    p_plain, p_fitted = ((1 + np.sum(x >= abs(e.t))) / 2001 for x in (plain, fitted))
-    assert p_plain > 2 * p_fitted and e.p_value == pytest.approx(p_plain)
+    names = [f"r{i}" for i in r], [f"p{i}" for i in p]
+    cells, cell = _Cells.of(r, p)
+    strong = rng.normal(0, 1.0, 6)[r] + rng.normal(0, 0.5, 60)
+    strong = strong - strong.mean() + 1.5
+    p_rater, p_prompt = cells.effect_p_values(strong, cell)
+    assert p_rater < 1e-6 and p_prompt >= PRETEST_ALPHA
+    e = crossed_mean(strong.tolist(), *names, 0.95, resamples=2000, seed=4)
+    assert e.components is not None and e.t is not None
+    kept = np.maximum(
+        np.sort(cells.simulate_t(e.components, 2000, 4)), np.sort(cells.simulate_t((e.components[0], 0.0, e.components[2]), 2000, 4))
+    )
+    assert e.p_value == pytest.approx((1 + np.sum(kept >= abs(e.t))) / 2001)
+    for seed in range(40):  # a null data set whose rater variance is fitted above 0 by chance
+        null = np.random.default_rng(seed).normal(0, 1, 60) + 0.4
+        if min(cells.effect_p_values(null, cell)) >= PRETEST_ALPHA and cells.components(null, cell)[0] > 0:
+            break
+    e = crossed_mean(null.tolist(), *names, 0.95, resamples=2000, seed=4)
+    assert e.components is not None and e.t is not None and e.p_value is not None
+    plain = (1 + np.sum(cells.simulate_t(NO_EFFECTS, 2000, 4) >= abs(e.t))) / 2001
+    assert e.p_value >= plain - 1e-12
 
 
 def test_paired_delta_records_the_simulated_reference() -> None:
     rng = np.random.default_rng(5)
     rows = [row(f"r{i}", f"p{j}", c, float(rng.normal(3 + (c == "b") * 0.4, 1))) for i in range(6) for j in range(10) for c in "ab"]
     (d,) = paired_deltas(rows, Statistics(bootstrap_resamples=500), {"acr": "higher_better"})
-    assert d.method == "two_way_cluster_t_parametric_bootstrap" and d.df is None
+    assert d.method == "two_way_cluster_t_pretested_bootstrap" and d.df is None
     assert d.p_value is not None and 1 / 501 <= d.p_value <= 1
     assert paired_deltas(rows, Statistics(bootstrap_resamples=500), {"acr": "higher_better"})[0] == d  # same seed, same receipt
     assert all(s.method == d.method and s.df is None for s in candidate_scores(rows, SPEC))

@@ -20,7 +20,11 @@ from voxledger.tasks.corpus.demo import VOICES, assign_sentences, utterance_id
 from voxledger.tasks.corpus.sentences import harvard_sentences
 
 EVAL_PROMPTS = 20
-GATE_PROMPTS = 20  # 10 proved too few: a 2-point WER gap over 60 sentences read as 13-19 points on 10
+GATE_PROMPTS = 36
+"""`voxledger plan power plans/promote-demo.yaml --pilot <evaluation>` on the demo run's evaluation
+(adapter - base WER +0.015, prompt sd 0.237) recommends 36 for 80% power per 3-challenger round at
+the WER margin (48% at 20; docs/statistics.md); 10 had proved too few (a 2-point WER gap over 60
+sentences read as 13-19 points on 10)."""
 SEEDS = (0,)
 
 
@@ -115,8 +119,9 @@ def plans() -> dict[str, dict[str, Any]]:
                 "op": "<=",
                 "threshold": 0.15,
                 "why": (
-                    "non-inferiority: the upper end of the 95% interval (t over the 20 prompts) of the WER increase stays below "
-                    "15 points; a loose margin for a tiny model, since 20 prompts cannot rule out 10 (upper ends 0.11-0.17 measured)"
+                    f"non-inferiority: the upper end of the interval (t over the {GATE_PROMPTS} prompts, at the round's confidence) "
+                    "of the WER increase stays below 15 points; a loose margin for a tiny model; the prompt count gives 80% power "
+                    "per round at the demo adapter's measured WER effect and spread (voxledger plan power)"
                 ),
             },
             {
@@ -124,7 +129,7 @@ def plans() -> dict[str, dict[str, Any]]:
                 "statistic": "delta_low",
                 "op": ">=",
                 "threshold": 0.05,
-                "why": "the lower end of the 95% interval shows the voice moved toward the target by at least 0.05",
+                "why": "the lower end of the interval (at the round's confidence) shows the voice moved toward the target by at least 0.05",
             },
         ],
     }
