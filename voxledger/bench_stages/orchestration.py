@@ -75,6 +75,15 @@ DIRECT_AUDIT = (
 )
 
 
+PREFECT_IMPORTS = (
+    "import prefect, prefect.flow_engine, prefect.task_engine, prefect.client.orchestration, prefect.events;"
+    "from prefect.logging.configuration import setup_logging; setup_logging()"
+)
+"""What a flow run loads of Prefect before it talks to the server (measured by ``-X importtime``
+and a profile of a cached ``voxledger audit``: the modules the engine imports lazily and the
+logging configuration it parses), as one process."""
+
+
 def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[Figure]:
     """A cached ``voxledger audit`` (a flow on this home's long-lived server) against the plain
     audit function, each as a whole process on the same corpus and home."""
@@ -97,11 +106,14 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
             raise VoxledgerError(f"bench command {' '.join(cmd[:6])} ... exited {proc.returncode}: {proc.stderr[-1500:]}")
         return time.perf_counter() - t0
 
+    floor_cmd = [sys.executable, "-c", "pass"]
+    prefect_cmd = [sys.executable, "-c", PREFECT_IMPORTS]
     try:
         t_first = timed_run(cli)  # audits and starts the home's server
         t_cli = min(timed_run(cli) for _ in range(3))
         t_direct = min(timed_run(direct) for _ in range(3))
         t_ephemeral = timed_run(cli, {"VOXLEDGER_PREFECT": "ephemeral"})
+        t_prefect = min(timed_run(prefect_cmd) for _ in range(3)) - min(timed_run(floor_cmd) for _ in range(3))
     finally:
         stop_server(home)
     return [
@@ -109,6 +121,8 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
         Figure("cli audit, cached, home server warm (process wall)", t_cli, "s"),
         Figure("audit function called directly, cached (process wall)", t_direct, "s"),
         Figure("cli audit cached - direct call", t_cli - t_direct, "s", "<= 1: " + ("ok" if t_cli - t_direct <= 1 else "SHORT")),
+        Figure("of which importing Prefect's engine, client, events and logging setup (process - python -c pass)", t_prefect, "s"),
+        Figure("the rest: server round trips, states, voxledger's flow wrappers", t_cli - t_direct - t_prefect, "s"),
         Figure("cli audit cached, Prefect's temporary server instead (process wall)", t_ephemeral, "s"),
     ]
 

@@ -17,7 +17,6 @@ import functools
 import itertools
 
 import numpy as np
-import scipy.fft
 
 N_SEGMENTS = 33
 BAND_EDGES_HZ = np.geomspace(300.0, 4000.0, 10)
@@ -27,6 +26,8 @@ N_CHUNKS = 16
 @functools.lru_cache(maxsize=32)
 def _plan(seg: int, sample_rate_hz: int) -> tuple[np.ndarray, int, np.ndarray]:
     """(window, FFT length, bin index where each band starts and the last one ends) for one segment length."""
+    import scipy.fft  # imported when audio is fingerprinted, not when a cached audit loads this module
+
     n_fft = scipy.fft.next_fast_len(seg, real=True)
     freqs = np.fft.rfftfreq(n_fft, 1.0 / sample_rate_hz)
     edges = np.searchsorted(freqs, BAND_EDGES_HZ, side="left")  # band k is bins [edges[k], edges[k+1])
@@ -44,6 +45,8 @@ def fingerprint(wav: np.ndarray, sample_rate_hz: int) -> bytes:
     seg = x.size // N_SEGMENTS
     window, n_fft, edges = _plan(seg, sample_rate_hz)
     frames = x[: seg * N_SEGMENTS].reshape(N_SEGMENTS, seg) * window
+    import scipy.fft
+
     spectrum = scipy.fft.rfft(frames, n=n_fft, axis=1)
     power = spectrum.real**2 + spectrum.imag**2
     if (np.diff(edges) > 0).all():  # every band holds a bin: one reduction over contiguous ranges

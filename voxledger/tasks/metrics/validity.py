@@ -15,7 +15,6 @@ import math
 import unicodedata
 
 import numpy as np
-from scipy.signal import sosfilt, tf2sos
 
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.metrics import AudioProblem, AudioStats, ValiditySpec
@@ -80,6 +79,8 @@ def _k_weighting(sample_rate_hz: int) -> tuple[np.ndarray, np.ndarray]:
 @functools.lru_cache(maxsize=16)
 def _k_weighting_sos(sample_rate_hz: int) -> np.ndarray:
     """The K-weighting cascade as float32 second-order sections (relative error ~1e-5 on audio)."""
+    from scipy.signal import tf2sos  # scipy.signal costs ~0.5 s to import: only when audio is measured
+
     b, a = _k_weighting(sample_rate_hz)
     sos: np.ndarray = tf2sos(b, a).astype(np.float32)
     return sos
@@ -109,6 +110,8 @@ def integrated_loudness(wav: np.ndarray, sample_rate_hz: int) -> float | None:
     block, step = round(0.4 * sample_rate_hz), round(0.1 * sample_rate_hz)
     if wav.size < block:
         return None
+    from scipy.signal import sosfilt
+
     weighted = sosfilt(_k_weighting_sos(sample_rate_hz), np.asarray(wav, dtype=np.float32))
     np.square(weighted, out=weighted)
     z = _window_sums(weighted, block, step) / block
