@@ -56,6 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the xdist_group marks into the "@group" ids it schedules by
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``) a module's tests stay on one worker, so its
     module-scoped fixtures (trained models, corpora) are built once, and every test that uses the
@@ -73,6 +74,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's collection is the order groups are handed out in
         rank = {g: i for i, g in enumerate(LONGEST_GROUPS)}
         items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` every test must carry its "@group" suffix by now; without it xdist
+    hands out tests one by one and every module- and session-scoped fixture is built on each worker."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and session.config.getvalue("loadgroup")):
+        return
+    ungrouped = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"pytest-xdist did not apply the xdist_group of {len(ungrouped)} test(s) (e.g. {ungrouped[0]}) under "
+            f"pytest {pytest.__version__}: install the pinned test extra (pip install -c constraints.txt -e '.[test]')"
+        )
 
 
 @pytest.fixture(scope="session")

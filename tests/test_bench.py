@@ -166,7 +166,7 @@ def test_quick_cli_reads_beside_the_interpreter_floor(tmp_path: Path) -> None:
 def test_stats_round_two_scenarios_run_through_the_gate() -> None:
     from voxledger.bench_stages.stats_robust import bench_robust
 
-    figures = bench_robust(40)  # a smoke run: the measured table is docs/statistics.md (1000 per row)
+    figures = bench_robust(10)  # a smoke run: the measured table is docs/statistics.md (1000 per row)
     names = [f.name for f in figures]
     prefixes = ("catastrophic 5%", "catastrophic 10%", "equal failures 5%", "equal failures 10%", "round-off constant delta",
                 "identical challenger", "bounded: gate pass rate", "bounded: MUSHRA", "bounded: ACR", "3-challenger round",

@@ -137,3 +137,27 @@ def test_an_interrupt_python_swallowed_is_raised_again_until_the_pipeline_takes_
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)  # acknowledged: noted, not raised (the failed receipt is being recorded)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_dropped_in_a_finaliser_prints_no_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a signal that lands in a __del__ is dropped by Python with an "Exception ignored in ..." traceback
+    # on stderr; the guard raises it again, so the traceback is kept off the console; other errors are not
+    from voxledger.flows.pipeline import _interrupts
+
+    seen: list[type[BaseException]] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value)))
+
+    class Finaliser:
+        def __init__(self, exc: BaseException) -> None:
+            self.exc = exc
+
+        def __del__(self) -> None:
+            raise self.exc
+
+    with _interrupts() as guard:
+        guard.acknowledge()
+        Finaliser(KeyboardInterrupt("signal 2"))
+        Finaliser(ValueError("a real defect"))
+    assert seen == [ValueError]
+    Finaliser(KeyboardInterrupt("outside the guard"))
+    assert seen == [ValueError, KeyboardInterrupt]

@@ -165,7 +165,7 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
         for skewed in (False, True):
             data = "skewed" if skewed else "heterogeneous"
             d = (raters, prompts, per_prompt)
-            runs.append((f"listening {LISTEN_METHOD}, {name}, {data}", partial(listening_rates, d, skewed, reps // 2, 2), False))
+            runs.append((f"listening {LISTEN_METHOD}, {name}, {data}", partial(listening_rates, d, skewed, reps, 2), False))
             runs.append(
                 (
                     f"listening row Wilcoxon + rater bootstrap, {name}, {data}",

@@ -246,13 +246,25 @@ def _interrupts() -> Iterator[_Interrupts]:
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return
+    import sys
+
     previous = {sig: signal.signal(sig, guard.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
+
+    def quiet_interrupts(unraisable: Any) -> None:
+        """A KeyboardInterrupt dropped inside a ``__del__`` or weakref callback is raised again by the
+        guard; Python's "Exception ignored in ..." traceback for it would only reach the user's console."""
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = quiet_interrupts
     try:
         yield guard
     finally:
         guard.acknowledge()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_hook
 
 
 def _reason(exc: BaseException) -> str:
