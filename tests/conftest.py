@@ -76,17 +76,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: the rest keep their order
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Under ``--dist loadgroup`` every test must carry its "@group" suffix by now; without it xdist
-    hands out tests one by one and every module- and session-scoped fixture is built on each worker."""
-    if not (os.environ.get("PYTEST_XDIST_WORKER") and session.config.getvalue("loadgroup")):
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """Under ``--dist loadgroup`` every test id a worker collected must carry its "@group" suffix
+    (every test has an xdist_group); without it xdist hands out tests one by one and every module- and
+    session-scoped fixture is built on each worker. Stops the run in the controller, with the reason."""
+    config = getattr(node, "config", None)
+    if config is None or config.getvalue("dist") != "loadgroup":
         return
-    ungrouped = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    ungrouped = [i for i in ids if "@" not in i]
     if ungrouped:
-        raise pytest.UsageError(
+        pytest.exit(
             f"pytest-xdist did not apply the xdist_group of {len(ungrouped)} test(s) (e.g. {ungrouped[0]}) under "
-            f"pytest {pytest.__version__}: install the pinned test extra (pip install -c constraints.txt -e '.[test]')"
+            f"pytest {pytest.__version__}: install the pinned test extra (pip install -c constraints.txt -e '.[test]')",
+            returncode=4,
         )
 
 
