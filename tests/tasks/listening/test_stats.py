@@ -163,6 +163,8 @@ def test_reference_keeps_only_the_effects_the_f_test_shows() -> None:
         null = np.random.default_rng(seed).normal(0, 1, 60) + 0.4
         if min(cells.effect_p_values(null, cell)) >= PRETEST_ALPHA and cells.components(null, cell)[0] > 0:
             break
+    else:
+        pytest.fail("no null data set among 40 had a rater variance fitted above 0 and both F tests at p >= 0.2")
     e = crossed_mean(null.tolist(), *names, 0.95, resamples=2000, seed=4)
     assert e.components is not None and e.t is not None and e.p_value is not None
     plain = (1 + np.sum(cells.simulate_t(NO_EFFECTS, 2000, 4) >= abs(e.t))) / 2001
