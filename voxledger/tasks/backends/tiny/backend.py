@@ -1,7 +1,7 @@
 """The ``tiny`` backend behind the generic ``Backend`` interface.
 
 Full mode builds a fresh `TinyTTS` (seeded) over the training speakers; LoRA mode loads a base
-model file, appends the new speaker row and attaches PEFT LoRA on q/k/v/o. Deliverables are
+model file, appends the new speaker row and attaches PEFT LoRA (attention and MLP projections). Deliverables are
 ``model.safetensors`` (full) or ``adapter.safetensors`` + ``adapter_config.json`` (LoRA), written
 with fixed metadata so equal weights give equal bytes. Packages hold the LoRA pair; synthesis
 splits into durations, mel and pcm (`stages`).
@@ -58,7 +58,7 @@ PLAN_NOTES = {
         "Full training of the tiny TTS on {speakers} (language {language!r}); recipe measured on the demo "
         "(tasks/backends/tiny/training.py BASE_RECIPE). Durations come from forced alignment against espeak-ng."
     ),
-    "lora": "LoRA on q/k/v/o plus a new speaker row for the target voice {target!r}.",
+    "lora": "LoRA on the backbone's attention (q/k/v/o) and MLP (gate/up/down) projections plus a new speaker row for the target voice {target!r}.",
 }
 COMPONENT_NOTE = (
     "tiny backend: no separate tokenizer or vocoder files. Phonemes come from espeak-ng "
@@ -291,7 +291,7 @@ class TinyBackend:
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
         recipe = tt.BASE_RECIPE if mode == "full" else tt.LORA_RECIPE
-        lora = {k: recipe[k] for k in ("r", "alpha", "dropout")} if mode == "lora" else None
+        lora = {k: recipe[k] for k in ("r", "alpha", "dropout")} | {"targets": list(tt.LORA_RECIPE_TARGETS)} if mode == "lora" else None
         return PlanRecipe(
             frames_per_batch=int(recipe["frames_per_batch"]),
             precision=str(recipe["precision"]),

@@ -25,9 +25,9 @@ Precision = Literal["fp32", "bf16"]
 # Recipes measured on the full demo corpus (1200 train utterances, 4 voices; 100 target
 # utterances) through `voxledger demo run` on an idle 2-core CPU, 2 threads, bf16: the base
 # reached CV 0.397 in 531 steps / 306 s (Whisper tiny.en WER of voice spk-b1 over the 60 test
-# sentences 0.347; espeak's own audio 0.318); LoRA early-stopped at 287 steps / 167 s with ECAPA
-# similarity 0.647 to the target's recordings (0.347 for the nearest base voice). These dicts
-# document the recipe; the plans in plans/ are what runs.
+# sentences 0.347; espeak's own audio 0.318); LoRA (LORA_RECIPE_TARGETS) early-stopped at 262 steps /
+# 220 s (bf16; 223 s in fp32) with ECAPA similarity 0.66 to the target's recordings (0.35 for the
+# nearest base voice). These dicts document the recipe; the plans in plans/ are what runs.
 BASE_RECIPE: dict[str, float | int | str] = {
     "total_steps": 520,
     "peak_lr": 2e-3,
@@ -51,6 +51,11 @@ LORA_RECIPE: dict[str, float | int | str] = {
     "frames_per_batch": 3000,
     "precision": "bf16",
 }
+# LoRA on the backbone's attention and MLP projections. With q/k/v/o alone, fp32 training (any CPU
+# without native bf16) stopped at CV 0.519 with checkpoints 6-10 WER points worse than the base on
+# the demo gate, and none passed it; with the MLP too it stopped at CV 0.438, 1-3 points (README,
+# "What the demo measured").
+LORA_RECIPE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def lr_at(step: int, peak_lr: float, warmup_steps: int, total_steps: int, final_lr_fraction: float = 0.05) -> float:
