@@ -109,3 +109,45 @@ def test_prompt_clustered_interval_and_paired_delta() -> None:
     base = {(f"p{i}", 0): 0.1 * i for i in range(12)}
     delta, test, n = paired_delta(cand, base, settings)
     assert delta.mean == pytest.approx(1.01) and n == 12 and test.p_value is not None and test.p_value < 0.01 and test.units == 12
+
+
+def test_overlapped_measuring_gives_the_same_rows_and_raises_at_the_failing_item(
+    trained: tuple[Home, Path, str, str], tmp_path: Path
+) -> None:
+    """The worker thread's half (ASR, text metrics, gate) and this thread's half (speaker, MOS) give what one
+    generation at a time gives, in the same order; a failure in the worker's half stops the run at its item."""
+    from voxledger.schemas.evaluation import ResolvedCandidate
+    from voxledger.tasks.evaluation.extract import extract_all
+    from voxledger.tasks.evaluation.generate import generate_all
+    from voxledger.tasks.metrics.registry import ExtractorDef, MetricDef, register, unregister
+
+    home, corpus, base_sha, adapter_sha = trained
+    p = plan(metrics=MetricSuite())  # MOS on: both halves do work
+    resolved = {
+        "base": ResolvedCandidate(name="base", runtime="base", artifact_sha256=base_sha, base_sha256=None),
+        "adapter": ResolvedCandidate(name="adapter", runtime="adapter", artifact_sha256=adapter_sha, base_sha256=base_sha),
+        "broken": ResolvedCandidate(name="broken", runtime="base", artifact_sha256=base_sha, base_sha256=None),
+        "recordings": ResolvedCandidate(name="recordings", runtime="recordings", artifact_sha256=None, base_sha256=None),
+    }
+    gens = generate_all(home, p, resolved, corpus, Journal(tmp_path / "g.jsonl"))
+    one = extract_all(home, p, gens, corpus, Journal(tmp_path / "one.jsonl"), overlap=False)
+    both = extract_all(home, p, gens, corpus, Journal(tmp_path / "both.jsonl"), overlap=True)
+    assert both == one and any(o.metric == "predicted_mos_ovrl" for o in both) and any(o.metric == "wer:whisper_en" for o in both)
+    assert len({(o.candidate, o.prompt_id, o.seed, o.metric) for o in both}) == len(both)  # each value once (extractors share spec keys)
+
+    calls: list[str] = []
+
+    def flaky(m: object, key: str, spec: object) -> dict[str, float]:
+        calls.append(key)
+        if len(calls) == 3:
+            raise RuntimeError("extractor broke on the third clip")
+        return {"flaky": 1.0}
+
+    register(ExtractorDef("flaky", lambda suite: {"flaky": MetricSuite().validity}, (MetricDef("flaky", "flaky", "neither"),), flaky))
+    try:
+        journal = Journal(tmp_path / "flaky.jsonl")
+        with pytest.raises(RuntimeError, match="third clip"):
+            extract_all(home, p, gens, corpus, journal, overlap=True)
+    finally:
+        unregister("flaky")
+    assert len(list(journal.rows())) == 2  # the two rows before it are kept for the resume

@@ -8,7 +8,10 @@ the extractor that produced it (its spec and the code), so comparisons can refus
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -69,34 +72,64 @@ class Extractors:
             self._refs[rel] = self.speaker.embed(to_16k(wav, sr))
         return self._refs[rel]
 
-    def observe(self, gen: Generation, prompt: Prompt, wav: np.ndarray) -> list[Observation]:
-        """Every registered extractor's metrics for one generation; gated ones only past the content gate."""
-        m = Measurement(
+    def measurement(self, gen: Generation, prompt: Prompt, wav: np.ndarray) -> Measurement:
+        return Measurement(
             wav=wav, sample_rate_hz=16000, text=prompt.text, prompt=prompt, generation=gen, suite=self.plan.metrics, models=self
         )
-        out: list[Observation] = []
+
+    def measure(self, m: Measurement, *, gated: bool) -> dict[tuple[str, str], list[Observation]]:
+        """The ungated extractors' observations (validity, ASR and the text metrics, the content gate),
+        or the gated ones' (speaker, MOS: empty unless the gate passed), per (extractor, spec key): extractors
+        that read the same spec share its key."""
+        out: dict[tuple[str, str], list[Observation]] = {}
         for e, key, spec in _registered(self.plan):
-            if e.gated and not gate(m).passed:
+            if e.gated != gated or (gated and not gate(m).passed):
                 continue
-            for metric, value in e.measure(m, key, spec).items():
-                out.append(
-                    Observation(
-                        candidate=gen.candidate,
-                        prompt_id=prompt.id,
-                        category=prompt.category,
-                        seed=gen.seed,
-                        metric=metric,
-                        value=float(value),
-                        extractor_sha256=self.ids[key],
-                    )
+            out[(e.name, key)] = [
+                Observation(
+                    candidate=m.generation.candidate,
+                    prompt_id=m.prompt.id,
+                    category=m.prompt.category,
+                    seed=m.generation.seed,
+                    metric=metric,
+                    value=float(value),
+                    extractor_sha256=self.ids[key],
                 )
+                for metric, value in e.measure(m, key, spec).items()
+            ]
         return out
+
+    def ordered(self, by_key: dict[tuple[str, str], list[Observation]]) -> list[Observation]:
+        """Observations in the registry's order, whichever thread measured them."""
+        return [o for e, key, _ in _registered(self.plan) for o in by_key.get((e.name, key), [])]
+
+    def observe(self, gen: Generation, prompt: Prompt, wav: np.ndarray) -> list[Observation]:
+        """Every registered extractor's metrics for one generation; gated ones only past the content gate."""
+        m = self.measurement(gen, prompt, wav)
+        return self.ordered(self.measure(m, gated=False) | self.measure(m, gated=True))
+
+
+def overlap_default() -> bool:
+    """Overlap the two halves of measuring when this process may run on at least two cores."""
+    return len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) >= 2
 
 
 def extract_all(
-    home: Home, plan: EvaluationPlan, gens: list[Generation], corpus: Path, journal: Journal, progress: Callable[[str], None] | None = None
+    home: Home,
+    plan: EvaluationPlan,
+    gens: list[Generation],
+    corpus: Path,
+    journal: Journal,
+    progress: Callable[[str], None] | None = None,
+    overlap: bool | None = None,
 ) -> list[Observation]:
-    """Observations for every valid generation; rows already journaled are not recomputed."""
+    """Observations for every valid generation; rows already journaled are not recomputed.
+
+    With ``overlap`` (the default on two or more cores) a worker thread reads each clip and runs the
+    ungated extractors (ASR and what reads its transcript) one generation ahead, while this thread
+    runs the gated ones (speaker embedding, MOS) and journals the row: each extractor always runs in
+    the same thread, and every value is the same as measured one generation at a time.
+    """
     prompts = {p.id: p for p in plan.prompts}
     seen: dict[tuple[str, str, int], list[Observation]] = {}
     measured: dict[tuple[str, str, int], str | None] = {}
@@ -105,12 +138,25 @@ def extract_all(
         seen[key] = [Observation.model_validate(o) for o in row["observations"]]
         measured[key] = row.get("audio_sha256")
     ex = Extractors(plan, corpus)
-    for i, g in enumerate(gens, 1):
-        key = (g.candidate, g.prompt_id, g.seed)
-        if not g.valid or (key in seen and measured[key] in (None, g.audio_sha256)):
-            continue  # measured before, on these very bytes
+    todo = [
+        (i, g)
+        for i, g in enumerate(gens, 1)
+        if g.valid
+        and not ((g.candidate, g.prompt_id, g.seed) in seen and measured[(g.candidate, g.prompt_id, g.seed)] in (None, g.audio_sha256))
+    ]
+
+    def first_half(g: Generation) -> tuple[Measurement, dict[tuple[str, str], list[Observation]]]:
         wav, _ = sf.read(io.BytesIO(home.blobs.get_bytes(g.audio_sha256 or "")), dtype="float32")
-        obs = ex.observe(g, prompts[g.prompt_id], wav)
+        m = ex.measurement(g, prompts[g.prompt_id], wav)
+        return m, ex.measure(m, gated=False)
+
+    halves = (
+        _ahead(first_half, [g for _, g in todo])
+        if (overlap_default() if overlap is None else overlap)
+        else map(first_half, (g for _, g in todo))
+    )
+    for (i, g), (m, ungated) in zip(todo, halves, strict=True):
+        obs = ex.ordered(ungated | ex.measure(m, gated=True))
         journal.append(
             {
                 "candidate": g.candidate,
@@ -120,7 +166,50 @@ def extract_all(
                 "observations": [o.model_dump(mode="json") for o in obs],
             }
         )
-        seen[key] = obs
+        seen[(g.candidate, g.prompt_id, g.seed)] = obs
         if progress:
             progress(f"measuring {i}/{len(gens)}: {g.candidate} {g.prompt_id} seed {g.seed}")
     return [o for g in gens if (g.candidate, g.prompt_id, g.seed) in seen for o in seen[(g.candidate, g.prompt_id, g.seed)]]
+
+
+_DONE = object()
+
+
+def _ahead(fn: Callable[[Any], Any], items: list[Any], depth: int = 2) -> Iterator[Any]:
+    """``map(fn, items)`` computed by one worker thread up to ``depth`` items ahead of the consumer.
+
+    An exception in ``fn`` is raised here, at its item; a consumer that stops early (or raises)
+    stops the worker before its next item.
+    """
+    results: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                results.put((True, fn(item)))
+        except BaseException as exc:  # handed to the consumer, raised in its thread
+            results.put((False, exc))
+        else:
+            results.put((True, _DONE))
+
+    worker = threading.Thread(target=work, name="voxledger-measure", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, value = results.get()
+            if not ok:
+                raise value
+            if value is _DONE:
+                return
+            yield value
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a worker waiting on a full queue, then let it finish its item
+            try:
+                results.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        worker.join()
