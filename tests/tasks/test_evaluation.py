@@ -151,3 +151,27 @@ def test_overlapped_measuring_gives_the_same_rows_and_raises_at_the_failing_item
     finally:
         unregister("flaky")
     assert len(list(journal.rows())) == 2  # the two rows before it are kept for the resume
+
+
+def test_generation_does_not_inherit_the_callers_thread_count(trained: tuple[Home, Path, str, str], tmp_path: Path) -> None:
+    """The tiny model's audio depends on torch's thread count; generation sets its own, so what ran before cannot change it."""
+    import torch
+
+    from voxledger.schemas.evaluation import ResolvedCandidate
+    from voxledger.tasks.evaluation.generate import generate_all
+    from voxledger.tasks.stages.base_import import import_shipped_base
+
+    home, corpus, _, _ = trained
+    shipped = import_shipped_base(home, "tiny", flow="test").receipt.subject("base").sha256  # full size: its output depends on threads
+    p = plan(candidates=(Candidate(name="base", backend="tiny", runtime="base", artifact="input:base", speaker="spk-b1"),), baseline="base")
+    resolved = {"base": ResolvedCandidate(name="base", runtime="base", artifact_sha256=shipped, base_sha256=None)}
+    before = torch.get_num_threads()
+    audio = {}
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            audio[n] = [g.audio_sha256 for g in generate_all(home, p, resolved, corpus, Journal(tmp_path / f"g{n}.jsonl"))]
+            assert torch.get_num_threads() == n  # and it gives the caller's setting back
+    finally:
+        torch.set_num_threads(before)
+    assert audio[1] == audio[3] and all(audio[1])

@@ -8,6 +8,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from math import gcd
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,13 @@ from voxledger.stores.home import Home
 from voxledger.stores.trees import materialize_tree
 from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.evaluation.journal import Journal
+from voxledger.tasks.threads import torch_threads
 
 SAMPLE_RATE_HZ = 16000
+GENERATION_THREADS = 2
+"""Torch intra-op threads while a model candidate synthesises. Set here, never inherited: a model's output
+depends on the thread count (the tiny base gave other audio at 1 than at 2 threads on one machine), and
+whatever the caller's thread last set (a stage before, a Prefect worker thread) must not decide it."""
 
 
 def resample_to(wav: np.ndarray, sr: int, rate: int) -> np.ndarray:
@@ -76,7 +82,7 @@ def generate_all(
         todo = [(p, s) for p in plan.prompts for s in plan.seeds if (cand.name, p.id, s) not in done]
         if not todo:
             continue
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, nullcontext() if cand.runtime == "recordings" else torch_threads(GENERATION_THREADS):
             synth = _loader(home, cand, resolved[cand.name], corpus, Path(tmp))  # models load once per candidate
             for prompt, seed in todo:
                 row = _one(home, synth, cand, prompt, seed)
