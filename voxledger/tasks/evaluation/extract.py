@@ -11,7 +11,7 @@ import io
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -155,27 +155,31 @@ def extract_all(
         if (overlap_default() if overlap is None else overlap)
         else map(first_half, (g for _, g in todo))
     )
-    for (i, g), (m, ungated) in zip(todo, halves, strict=True):
-        obs = ex.ordered(ungated | ex.measure(m, gated=True))
-        journal.append(
-            {
-                "candidate": g.candidate,
-                "prompt_id": g.prompt_id,
-                "seed": g.seed,
-                "audio_sha256": g.audio_sha256,
-                "observations": [o.model_dump(mode="json") for o in obs],
-            }
-        )
-        seen[(g.candidate, g.prompt_id, g.seed)] = obs
-        if progress:
-            progress(f"measuring {i}/{len(gens)}: {g.candidate} {g.prompt_id} seed {g.seed}")
+    try:
+        for (i, g), (m, ungated) in zip(todo, halves, strict=True):
+            obs = ex.ordered(ungated | ex.measure(m, gated=True))
+            journal.append(
+                {
+                    "candidate": g.candidate,
+                    "prompt_id": g.prompt_id,
+                    "seed": g.seed,
+                    "audio_sha256": g.audio_sha256,
+                    "observations": [o.model_dump(mode="json") for o in obs],
+                }
+            )
+            seen[(g.candidate, g.prompt_id, g.seed)] = obs
+            if progress:
+                progress(f"measuring {i}/{len(gens)}: {g.candidate} {g.prompt_id} seed {g.seed}")
+    finally:
+        if isinstance(halves, Generator):
+            halves.close()  # a failure here stops the worker now, not when the generator is collected
     return [o for g in gens if (g.candidate, g.prompt_id, g.seed) in seen for o in seen[(g.candidate, g.prompt_id, g.seed)]]
 
 
 _DONE = object()
 
 
-def _ahead(fn: Callable[[Any], Any], items: list[Any], depth: int = 2) -> Iterator[Any]:
+def _ahead(fn: Callable[[Any], Any], items: list[Any], depth: int = 2) -> Generator[Any, None, None]:
     """``map(fn, items)`` computed by one worker thread up to ``depth`` items ahead of the consumer.
 
     An exception in ``fn`` is raised here, at its item; a consumer that stops early (or raises)
