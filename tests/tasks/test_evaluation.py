@@ -122,7 +122,8 @@ def test_overlapped_measuring_gives_the_same_rows_and_raises_at_the_failing_item
     from voxledger.tasks.metrics.registry import ExtractorDef, MetricDef, register, unregister
 
     home, corpus, base_sha, adapter_sha = trained
-    p = plan(metrics=MetricSuite())  # MOS on: both halves do work
+    refs = {f"p{i}:0": "wavs/spk_t_4.wav" for i in range(3)}
+    p = plan(metrics=MetricSuite(), seeds=(0,), speaker_references=refs)  # MOS on: both halves do work
     resolved = {
         "base": ResolvedCandidate(name="base", runtime="base", artifact_sha256=base_sha, base_sha256=None),
         "adapter": ResolvedCandidate(name="adapter", runtime="adapter", artifact_sha256=adapter_sha, base_sha256=base_sha),

@@ -55,7 +55,9 @@ INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
 # - onset at -45 dBFS: every clip's speech starts after the same lead (``leading_silence_s`` is
 #   gated), so the time to reach -45 dBFS, 19 dB under the loudness target, is the first phoneme's
 #   own attack: a vocoder that smears it (Griffin-Lim's 64 ms window) reaches it a frame later, and
-#   only cutting or reshaping the candidate's first sound would hide that.
+#   only cutting or reshaping the candidate's first sound would hide that. Which crossing lines up
+#   follows ``blinding.trim_threshold_db``: the demo pipeline's protocol trims at -45 dB, which puts
+#   this one under the gate on the demo's voices (docs/listening.md).
 # - correlation with a labelled reference in another rater's packet: every rater of a MUSHRA screen
 #   hears the reference's own audio; hiding it would mean different audio for the same stimulus.
 UNREMOVED = ("pause_noise_dbfs", "onset_45_s", "cross_packet_correlation")
