@@ -107,6 +107,9 @@ class Design(Frozen):
     seed: int = 0
     gold_items: int = Field(default=2, ge=0, le=20)  # per rater; need the reference candidate
     attention_checks: int = Field(default=1, ge=0, le=10)  # per rater
+    # per rater: an A/B trial of the reference against its scrambled copy (same audio, words cut and
+    # shuffled), so the right answer needs the two heard against each other; needs an ab criterion
+    comparison_gold_items: int = Field(default=0, ge=0, le=20)
 
     @model_validator(mode="after")
     def _check(self) -> Design:
@@ -217,11 +220,17 @@ class ListeningProtocol(Frozen):
             raise ValueError(f"criterion names repeat: {names}; give each criterion a unique name")
         if (self.design.gold_items or self.design.attention_checks) and not any(c.task == "acr" for c in self.criteria):
             raise ValueError("gold_items and attention_checks are ACR items: add an acr criterion or set them to 0")
+        if self.design.comparison_gold_items and not any(c.task == "ab" for c in self.criteria):
+            raise ValueError("comparison_gold_items are A/B items: add an ab criterion or set design.comparison_gold_items to 0")
         return self
 
     def check_criterion(self) -> AcrCriterion | None:
         """The ACR criterion gold and attention items are asked on (the first one)."""
         return next((c for c in self.criteria if isinstance(c, AcrCriterion)), None)
+
+    def comparison_criterion(self) -> AbCriterion | None:
+        """The A/B criterion comparison gold items are asked on (the first one)."""
+        return next((c for c in self.criteria if isinstance(c, AbCriterion)), None)
 
 
 class Stimulus(Frozen):

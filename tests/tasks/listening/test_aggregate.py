@@ -90,10 +90,48 @@ def test_screening_excludes_careless_raters(exported: Exported, tmp_path: Path) 
     why = {s.rater_id: s.reasons for s in res.screening}
     assert why["r01"][0].startswith("mushra_reference: hidden reference below 90 on 100% of screens")
     assert any(r.startswith("variance: ACR rating variance 0.000 below 0.1") for r in why["r02"])
-    assert why["r03"] == ("gold: 1 of 2 gold answers outside +-1 (allowed 0)",)
+    assert why["r03"] == ("gold: 1 of 3 gold answers outside +-1 (allowed 0)",)  # two ACR gold items, one A/B
     assert why["r04"] == why["r05"] == ()
     assert all(s.raters == 2 for s in res.scores)  # statistics use the included raters only
     assert res.attrition.missing_raters == ("r06",) and res.attrition.missing_cells > 0
+
+
+def test_comparison_gold_needs_both_sides_heard_and_is_never_a_candidate(exported: Exported, tmp_path: Path) -> None:
+    """One A/B gold trial per packet: the reference against its scrambled copy, equal in length, sides alternating
+    across raters, the known answer on B. A rater who cannot tell them apart (0, "no difference") is excluded; the
+    item reaches neither the candidate scores nor the A/B statistics."""
+    from voxledger.schemas.listening import PacketManifest
+
+    sides = []
+    for rater in BIASES:
+        manifest = PacketManifest.model_validate_json((exported.packets / rater / "packet.json").read_bytes())
+        gold = [t for t in manifest.trials if t.task == "ab" and all(exported.key[s].role == "gold" for s in t.stimuli)]
+        assert len(gold) == 1 and gold[0].criteria == ("preference",), rater
+        a, b = (exported.key[s] for s in gold[0].stimuli)
+        assert {a.candidate, b.candidate} == {"recordings", "gold_degraded"} and a.prompt_id == b.prompt_id and a.expected is None
+        assert b.expected == (-3 if b.candidate == "gold_degraded" else 3)
+        sizes = {(exported.packets / rater / "audio" / f"{s}.wav").stat().st_size for s in gold[0].stimuli}
+        assert len(sizes) == 1  # padded to the same length: the file size says nothing
+        sides.append(b.candidate)
+    assert set(sides) == {"recordings", "gold_degraded"}
+
+    careful = oracle_scorer()
+
+    def no_difference(e: KeyEntry, crit: str, trial: PacketTrial, versus: KeyEntry | None) -> int:
+        return 0 if trial.task == "ab" and e.role == "gold" else careful(e, crit, trial, versus)
+
+    files = [
+        submit(exported, tmp_path, "r01", no_difference),
+        *(submit(exported, tmp_path, r) for r in ("r02", "r03", "r04", "r05", "r06")),
+    ]
+    res = aggregate_ratings(exported.home, exported.receipt_id, files).receipt.result
+    why = {s.rater_id: s.reasons for s in res.screening}
+    assert why["r01"] == ("gold: 1 of 3 gold answers outside +-1 (allowed 0)",) and all(
+        why[r] == () for r in ("r02", "r03", "r04", "r05", "r06")
+    )
+    assert "gold_degraded" not in {s.candidate for s in res.scores} and all("gold_degraded" not in (d.a, d.b) for d in res.deltas)
+    assert {d.pairs for d in res.deltas if d.criterion == "preference"} == {15}  # 6 prompts x 3 raters, r01 excluded: no gold pair
+    assert res.bradley_terry[0].comparisons == 15
 
 
 def test_incomplete_submission_is_attrition(exported: Exported, tmp_path: Path) -> None:

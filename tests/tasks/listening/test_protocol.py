@@ -40,7 +40,7 @@ def test_identity_ignores_comments_and_spelled_out_defaults(tmp_path: Path, prot
         "  - name: quality\n    task: mushra\n    question: Rate the overall quality of each sample against the reference.\n"
         "    categories: [news]\n"
         "  - name: preference\n    task: ab\n    question: Which sample sounds more like a real person speaking?\n"
-        "design: {seed: 7}\n"
+        "design: {seed: 7, comparison_gold_items: 1}\n"
     )
     assert plan_digest(load_plan(minimal, ListeningProtocol)) == plan_digest(protocol)
 
@@ -69,6 +69,8 @@ def test_cross_field_rules() -> None:
     ListeningProtocol(
         name="x", criteria=[{"name": "pref", "task": "ab", "question": "Which?"}], design={"gold_items": 0, "attention_checks": 0}
     )
+    with pytest.raises(ValidationError, match="comparison_gold_items are A/B items: add an ab criterion"):
+        ListeningProtocol(name="x", criteria=[acr], design={"comparison_gold_items": 1})
     with pytest.raises(ValidationError, match="inside"):
         Scale(min=1, max=5, anchors=[{"value": 0, "label": "x"}, {"value": 5, "label": "y"}])
     assert MUSHRA_SCALE.contains(100) and not MUSHRA_SCALE.contains(100.5) and not ACR_SCALE.contains(6) and CMOS_SCALE.contains(-3)

@@ -18,7 +18,7 @@ import pytest
 from tests.tasks.listening.bot import SignalBot, match_instruction
 from tests.tasks.listening.conftest import DEMO_PLAN
 from tests.tasks.listening.factory import make_stimuli, oracle_scorer, simulate_submission, write_json
-from voxledger.schemas.listening import ACR_SCALE, KeyEntry, ListeningProtocol
+from voxledger.schemas.listening import ACR_SCALE, KeyEntry, ListeningProtocol, PacketManifest
 from voxledger.stores.home import Home
 from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
 from voxledger.tasks.listening.instructions import draw_instruction, keyed_rng, scramble
@@ -49,13 +49,19 @@ def bot_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, str, dic
 
 def test_signal_only_bot_is_excluded_and_honest_raters_are_kept(bot_export, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     home, rid, dirs, key = bot_export
-    files, right, asked, scrambled_low = [], 0, 0, 0
+    files, right, asked, scrambled_low, compared_right = [], 0, 0, 0, 0
     for rater in BOTS:
         bot = SignalBot(dirs[rater])
+        trials = PacketManifest.model_validate_json((dirs[rater] / "packet.json").read_bytes()).trials
+        for t in (t for t in trials if t.task == "ab" and key[t.stimuli[1]].role == "gold"):  # the comparison gold item
+            b = key[t.stimuli[1]]
+            compared_right += abs(bot.score(b, t.criteria[0], t, key[t.stimuli[0]]) - (b.expected or 0)) <= 1
         mine = [e for e in key.values() if e.rater_id == rater]
         right += sum(bot.answers[(e.pseudonym, "acr")] == e.expected for e in mine if e.role == "attention")
         asked += sum(e.role == "attention" for e in mine)
-        scrambled_low += sum(bot.answers[(e.pseudonym, "acr")] <= 2 for e in mine if e.candidate == "gold_degraded")
+        scrambled_low += sum(
+            bot.answers[(e.pseudonym, "acr")] <= 2 for e in mine if e.candidate == "gold_degraded" and (e.pseudonym, "acr") in bot.answers
+        )
         files.append(write_json(tmp_path / f"{rater}.json", simulate_submission(dirs[rater], key, bot.score, session=f"{rater[1:]:0>32}")))
     for i, rater in enumerate(HONEST):
         doc = simulate_submission(dirs[rater], key, oracle_scorer(0.4 * (i - 1)), session=f"{rater[1:]:0>32}")
@@ -69,6 +75,8 @@ def test_signal_only_bot_is_excluded_and_honest_raters_are_kept(bot_export, tmp_
     }
     # measured with this fixed secret: 1 of 9 attention checks right (chance: 1 in 5)
     assert asked == 9 and right <= 2 and scrambled_low == 0, (right, scrambled_low)
+    # the reference against its scrambled copy: the proxy cannot order them (0 of 30 right over five random sets)
+    assert compared_right == 0, compared_right
 
 
 def test_bot_answers_the_old_fixed_sentence() -> None:

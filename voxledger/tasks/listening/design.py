@@ -226,7 +226,36 @@ class _Builder:
                 out.append(
                     TrialPlan("ab", crits, (self.slot("stimulus", cands[a]), self.slot("stimulus", cands[b])), positions=[(a, 0), (b, 1)])
                 )
+        out += self.comparison_gold(mine)
         return [out[i] for i in self.rng.permutation(len(out))]
+
+    def comparison_gold(self, mine: list[str]) -> list[TrialPlan]:
+        """A/B gold trials: the reference against its scrambled copy, sides alternating.
+
+        Both files have the reference's spectrum, loudness and length, so neither a quality proxy nor
+        a file feature says which is which; the words do. The known answer sits on B (the rated
+        sample): the scale's end that says B is better when B is the reference, the other end when
+        B is the scrambled copy. Prompts come from those the rater does not otherwise hear.
+        """
+        crit = self.protocol.comparison_criterion()
+        n = self.protocol.design.comparison_gold_items
+        if crit is None or not n:
+            return []
+        usable = [p for p in self.by_prompt if self.ref in self.by_prompt[p] and crit.applies_to(self.by_prompt[p][self.ref].category)]
+        pool = [p for p in usable if p not in mine] or usable
+        if not pool:
+            self.skipped.append(f"comparison gold items: no prompt has the reference candidate {self.ref!r} under criterion {crit.name!r}")
+            return []
+        out: list[TrialPlan] = []
+        for _ in range(n):
+            ref = self.by_prompt[pool[int(self.rng.integers(len(pool)))]][self.ref]
+            src = f"gold_bad:{ref.prompt_id}"
+            if self.rotation("comparison_gold") % 2 == 0:  # scrambled copy as B: B is worse
+                a, b = self.slot("gold", ref), self.slot("gold", ref, source=src, candidate=GOLD_BAD, expected=crit.scale.min)
+            else:
+                a, b = self.slot("gold", ref, source=src, candidate=GOLD_BAD), self.slot("gold", ref, expected=crit.scale.max)
+            out.append(TrialPlan("ab", (crit.name,), (a, b)))
+        return out
 
 
 def balance_audit(incidence: np.ndarray, k: int, trials: dict[str, list[TrialPlan]]) -> BalanceAudit:

@@ -9,14 +9,17 @@ Rules of ``voxledger.screening/1``:
   mid-range anchor; our screens carry only the 3.5 kHz low-range anchor, which a listening rater
   rates lower still, so a high score on it is the stronger sign of not listening.
 - ``gold``: exclude a rater with more than ``gold_max_failures`` gold answers outside
-  ``+-gold_tolerance`` of the known answer (ITU-T P.808 gold questions).
+  ``+-gold_tolerance`` of the known answer (ITU-T P.808 gold questions). ACR gold items and A/B
+  comparison gold items (``design.comparison_gold_items``: the reference against its scrambled
+  copy, the known answer the scale's end on B) count together.
 - ``attention``: exclude a rater with more than ``attention_max_failures`` wrong attention checks.
 - ``variance``: exclude a rater whose ACR stimulus ratings have a population variance (ddof = 0,
   ``numpy.var``) below ``min_rating_variance`` (P.808: a rater giving (nearly) the same score to
   everything is not listening). Gold, attention, reference and anchor items are not counted.
 
 Gold and attention items are built so a script cannot answer them from the signal (spoken
-instructions drawn per item, a scrambled reference as the degraded gold item:
+instructions drawn per item, a scrambled reference as the degraded gold item, and as the other
+side of an A/B gold trial whose two files share spectrum, loudness and length:
 ``instructions.py``); the MUSHRA rules screen careless listeners, not scripts (the anchor and
 hidden reference are easy to find by design).
 """
@@ -34,7 +37,7 @@ def screen_rater(
 ) -> RaterScreening:
     """Apply every rule to one rater's accepted rows; ``expected`` maps pseudonym -> known answer."""
     reasons: list[str] = []
-    gold = [r for r in rows if r.role == "gold" and r.criterion == check_criterion]
+    gold = [r for r in rows if r.role == "gold" and (r.criterion == check_criterion or r.task == "ab")]  # ACR and A/B gold
     gold_fail = sum(abs(r.score - (expected[r.stimulus] or 0)) > rules.gold_tolerance for r in gold)
     if gold_fail > rules.gold_max_failures:
         reasons.append(

@@ -53,6 +53,11 @@ SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor")  # rated on the sc
 SCREENING_SCORED = ("hidden_reference", "low_anchor")  # MUSHRA screening items: never compared as candidates
 
 
+def _compared(r: RatingRow) -> bool:
+    """An A/B comparison between two candidates (A/B gold items are screening, never compared)."""
+    return r.task == "ab" and r.versus_candidate is not None and r.role == "stimulus"
+
+
 def _round(x: float | None, digits: int = 6) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), digits)
 
@@ -347,7 +352,7 @@ def candidate_scores(rows: list[RatingRow], spec: Statistics, ranges: Ranges | N
     """
     groups: dict[tuple[str, TaskType, str], list[Cell]] = defaultdict(list)
     for r in rows:
-        if r.task == "ab" and r.versus_candidate:  # a CMOS credits B with +score and A with -score
+        if r.versus_candidate and _compared(r):  # a CMOS credits B with +score and A with -score
             groups[(r.criterion, r.task, r.candidate)].append((r.score, r.rater_id, r.prompt_id))
             groups[(r.criterion, r.task, r.versus_candidate)].append((-r.score, r.rater_id, r.prompt_id))
         elif r.role == "stimulus":
@@ -393,7 +398,7 @@ def _paired(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], list[
     out: dict[tuple[str, TaskType, str, str], list[Cell]] = defaultdict(list)
     cells: dict[tuple[str, TaskType, str, str], dict[str, float]] = defaultdict(dict)
     for r in rows:
-        if r.task == "ab" and r.versus_candidate:
+        if r.versus_candidate and _compared(r):
             a, b = sorted((r.versus_candidate, r.candidate))
             out[(r.criterion, "ab", a, b)].append((r.score if r.candidate == b else -r.score, r.rater_id, r.prompt_id))
         elif r.role == "stimulus":  # never against the hidden reference or the anchor: they are screening items
@@ -461,7 +466,7 @@ def paired_deltas(
 
 def win_matrix(rows: list[RatingRow], criterion: str) -> tuple[list[str], np.ndarray, int]:
     """Candidates, wins[i, j] (i beat j; a tie counts half to each) and the number of A/B comparisons."""
-    ab = [r for r in rows if r.task == "ab" and r.criterion == criterion and r.versus_candidate]
+    ab = [r for r in rows if _compared(r) and r.criterion == criterion]
     names = sorted({c for r in ab for c in (r.candidate, r.versus_candidate or "")})
     idx = {n: i for i, n in enumerate(names)}
     wins = np.zeros((len(names), len(names)))
@@ -529,7 +534,7 @@ def _units(rows: list[RatingRow], criterion: str) -> dict[tuple[str, ...], dict[
     for r in rows:
         if r.criterion != criterion:
             continue
-        if r.task == "ab" and r.versus_candidate:
+        if r.versus_candidate and _compared(r):
             a, b = sorted((r.versus_candidate, r.candidate))
             units[(r.prompt_id, a, b)][r.rater_id] = r.score if r.candidate == b else -r.score
         elif r.role in SCORED_ROLES:

@@ -512,7 +512,7 @@ def _result(
 
 def _has_ab(rows: list[RatingRow], criterion: str) -> bool:
     """Whether any kept A/B comparison exists (Bradley-Terry has nothing to fit otherwise)."""
-    return any(r.task == "ab" and r.criterion == criterion and r.versus_candidate for r in rows)
+    return any(r.task == "ab" and r.criterion == criterion and r.versus_candidate and r.role == "stimulus" for r in rows)
 
 
 def _labelled(a: Agreement, task: str) -> Agreement:
