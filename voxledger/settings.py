@@ -126,6 +126,13 @@ class VoxledgerSettings(BaseSettings):
             "`PREFECT_API_URL`, when set, wins over both."
         ),
     )
+    runner: bool = Field(
+        default=True,
+        description=(
+            "Run each flow of a command in the home's resident runner (Prefect and the flow's modules imported once; "
+            "see docs/ARCHITECTURE.md); false runs every flow in the command's own process."
+        ),
+    )
     test_commit_delay_s: float = Field(
         default=0.0,
         ge=0,

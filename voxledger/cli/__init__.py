@@ -111,7 +111,7 @@ def _cut_line(line: str) -> str:
 
 
 def _defect_message(exc: BaseException) -> str:
-    return f"unexpected {type(exc).__name__}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
+    return f"unexpected {getattr(exc, 'original_type', type(exc).__name__)}: {exc} (a defect in voxledger; the run's receipt and Prefect's logs keep the details)"
 
 
 def _lock_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -180,5 +180,14 @@ def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
     ctx.obj = {"home": home or (str(settings.home) if settings.home else None), "lock_timeout": lock_timeout}
 
 
+def program() -> None:
+    """The ``voxledger`` program (console script and ``python -m voxledger.cli``): ``main``, with flows
+    handed to the home's resident runner when one is warm (``flows.runner``)."""
+    from voxledger.cli import common
+
+    common.flows_may_use_runner = True
+    main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

@@ -1,5 +1,5 @@
 """``python -m voxledger.cli``."""
 
-from voxledger.cli import main
+from voxledger.cli import program
 
-main()
+program()

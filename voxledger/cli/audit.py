@@ -36,23 +36,29 @@ def audit(ctx: click.Context, corpus: Path, policy: Path, audio_roots: tuple[Pat
 
     Example: voxledger audit ./data --audio-root /mnt/audio   (Kaldi wav.scp with absolute paths)
     """
-    from voxledger.flows.audit import audit as audit_flow
 
     home = open_home(ctx)
     try:
         out = run_flow(
-            ctx, audit_flow, str(corpus.absolute()), str(policy.absolute()), tuple(str(r.absolute()) for r in audio_roots), quiet=as_json
+            ctx,
+            "voxledger.flows.audit:audit",
+            str(corpus.absolute()),
+            str(policy.absolute()),
+            tuple(str(r.absolute()) for r in audio_roots),
+            quiet=as_json,
         )
     except AuditFailedError as exc:
         if exc.receipt_id is None:
             raise
         _show(home, exc.receipt_id, as_json, max_rows)
         raise
-    _show(home, out.receipt_id, as_json, max_rows)
+    _show(home, out.receipt_id, as_json, max_rows, out.receipt)
 
 
-def _show(home: Any, receipt_id: str, as_json: bool, max_rows: int) -> None:
-    receipt = home.receipts.read(receipt_id, AuditReceipt)
+def _show(home: Any, receipt_id: str, as_json: bool, max_rows: int, receipt: AuditReceipt | None = None) -> None:
+    """Print the audit receipt: the one the flow just returned, or the one stored under ``receipt_id``."""
+    if receipt is None:
+        receipt = home.receipts.read(receipt_id, AuditReceipt)
     r = receipt.result
     if as_json:
         emit_json(

@@ -82,9 +82,8 @@ def base_import(ctx: click.Context, backend: str, as_json: bool) -> None:
 
     Example: voxledger base import tiny
     """
-    from voxledger.flows.base import base as base_flow
 
-    out = run_flow(ctx, base_flow, backend, quiet=as_json)
+    out = run_flow(ctx, "voxledger.flows.base:base", backend, quiet=as_json)
     tree = out.receipt.subject("base").sha256
     summary = {"receipt": out.receipt_id, "cached": out.cached, "tree": tree, "name": out.receipt.parameters.name}
     if as_json:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+flows_may_use_runner = False
+"""Set by the ``voxledger`` program's entry point (``voxledger.cli.program``) only: a command invoked
+in-process (click's test runner, a script calling ``main``) runs its flows in its own process."""
+
 
 def plans_dir() -> Path:
     """The bundled plans (package data ``voxledger/plans``), wherever the package is installed."""
@@ -45,16 +49,16 @@ def home_ref(ctx: click.Context) -> Any:
     return HomeRef.of(open_home(ctx))
 
 
-def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
-    """Run a Prefect flow for this home (see ``flows.runtime``) with a live progress line.
+def run_flow(ctx: click.Context, flow: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
+    """Run a Prefect flow (``"voxledger.flows.<module>:<name>"``) for this home (see ``flows.runtime``)
+    with a live progress line.
 
     The flow's first argument is this invocation's ``HomeRef`` (given here, never by the caller),
-    so ``--home``, ``--lock-timeout`` and the read-only setting reach every stage. Every command
-    that does work goes through here, so all of it shows in Prefect's run history.
+    so ``--home``, ``--lock-timeout`` and the read-only setting reach every stage (and a worker).
+    Every command that does work goes through here, so all of it shows in Prefect's run history.
+    The flow runs in the home's resident runner when one is warm (``flows.runner``: Prefect and
+    the flow's modules already imported), else in this process.
     """
-    from voxledger.flows.progress import reporting
-    from voxledger.flows.runtime import prefect_session
-
     home = open_home(ctx)
     console = cli_console(stderr=True)
     live = console.is_terminal and not quiet
@@ -67,16 +71,36 @@ def run_flow(ctx: click.Context, fn: Any, *args: Any, quiet: bool = False, **kwa
             lines.show(message)
 
         show("connecting to the Prefect server")
-        with prefect_session(home.root), reporting(show):
-            drain_s = 5.0
-            try:
-                return fn(home_ref(ctx), *args, **kwargs)
-            except (KeyboardInterrupt, InterruptedRunError):
-                drain_s = 0.5  # Ctrl-C: the failed receipt is recorded; do not keep the user waiting on log shipping
-                raise
-            finally:
-                show("finishing")
-                _drain_prefect_workers(drain_s)
+        if flows_may_use_runner:
+            from voxledger.flows import runner
+
+            if runner.usable(home.root):
+                served, out = runner.delegate(home.root, flow, (home_ref(ctx), *args), kwargs, show)
+                if served:
+                    show("finishing")
+                    return out
+        return _run_here(home, flow, (home_ref(ctx), *args), kwargs, show)
+
+
+def _run_here(home: Any, flow: str, args: tuple[Any, ...], kwargs: dict[str, Any], show: Callable[[str], None]) -> Any:
+    """Run the flow in this process (no warm runner, or the runner turned off)."""
+    import importlib
+
+    from voxledger.flows.progress import reporting
+    from voxledger.flows.runtime import prefect_session
+
+    module, _, name = flow.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    with prefect_session(home.root), reporting(show):
+        drain_s = 5.0
+        try:
+            return fn(*args, **kwargs)
+        except (KeyboardInterrupt, InterruptedRunError):
+            drain_s = 0.5  # Ctrl-C: the failed receipt is recorded; do not keep the user waiting on log shipping
+            raise
+        finally:
+            show("finishing")
+            _drain_prefect_workers(drain_s)
 
 
 def cli_console(stderr: bool = False) -> Console:

@@ -31,9 +31,8 @@ def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
 
     Example: voxledger store put ./corpus --json
     """
-    from voxledger.flows.store import store_put
 
-    rid, digest = run_flow(ctx, store_put, str(path.absolute()), quiet=as_json)
+    rid, digest = run_flow(ctx, "voxledger.flows.store:store_put", str(path.absolute()), quiet=as_json)
     if as_json:
         emit_json({"receipt": rid, "sha256": digest})
     else:
@@ -90,10 +89,8 @@ def _run_sync(ctx: click.Context, kind: str, full: bool, as_json: bool) -> None:
     """Run the push or pull flow for this home and report what it copied."""
     import time
 
-    from voxledger.flows.sync import pull, push
-
     t0 = time.perf_counter()
-    out = run_flow(ctx, push if kind == "pushed" else pull, full)
+    out = run_flow(ctx, f"voxledger.flows.sync:{'push' if kind == 'pushed' else 'pull'}", full)
     _sync_report(kind, out, as_json, time.perf_counter() - t0)
 
 

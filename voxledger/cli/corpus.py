@@ -103,11 +103,10 @@ def prepare(ctx: click.Context, src: Path, policy: Path, out: Path | None, audio
     Example: voxledger corpus prepare ./data --audio-root /mnt/audio --policy plans/audit-demo.yaml --out ./prepared
     """
     from voxledger.cli.common import run_flow
-    from voxledger.flows.corpus import prepare_corpus
 
     outcome = run_flow(
         ctx,
-        prepare_corpus,
+        "voxledger.flows.corpus:prepare_corpus",
         str(src.absolute()),
         str(policy.absolute()),
         str(out.absolute()) if out else None,
@@ -146,10 +145,15 @@ def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, time
     Example: voxledger corpus materialise data/train --out data/train_files
     """
     from voxledger.cli.common import run_flow
-    from voxledger.flows.corpus import materialise_pipes
 
     done = run_flow(
-        ctx, materialise_pipes, str(src.absolute()), str(out.absolute()), str((cwd or Path.cwd()).absolute()), timeout_s, quiet=as_json
+        ctx,
+        "voxledger.flows.corpus:materialise_pipes",
+        str(src.absolute()),
+        str(out.absolute()),
+        str((cwd or Path.cwd()).absolute()),
+        timeout_s,
+        quiet=as_json,
     )
     r = done.receipt.result
     summary = {"receipt": done.receipt_id, "out": str(out), **r.model_dump(mode="json")}

@@ -109,7 +109,6 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path | None, train_base: 
         raise click.UsageError("--plan and --train-base contradict each other; give one")
     plan_file = plan_file or plans_dir() / ("pipeline-demo-train-base.yaml" if train_base else "pipeline-demo.yaml")
     from voxledger.dashboards.report import build_dashboard
-    from voxledger.flows.pipeline import pipeline
     from voxledger.tasks.corpus.demo import build_demo_corpus
 
     home = open_home(ctx)
@@ -121,7 +120,7 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path | None, train_base: 
     t_corpus = time.perf_counter() - t0
     summary = run_flow(
         ctx,
-        pipeline,
+        "voxledger.flows.pipeline:pipeline",
         str(corpus.absolute()),
         str(plan_file.absolute()),
         str(plans_dir()),

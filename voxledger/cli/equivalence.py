@@ -43,12 +43,11 @@ def compare(ctx: click.Context, reference: str, candidate: str, plan: Path, ref_
 
     Example: voxledger equivalence compare dumps/torch dumps/ggml --cand-runtime ggml,dtype=f16
     """
-    from voxledger.flows.equivalence import equivalence as equivalence_flow
 
     reference, candidate = (_dump_ref(ctx, r) for r in (reference, candidate))
     out = run_flow(
         ctx,
-        equivalence_flow,
+        "voxledger.flows.equivalence:equivalence",
         "compare",
         reference,
         candidate,
@@ -94,13 +93,12 @@ def attribute(
 
     Example: voxledger equivalence attribute 44a1... 76b6... --ref-runtime adapter --cand-runtime merged
     """
-    from voxledger.flows.equivalence import equivalence as equivalence_flow
 
     base_ref = None if base == "-" else resolve_node(ctx, base)
     adapter = resolve_node(ctx, adapter)
     out = run_flow(
         ctx,
-        equivalence_flow,
+        "voxledger.flows.equivalence:equivalence",
         "attribute",
         base_ref,
         adapter,

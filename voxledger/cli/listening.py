@@ -54,14 +54,13 @@ def packets_export(
 
     Example: voxledger packets export --plan plans/listening-demo.yaml --evaluation 3fa2c1d0 ./packets
     """
-    from voxledger.flows.packets import packets as packets_flow
 
     if (stimuli_path is None) == (evaluation is None):
         raise click.UsageError("give exactly one of --evaluation RECEIPT (stimuli from its audio) or --stimuli FILE")
     evaluation_rid = resolve_receipt(ctx, evaluation, "evaluation") if evaluation else None
     outcome = run_flow(
         ctx,
-        packets_flow,
+        "voxledger.flows.packets:packets",
         str(plan_path.absolute()),
         str(out.absolute()),
         evaluation_rid=evaluation_rid,
@@ -133,13 +132,12 @@ def packets_serve(ctx: click.Context, packet_set: str, host: str, port: int, pub
 
     Example: voxledger packets serve 3fa2c1d9 --port 8765
     """
-    from voxledger.flows.listening_server import listening_server
 
     if public_url is not None and not public_url.startswith(("http://", "https://")):
         raise click.BadParameter(f"{public_url!r} is not an http(s) address", param_hint="--public-url")
     rid = resolve_receipt(ctx, packet_set, "packet_set")
     open_home(ctx).require_writable()
-    run_flow(ctx, listening_server, rid, host, port, public_url)
+    run_flow(ctx, "voxledger.flows.listening_server:listening_server", rid, host, port, public_url)
 
 
 @packets.command("revoke")
@@ -152,14 +150,13 @@ def packets_revoke(ctx: click.Context, packet_set: str, rater: str, new_link: bo
 
     Example: voxledger packets revoke 3fa2c1d9 r03 --new-link
     """
-    from voxledger.flows.listening_server import revoke_rater_link
     from voxledger.tasks.listening.served import check_revocable
 
     rid = resolve_receipt(ctx, packet_set, "packet_set")
     home = open_home(ctx)
     home.require_writable()
     check_revocable(home, rid, rater)
-    path = run_flow(ctx, revoke_rater_link, rid, rater, new_link)
+    path = run_flow(ctx, "voxledger.flows.listening_server:revoke_rater_link", rid, rater, new_link)
     click.echo(f"revoked the link of rater {rater}")
     if path:
         click.echo(f"new link path for {rater}: {path} (prefix it with the server's address)")
@@ -189,12 +186,11 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
 
     Example: voxledger ratings aggregate 3fa2c1d9 ./submissions/*.json --csv ratings.csv
     """
-    from voxledger.flows.ratings import ratings as ratings_flow
 
     home = open_home(ctx)
     outcome = run_flow(
         ctx,
-        ratings_flow,
+        "voxledger.flows.ratings:ratings",
         resolve_receipt(ctx, packet_set, "packet_set"),
         [str(s.absolute()) for s in submissions],
         quiet=as_json,

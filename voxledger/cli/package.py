@@ -56,7 +56,6 @@ def build(
 
     Example: voxledger package build 3fa2c1d9 --checkpoint best --promotion 7be1c0a2 --retention ./releases
     """
-    from voxledger.flows.package import package as package_flow
 
     if promotion is None and not unpromoted:
         raise click.UsageError(
@@ -68,7 +67,7 @@ def build(
     run_id = resolve_receipt(ctx, training_run, "training_run")
     out = run_flow(
         ctx,
-        package_flow,
+        "voxledger.flows.package:package",
         run_id,
         _checkpoint(ctx, run_id, checkpoint),
         resolve_receipt(ctx, promotion, "promotion") if promotion else None,
@@ -221,7 +220,6 @@ def verify(
 
 def _reproduce_claims(ctx: click.Context, verified: Any, corpus: Path | None, as_json: bool) -> list[dict[str, Any]]:
     """Re-run each evaluation the package binds (``voxledger reproduce``) and list each metric claim with whether it holds here."""
-    from voxledger.flows.reproduce import reproduce as reproduce_flow
     from voxledger.schemas.errors import ReproductionError
     from voxledger.tasks.stages.reproduce import package_evaluations
 
@@ -235,7 +233,9 @@ def _reproduce_claims(ctx: click.Context, verified: Any, corpus: Path | None, as
                 f"evaluation {rid[:12]} that the package binds is not in home {home.root}: its plan and base are fetched from there "
                 "by digest; pull them first (`voxledger store pull`) or pass --home"
             )
-        out = run_flow(ctx, reproduce_flow, rid, str(corpus.absolute()) if corpus else None, None, False, None, quiet=as_json)
+        out = run_flow(
+            ctx, "voxledger.flows.reproduce:reproduce", rid, str(corpus.absolute()) if corpus else None, None, False, None, quiet=as_json
+        )
         for c in out.receipt.result.comparisons:
             if c.name.startswith("metric:") or c.name == "prompt_agreement":
                 claims.append(

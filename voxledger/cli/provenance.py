@@ -182,13 +182,12 @@ def reproduce(
 
     Example: voxledger reproduce 7be01d44
     """
-    from voxledger.flows.reproduce import reproduce as reproduce_flow
     from voxledger.schemas.reproduction import REPRODUCIBLE_KINDS
 
     rid = resolve_receipt(ctx, receipt, *REPRODUCIBLE_KINDS)
     out = run_flow(
         ctx,
-        reproduce_flow,
+        "voxledger.flows.reproduce:reproduce",
         rid,
         str(corpus.absolute()) if corpus else None,
         str(scratch.absolute()) if scratch else None,

@@ -39,11 +39,10 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
 
     Example: voxledger train ./demo/corpus --audit 3fa2... --plan plans/train-tiny-base.yaml
     """
-    from voxledger.flows.train import train as train_flow
 
     audit_id = resolve_receipt(ctx, audit_rid, "audit")
     base = resolve_node(ctx, base_sha) if base_sha else None
-    out = run_flow(ctx, train_flow, str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json)
+    out = run_flow(ctx, "voxledger.flows.train:train", str(corpus.absolute()), audit_id, str(plan_file.absolute()), base, quiet=as_json)
     r = out.receipt
     summary = {
         "receipt": out.receipt_id,
@@ -81,10 +80,9 @@ def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Pa
 
     Example: voxledger promote 9c1e... --policy plans/promote-demo.yaml --corpus ./demo/corpus
     """
-    from voxledger.flows.promote import promote as promote_flow
 
     run_id = resolve_receipt(ctx, training_run, "training_run")
-    out = run_flow(ctx, promote_flow, str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
+    out = run_flow(ctx, "voxledger.flows.promote:promote", str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
     r = out.receipt.result
     if as_json:
         emit_json({"receipt": out.receipt_id, "cached": out.cached, "promoted": r.promoted})
@@ -108,10 +106,9 @@ def eval_run(ctx: click.Context, plan_file: Path, corpus: Path, binds: tuple[str
 
     Example: voxledger eval run plans/eval-demo.yaml --corpus ./demo/corpus --bind base=SHA --bind adapter=SHA
     """
-    from voxledger.flows.evaluate import evaluate as evaluate_flow
 
     bindings = {name: resolve_node(ctx, digest) for name, digest in (_binding(b) for b in binds)}
-    out = run_flow(ctx, evaluate_flow, str(corpus.absolute()), str(plan_file.absolute()), bindings, quiet=as_json)
+    out = run_flow(ctx, "voxledger.flows.evaluate:evaluate", str(corpus.absolute()), str(plan_file.absolute()), bindings, quiet=as_json)
     doc = out.receipt.model_dump(mode="json")  # the typed outcome the flow returned: nothing is read back
     if as_json:
         emit_json({"receipt": out.receipt_id, "cached": out.cached, "result": doc["result"]})
@@ -257,10 +254,13 @@ def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir:
 
     Example: voxledger pipeline run plans/pipeline-demo.yaml --corpus ./demo/corpus --packets ./demo/packets
     """
-    from voxledger.flows.pipeline import pipeline
-
     out = run_flow(
-        ctx, pipeline, str(corpus.absolute()), str(plan_file.absolute()), str(PLANS), str(packets_dir.absolute()) if packets_dir else None
+        ctx,
+        "voxledger.flows.pipeline:pipeline",
+        str(corpus.absolute()),
+        str(plan_file.absolute()),
+        str(PLANS),
+        str(packets_dir.absolute()) if packets_dir else None,
     )
     if as_json:
         emit_json({"pipeline_receipt": out.pipeline_receipt, "stages": [s.model_dump(mode="json") for s in out.stages]})
@@ -310,7 +310,6 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
 
     Example: voxledger checkpoints prune --plan-out prune.json && voxledger checkpoints prune --execute prune.json
     """
-    from voxledger.flows.store import prune_checkpoints
     from voxledger.tasks.stages.checkpoints import make_plan
 
     home = open_home(ctx)
@@ -332,7 +331,7 @@ def checkpoints_prune(ctx: click.Context, plan_out: Path | None, execute: Path |
         )
         return
     try:
-        rid, receipt = run_flow(ctx, prune_checkpoints, str(execute.absolute()), quiet=as_json)  # type: ignore[union-attr]
+        rid, receipt = run_flow(ctx, "voxledger.flows.store:prune_checkpoints", str(execute.absolute()), quiet=as_json)  # type: ignore[union-attr]
     except pydantic.ValidationError as exc:
         raise click.BadParameter(
             f"{execute} is not a prune plan ({exc.error_count()} problem(s), e.g. {validation_lines(exc, limit=1)[0]}); "

@@ -19,6 +19,18 @@ class VoxledgerError(Exception):
         super().__init__(*args)
         self.receipt_id = receipt_id
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # every subclass travels whole (a flow run in another process raises it in the command's):
+        # its class, its args and its attributes, whatever its constructor takes
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[VoxledgerError], args: tuple[object, ...], attributes: dict[str, Any]) -> VoxledgerError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(attributes)
+    return exc
+
 
 class SettingsError(VoxledgerError):
     """A ``VOXLEDGER_*`` environment variable holds a value of the wrong type or out of bounds."""

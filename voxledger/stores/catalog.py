@@ -13,14 +13,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from filelock import FileLock, Timeout
 
 from voxledger.schemas.errors import CatalogError, CatalogLockedError
 from voxledger.stores.migrations import MIGRATIONS
 from voxledger.stores.projections import BlobLoader, project
+
+if TYPE_CHECKING:  # imported where a connection opens: a command that hands its flow off never loads DuckDB
+    import duckdb
 
 DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "autoinstall_known_extensions": "false",
@@ -48,6 +50,8 @@ class Catalog:
         ``sandbox`` (read-only only): no file, network or extension access from SQL, settings
         locked (``stores.sandbox``).
         """
+        import duckdb
+
         config = DUCKDB_CONFIG
         if sandbox:
             from voxledger.stores.sandbox import SANDBOX_CONFIG
@@ -107,6 +111,8 @@ class Catalog:
     def _open(self, read_only: bool, config: dict[str, str | bool | int | float | list[str]]) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection; a file DuckDB cannot open (a failed checksum, a torn or foreign file)
         becomes one line pointing at ``voxledger catalog rebuild``, which re-derives it from the store."""
+        import duckdb
+
         try:
             return duckdb.connect(str(self.path), read_only=read_only, config=config)
         except duckdb.Error as exc:
@@ -178,6 +184,8 @@ class Catalog:
     def check_sums(self, con: duckdb.DuckDBPyConnection) -> None:
         """Compare the lineage tables with the sums the last ingest wrote beside them; raise
         CatalogError when they differ (a rewrite the file's own block checksums did not catch)."""
+        import duckdb
+
         stored = {
             r[0]: (r[1], r[2], r[3]) for r in con.execute("SELECT name, row_count, digest, duckdb_version FROM catalog_sums").fetchall()
         }
@@ -210,6 +218,8 @@ def _sums(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
 
 
 def _write_sums(con: duckdb.DuckDBPyConnection) -> None:
+    import duckdb
+
     for table, (count, digest) in _sums(con).items():
         con.execute("INSERT OR REPLACE INTO catalog_sums VALUES (?, ?, ?, ?)", [table, count, digest, duckdb.__version__])
 

@@ -11,9 +11,8 @@ import os
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-import jsonschema
 from pydantic import ValidationError
 
 from voxledger import schemas as _schemas_pkg
@@ -21,6 +20,9 @@ from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import ReceiptError, validation_lines
 from voxledger.stores.blobs import LocalBlobStore
+
+if TYPE_CHECKING:
+    import jsonschema
 
 R = TypeVar("R", bound=ReceiptBase)
 
@@ -33,6 +35,8 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     if not path.is_file():
         raise ReceiptError(f"no JSON Schema file {path} for receipt kind {kind!r}; run `voxledger receipt schemas --write`")
     schema = json.loads(path.read_text())
+    import jsonschema  # here, not at import: a command that only hands its flow off never validates
+
     return jsonschema.Draft202012Validator(schema)
 
 
