@@ -124,7 +124,10 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
     return [
         Figure("cli audit, first command (audits, starts the home's Prefect server and flow runner)", t_first, "s"),
         Figure(
-            "cli audit, cached, flow in the home's warm runner (process wall)" + ("" if runner_ready else " (NOT ALL SERVED BY THE RUNNER)"), t_cli, "s"
+            "cli audit, cached, flow in the home's warm runner (process wall)"
+            + ("" if runner_ready else " (NOT ALL SERVED BY THE RUNNER)"),
+            t_cli,
+            "s",
         ),
         Figure("cli audit, cached, flow in the command's own process (VOXLEDGER_RUNNER=false)", t_inproc, "s"),
         Figure("audit function called directly, cached (process wall)", t_direct, "s"),

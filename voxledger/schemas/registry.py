@@ -74,6 +74,8 @@ def json_schema_for(kind: str) -> dict[str, Any]:
     schema = KINDS[kind].model_json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"https://voxledger.dev/schemas/receipt/{kind}/v1"
+    # the model class, so reading one receipt imports only its own schema module (``stores.receipts``)
+    schema["x-voxledger-model"] = f"{KINDS[kind].__module__}:{KINDS[kind].__qualname__}"
     return schema
 
 

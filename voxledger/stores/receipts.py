@@ -30,25 +30,49 @@ SCHEMA_DIR = Path(_schemas_pkg.__file__).parent / "json"
 
 
 @cache
-def _validator(kind: str) -> jsonschema.protocols.Validator:
+def _kinds() -> frozenset[str]:
+    """Every receipt kind: one generated JSON Schema file each (``receipt schemas --write``; a test
+    checks the files against ``schemas.registry``)."""
+    suffix = ".v1.schema.json"
+    return frozenset(p.name.removesuffix(suffix) for p in SCHEMA_DIR.glob(f"*{suffix}"))
+
+
+@cache
+def _schema(kind: str) -> dict[str, Any]:
     path = SCHEMA_DIR / f"{kind}.v1.schema.json"
     if not path.is_file():
         raise ReceiptError(f"no JSON Schema file {path} for receipt kind {kind!r}; run `voxledger receipt schemas --write`")
-    schema = json.loads(path.read_text())
+    schema: dict[str, Any] = json.loads(path.read_text())
+    return schema
+
+
+@cache
+def _validator(kind: str) -> jsonschema.protocols.Validator:
     import jsonschema  # here, not at import: a command that only hands its flow off never validates
 
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(_schema(kind))
+
+
+@cache
+def _model(kind: str) -> type[ReceiptBase]:
+    """The model class of ``kind``, named by its schema file: only its own module is imported (a read
+    command showing one receipt does not build every receipt model)."""
+    import importlib
+
+    module, _, name = str(_schema(kind).get("x-voxledger-model", "")).partition(":")
+    model = getattr(importlib.import_module(module), name, None) if module.startswith("voxledger.schemas.") else None
+    if not (isinstance(model, type) and issubclass(model, ReceiptBase)):
+        raise ReceiptError(f"the JSON Schema file of receipt kind {kind!r} names no receipt model; run `voxledger receipt schemas --write`")
+    return model
 
 
 def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
     """Validate a receipt document against its JSON Schema and model; list every problem at once."""
-    from voxledger.schemas.registry import KINDS, RECEIPT_ADAPTER  # every receipt model: only where one is validated
-
     if not isinstance(doc, dict):
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(doc).__name__}")
     kind = doc.get("kind")
-    if kind not in KINDS:
-        raise ReceiptError(f"{source}: unknown receipt kind {_cut(repr(kind), 80)}; valid kinds: {sorted(KINDS)}")
+    if kind not in _kinds():
+        raise ReceiptError(f"{source}: unknown receipt kind {_cut(repr(kind), 80)}; valid kinds: {sorted(_kinds())}")
     try:
         problems = [
             f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {_cut(e.message)}"
@@ -61,7 +85,7 @@ def validate_document(doc: Any, *, source: str = "receipt") -> ReceiptBase:
     if problems:
         raise ReceiptError(f"{source}: {len(problems)} schema problem(s) in {kind} receipt:\n  " + "\n  ".join(problems))
     try:
-        model: ReceiptBase = RECEIPT_ADAPTER.validate_python(doc)
+        model: ReceiptBase = _model(kind).model_validate(doc)
     except ValidationError as exc:
         lines = validation_lines(exc, sep="/", root="<root>", limit=50)
         raise ReceiptError(f"{source}: {len(lines)} problem(s) in {kind} receipt:\n  " + "\n  ".join(lines)) from exc
