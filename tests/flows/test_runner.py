@@ -190,3 +190,25 @@ def test_every_error_crosses_a_process_boundary_whole() -> None:
     refused = pickle.loads(pickle.dumps(RequestRefusedError(409, "stale", "a newer answer exists")))
     assert (refused.status, refused.code, str(refused)) == (409, "stale", "a newer answer exists")
     assert isinstance(refused, VoxledgerError) and refused.receipt_id is None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="squatting the name needs a process of another user (run as root)")
+def test_a_name_held_by_another_user_is_refused(tmp_path: Path) -> None:
+    """Another user binding this command's runner name first gets neither its environment nor its files."""
+    name = runner.fingerprint(tmp_path, dict(os.environ), list(sys.path), runner.code_signature())
+    squat = (
+        "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind('\\0' + sys.argv[1]); s.listen(1); print('up', flush=True); "
+        "time.sleep(60)"
+    )
+    system_python = Path("/usr/bin/python3")  # the other user cannot run this checkout's interpreter
+    if not system_python.exists():
+        pytest.skip("no /usr/bin/python3 for the other user")
+    proc = subprocess.Popen([str(system_python), "-c", squat, runner._address(name)[1:]], stdout=subprocess.PIPE, text=True,
+                            user=65534, group=65534, cwd="/")  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        with pytest.raises(runner._Refused, match="held by uid 65534"):
+            runner._ask(name, tmp_path, "voxledger.flows.audit:audit", (), {}, print)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -11,10 +11,12 @@ runner forks a child that runs the flow exactly as the command would have (same 
 working directory, umask and environment), sends progress lines and the result (or the exception)
 back, and exits. The command then prints as usual; the flow run is still a Prefect flow run.
 
-Guarantees, each tested in ``tests/flows/test_runner.py``:
-- Only the same user is served (``SO_PEERCRED``); a different interpreter, path, environment or
-  code (any ``voxledger`` source file changed) reaches a different runner (the socket name is a
-  digest of all of it), and a runner exits when its code changes.
+Guarantees (``tests/flows/test_runner.py`` tests all but the thread check):
+- A runner serves only its own user, and a command talks only to its own user's runner
+  (``SO_PEERCRED`` both ways: a name squatted by another user is refused). A different
+  interpreter, path, environment or code (any ``voxledger`` source file changed) reaches a
+  different runner (the socket name is a digest of all of it), and a runner exits when its code
+  changes.
 - The runner forks only while it has a single thread (checked in ``/proc/self/task``), so no lock
   held by a thread is copied into a child.
 - Ctrl-C on the command reaches the flow (forwarded as SIGINT): the run records what it records
@@ -160,8 +162,12 @@ def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs:
     try:
         try:
             sock.connect(_address(name))
+            _, owner, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            cwd = os.getcwd()  # a working directory deleted under the command: run here, as before
         except OSError as exc:
             raise _Refused(str(exc)) from None
+        if owner != os.getuid():  # a name squatted by another user: never hand it this environment or these files
+            raise _Refused(f"the socket is held by uid {owner}")
         request = pickle.dumps(
             {
                 "target": target,
@@ -169,7 +175,7 @@ def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs:
                 "kwargs": kwargs,
                 "home": str(home_root),
                 "env": dict(os.environ),
-                "cwd": os.getcwd(),
+                "cwd": cwd,
                 "umask": _umask(),
                 "argv": list(sys.argv),
             }
