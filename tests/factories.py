@@ -39,3 +39,17 @@ def record_synthetic(home: Any, *receipts: Any) -> list[str]:
     written = [home.receipts.write(r) for r in receipts]
     home.catalog.ingest(written, home.blobs.get_bytes)
     return [rid for rid, _ in written]
+
+
+def interrupt(proc: Any, after_s: float = 2.0) -> tuple[int, float, str]:
+    """Ctrl-C a running command ``after_s`` from now: its exit code, the seconds it took to exit
+    after the signal, and the rest of its stderr (a text pipe)."""
+    import signal
+    import time
+
+    time.sleep(after_s)
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    code = proc.wait(timeout=60)
+    return code, time.perf_counter() - sent, rest

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import interrupt
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.stores.home import Home
 
@@ -48,12 +49,7 @@ def test_sigint_stops_the_pipeline_with_a_failed_receipt(tmp_path: Path, corpus:
             seen.append(line)
             if "stage train_base: running" in line:
                 break
-        time.sleep(2.0)  # well inside the base training
-        sent = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
-        rest = proc.stderr.read()
-        code = proc.wait(timeout=60)
-        took = time.perf_counter() - sent
+        code, took, rest = interrupt(proc, after_s=2.0)  # well inside the base training
     finally:
         proc.kill()
     assert code == 130, "".join(seen) + rest

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.corpus_factory import build_small_corpus
+from tests.factories import interrupt
 from tests.flows.conftest import write_plans
 from voxledger.flows import runner
 from voxledger.schemas.errors import AuditFailedError, RequestRefusedError, VoxledgerError
@@ -105,21 +106,22 @@ def test_a_warm_runner_answers_as_the_commands_own_process_does(warm: Warm) -> N
     assert json.loads(failed.stdout)["verdict"] == "fail" and failed.stdout == failed_here.stdout
 
 
-@pytest.mark.prefect
-def test_ctrl_c_reaches_the_flow_in_the_runner(warm: Warm) -> None:
+def _training(warm: Warm) -> subprocess.Popen[str]:
+    """A pipeline run (with base training) that has reached its base training."""
     cmd = [*_vx(warm.home), "pipeline", "run", str(ROOT / "plans" / "pipeline-demo-train-base.yaml"), "--corpus", str(warm.corpus)]
     proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None
+    for line in proc.stderr:
+        if "stage train_base: running" in line:
+            break
+    return proc
+
+
+@pytest.mark.prefect
+def test_ctrl_c_reaches_the_flow_in_the_runner(warm: Warm) -> None:
+    proc = _training(warm)
     try:
-        for line in proc.stderr:
-            if "stage train_base: running" in line:
-                break
-        time.sleep(2.0)
-        sent = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
-        rest = proc.stderr.read()
-        code = proc.wait(timeout=60)
-        took = time.perf_counter() - sent
+        code, took, rest = interrupt(proc)
     finally:
         proc.kill()
     assert code == 130 and took < 5.0, (code, took, rest)
@@ -129,13 +131,8 @@ def test_ctrl_c_reaches_the_flow_in_the_runner(warm: Warm) -> None:
 
 @pytest.mark.prefect
 def test_a_killed_command_takes_its_flow_in_the_runner_with_it(warm: Warm) -> None:
-    cmd = [*_vx(warm.home), "pipeline", "run", str(ROOT / "plans" / "pipeline-demo-train-base.yaml"), "--corpus", str(warm.corpus)]
-    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
+    proc = _training(warm)
     try:
-        for line in proc.stderr:
-            if "stage train_base: running" in line:
-                break
         (started,) = [line for line in _served(warm.home, proc.pid) if "running voxledger.flows.pipeline:pipeline" in line]
         child = int(re.findall(r"runner (\d+):", started)[0])
         assert child != warm.runner_pid and pid_alive(child)
