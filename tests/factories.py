@@ -53,3 +53,11 @@ def interrupt(proc: Any, after_s: float = 2.0) -> tuple[int, float, str]:
     rest = proc.stderr.read()
     code = proc.wait(timeout=60)
     return code, time.perf_counter() - sent, rest
+
+
+def terminal_sigint() -> None:
+    """``preexec_fn`` of a command a test Ctrl-Cs: SIGINT as at a terminal, even when the suite itself
+    was started with it ignored (a background job, ``nohup``)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,16 @@ def test_sigint_stops_serve_and_its_run_in_progress_with_a_failed_receipt(tmp_pa
     assert row["status"] == "failed" and row["error"].startswith("train_base: interrupted"), row
 
 
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """SIGINT raising KeyboardInterrupt, as in a command at a terminal, whatever disposition this test
+    process was started with (a suite run as a background job starts with it ignored)."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, saved)
+
+
+@pytest.mark.usefixtures("default_sigint")
 def test_an_interrupt_python_swallowed_is_raised_again_until_the_pipeline_takes_it() -> None:
     from voxledger.flows.pipeline import _interrupts
 

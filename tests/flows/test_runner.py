@@ -106,10 +106,13 @@ def test_a_warm_runner_answers_as_the_commands_own_process_does(warm: Warm) -> N
     assert json.loads(failed.stdout)["verdict"] == "fail" and failed.stdout == failed_here.stdout
 
 
-def _training(warm: Warm) -> subprocess.Popen[str]:
-    """A pipeline run (with base training) that has reached its base training."""
+def _training(warm: Warm, sigint: str = "terminal") -> subprocess.Popen[str]:
+    """A pipeline run (with base training) that has reached its base training; started with SIGINT as
+    at a terminal, or ignored (``nohup``, a background job)."""
     cmd = [*_vx(warm.home), "pipeline", "run", str(ROOT / "plans" / "pipeline-demo-train-base.yaml"), "--corpus", str(warm.corpus)]
-    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    disposition = signal.SIG_DFL if sigint == "terminal" else signal.SIG_IGN
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, disposition))  # fmt: skip
     assert proc.stderr is not None
     for line in proc.stderr:
         if "stage train_base: running" in line:
@@ -118,8 +121,10 @@ def _training(warm: Warm) -> subprocess.Popen[str]:
 
 
 @pytest.mark.prefect
-def test_ctrl_c_reaches_the_flow_in_the_runner(warm: Warm) -> None:
-    proc = _training(warm)
+@pytest.mark.parametrize("sigint", ["terminal", "ignored"])
+def test_ctrl_c_reaches_the_flow_in_the_runner(warm: Warm, sigint: str) -> None:
+    # ignored: the pipeline takes SIGINT with a handler of its own, in the command's own process too
+    proc = _training(warm, sigint)
     try:
         code, took, rest = interrupt(proc)
     finally:

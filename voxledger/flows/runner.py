@@ -158,6 +158,11 @@ def delegate(home_root: Path, target: str, args: tuple[Any, ...], kwargs: dict[s
 def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs: dict[str, Any], show: Callable[[str], None]) -> Any:
     from voxledger.schemas.errors import VoxledgerError
 
+    # Ctrl-C is always caught here and forwarded; the flow's process takes this command's own disposition
+    # (a command started with SIGINT ignored, under nohup say, ignores it there too, unless its flow
+    # installs a handler of its own, as the pipeline does: exactly as in the command's own process)
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    catch, previous = ignored and threading.current_thread() is threading.main_thread(), None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:
@@ -178,6 +183,7 @@ def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs:
                 "cwd": cwd,
                 "umask": _umask(),
                 "argv": list(sys.argv),
+                "sigint_ignored": ignored,
             }
         )
         fds = [fd if _open(fd) else os.open(os.devnull, os.O_RDWR) for fd in (0, 1, 2)]
@@ -190,6 +196,8 @@ def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs:
                 if fd != i:
                     os.close(fd)
         sock.sendall(request)
+        if catch:
+            previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         child = 0
         sock.settimeout(START_TIMEOUT_S)  # a runner that never forks (stopped, swamped): run the flow here instead
         while True:
@@ -199,6 +207,8 @@ def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs:
                 raise _Refused("the runner did not start the flow in time") from None
             except KeyboardInterrupt:
                 if not child:
+                    if ignored:
+                        continue
                     raise
                 os.kill(child, signal.SIGINT)  # the flow records the interruption and answers
                 continue
@@ -223,6 +233,8 @@ def _ask(name: str, home_root: Path, target: str, args: tuple[Any, ...], kwargs:
                 raise value
     finally:
         sock.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _umask() -> int:
@@ -340,7 +352,7 @@ def _serve(home_root: Path, name: str, code: str) -> int:
     listener.settimeout(1.0)
     started = last = last_check = time.monotonic()
     children: set[int] = set()
-    seen_server = False
+    seen_server, checks = False, 1
     _log(f"serving {home_root}")
     while True:
         for pid in list(children):
@@ -358,9 +370,11 @@ def _serve(home_root: Path, name: str, code: str) -> int:
             if not up and not children and (seen_server or now - started > SERVER_GRACE_S):
                 _log("the home's Prefect server is gone; exiting")
                 return 0
-            if code_signature() != code:
-                _log("voxledger's code changed; exiting")
-                return 0
+            if now - started >= checks * 10.0:  # the source walk (~9 ms) every 10 s; a changed tree is never served anyway
+                checks += 1
+                if code_signature() != code:
+                    _log("voxledger's code changed; exiting")
+                    return 0
             if not children and now - last > IDLE_TIMEOUT_S:
                 _log("idle; exiting")
                 return 0
@@ -368,7 +382,9 @@ def _serve(home_root: Path, name: str, code: str) -> int:
             conn, _ = listener.accept()
         except TimeoutError:
             continue
-        except OSError:
+        except OSError as exc:  # out of file descriptors, say: wait rather than spin
+            _log(f"accept failed: {exc!r}")
+            time.sleep(1.0)
             continue
         last = time.monotonic()
         pid = _take(conn, listener)
@@ -418,7 +434,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], peer: i
     log_fd = os.dup(2)  # the runner's log, before the command's stderr takes fd 2
     try:
         os.setpgid(0, 0)  # its own group: a command that dies takes the flow and everything it started
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if request.get("sigint_ignored") else signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _log(f"running {request['target']} for pid {peer}", log_fd)
         for i, fd in enumerate(fds):

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.factories import terminal_sigint
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.served_rater import page_parts
 
@@ -20,7 +21,7 @@ BIN = Path(sys.executable).parent / "voxledger"
 @pytest.mark.prefect
 def test_packets_serve_prints_links_serves_pages_and_stops_on_ctrl_c(exported: Exported) -> None:
     cmd = [str(BIN), "--home", str(exported.home.root), "packets", "serve", exported.receipt_id[:12], "--port", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ}, preexec_fn=terminal_sigint)
     try:
         assert proc.stdout is not None
         header = proc.stdout.readline()
