@@ -273,9 +273,14 @@ def _exactly(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
+_SEND = threading.Lock()
+"""One message at a time on the command's socket: progress lines may come from a flow's task threads."""
+
+
 def _send(sock: socket.socket, kind: str, value: Any) -> None:
     body = pickle.dumps((kind, value))
-    sock.sendall(_HEADER.pack(len(body)) + body)
+    with _SEND:
+        sock.sendall(_HEADER.pack(len(body)) + body)
 
 
 def _spawn(home_root: Path, name: str, code: str) -> None:
@@ -446,7 +451,8 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], peer: i
         os.environ.update(request["env"])
         sys.argv = request["argv"]
         _send(conn, "pid", os.getpid())
-        threading.Thread(target=_watch, args=(conn,), daemon=True, name="voxledger-runner-watch").start()
+        answered = threading.Event()
+        threading.Thread(target=_watch, args=(conn, answered), daemon=True, name="voxledger-runner-watch").start()
         answer = _run(request, lambda message: _send(conn, "progress", message))
         sys.stdout.flush()
         sys.stderr.flush()
@@ -454,8 +460,12 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], peer: i
             body = pickle.dumps(answer)
         except Exception as exc:  # noqa: BLE001  (an answer that cannot travel still ends the command cleanly)
             body = pickle.dumps(("raise", _Unsendable.of(answer[1], exc)))
-        conn.sendall(_HEADER.pack(len(body)) + body)
+        # logged and marked before it is sent: the command exits on receipt, and its closing socket
+        # must not read as a killed command here
         _log(f"{request['target']} for pid {peer}: " + ("returned" if answer[0] == "ok" else f"raised {type(answer[1]).__name__}"), log_fd)
+        answered.set()
+        with _SEND:
+            conn.sendall(_HEADER.pack(len(body)) + body)
     except BaseException as exc:  # noqa: BLE001
         _log(f"{request['target']} for pid {peer}: no answer sent ({exc!r})", log_fd)
         status = 1
@@ -484,14 +494,16 @@ def _run(request: dict[str, Any], progress: Callable[[str], None]) -> tuple[str,
         return "raise", exc
 
 
-def _watch(conn: socket.socket) -> None:
-    """The command's end closed (it was killed): stop this flow and all it started."""
+def _watch(conn: socket.socket, answered: threading.Event) -> None:
+    """The command's end closed before its answer was on its way (it was killed): stop this flow and
+    all it started."""
     try:
         while conn.recv(1):
             pass
     except OSError:
         pass
-    os.killpg(os.getpgid(0), signal.SIGKILL)
+    if not answered.is_set():
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 class _Unsendable(Exception):
