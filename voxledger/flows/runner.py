@@ -22,7 +22,7 @@ Guarantees (``tests/flows/test_runner.py`` tests all but the thread check):
 - Ctrl-C on the command reaches the flow (forwarded as SIGINT): the run records what it records
   in-process and the command exits 130. A command killed outright (SIGKILL, a closed terminal)
   takes its flow with it: the child kills its own process group when the command's end of the
-  socket closes.
+  socket closes before the answer is on its way.
 - A runner lives while its home's Prefect server does (``voxledger server stop`` ends it) and at
   most ``IDLE_TIMEOUT_S`` without a request.
 
