@@ -59,13 +59,21 @@ def _flow_running(api_url: str, name: str) -> bool:
         return asyncio.run(check())
 
 
-def test_killed_command_leaves_nothing_and_the_next_one_works(tmp_path: Path) -> None:
-    home, corpus = tmp_path / "home", build_small_corpus(tmp_path / "corpus")
-    plans = write_plans(tmp_path / "plans")
-    first = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"), "--json")
-    assert first.returncode == 0, first.stderr
+def test_killed_command_leaves_nothing_and_the_next_one_works(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from voxledger.flows.server import start_in_background
+
+    home = tmp_path / "home"
+    assert start_in_background(home) is None  # an API URL of one's own (the tests'): no home server is started
+    monkeypatch.delenv("PREFECT_API_URL")
+    starting = start_in_background(home)  # as `demo run` does while it builds its corpus
+    corpus, plans = build_small_corpus(tmp_path / "corpus"), write_plans(tmp_path / "plans")
+    assert starting is not None
+    starting.join(120)
     state = read_state(home)
     assert state is not None and healthy(state.api_url)
+    first = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"), "--json")
+    assert first.returncode == 0, first.stderr
+    assert read_state(home) == state  # the command used the server started in the background
     # a long command, killed with SIGKILL while its flow runs
     proc = subprocess.Popen([sys.executable, "-m", "voxledger.cli", "--home", str(home), "pipeline", "run", str(plans / "pipeline.yaml"),
                              "--corpus", str(corpus)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

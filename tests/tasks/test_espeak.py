@@ -149,8 +149,21 @@ def test_a_killed_helper_is_restarted() -> None:
     from voxledger.tasks.corpus import espeak
 
     before = synthesize(TEXT)
-    proc = espeak._HELPER._proc
+    proc = espeak._POOL.queue[-1]._proc  # the helper a single thread uses (the pool is last-in, first-out)
     assert proc is not None
     os.kill(proc.pid, signal.SIGKILL)  # the helper this test process started
     proc.wait(timeout=10)
     assert digest(synthesize(TEXT)) == digest(before)
+
+
+def test_two_threads_synthesise_on_two_helpers_and_get_the_serial_bytes() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from voxledger.tasks.corpus import espeak
+
+    texts = [f"{TEXT} Number {i}." for i in range(8)]
+    serial = [digest(synthesize(t)) for t in texts]
+    with ThreadPoolExecutor(2) as pool:
+        parallel = [digest(s) for s in pool.map(synthesize, texts)]
+    assert parallel == serial
+    assert sum(h._proc is not None and h._proc.poll() is None for h in espeak._ALL) <= espeak.HELPERS

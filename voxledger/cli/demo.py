@@ -115,8 +115,13 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path | None, train_base: 
     corpus = out / "corpus"
     t0 = time.perf_counter()
     if not (corpus / "manifest.jsonl").is_file():
+        from voxledger.flows.server import start_in_background
+
+        server = start_in_background(home.root)  # the home's Prefect server starts while the corpus is synthesised
         with console.status("synthesising the demo corpus (espeak-ng, 5 voices, 1,460 utterances)") if not as_json else nullcontext():
             build_demo_corpus(corpus, size="full")
+        if server is not None:
+            server.join()
     t_corpus = time.perf_counter() - t0
     summary = run_flow(
         ctx,

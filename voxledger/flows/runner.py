@@ -131,13 +131,10 @@ def usable(home_root: Path) -> bool:
     home's own Prefect server in use, the home writable. (Only the ``voxledger`` program asks.)"""
     if not sys.platform.startswith("linux"):
         return False
+    from voxledger.flows.server import home_server_in_use
     from voxledger.settings import load_settings
 
-    settings = load_settings()
-    if not settings.runner or settings.prefect != "home" or os.environ.get("PREFECT_API_URL"):
-        return False
-    probe = home_root if home_root.exists() else home_root.parent
-    return os.access(probe, os.W_OK)
+    return load_settings().runner and home_server_in_use(home_root)
 
 
 def delegate(home_root: Path, target: str, args: tuple[Any, ...], kwargs: dict[str, Any], show: Callable[[str], None]) -> tuple[bool, Any]:

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -124,6 +125,36 @@ def ensure_server(home_root: Path, *, idle_timeout_s: float = IDLE_TIMEOUT_S, ti
         return _start(home_root, idle_timeout_s, timeout_s)
     finally:
         lock.release()
+
+
+def home_server_in_use(home_root: Path) -> bool:
+    """Whether flows of this process will run against the home's own server: ``VOXLEDGER_PREFECT`` is
+    ``home``, no ``PREFECT_API_URL`` in the environment, the home writable. Read without importing Prefect."""
+    from voxledger.settings import load_settings
+
+    if load_settings().prefect != "home" or os.environ.get("PREFECT_API_URL"):
+        return False
+    probe = home_root if home_root.exists() else home_root.parent
+    return os.access(probe, os.W_OK)
+
+
+def start_in_background(home_root: Path) -> threading.Thread | None:
+    """Start (or find) the home's server on a daemon thread, so a command does other work while the
+    server imports Prefect (``demo run`` builds its corpus meanwhile); the flow's own `ensure_server`
+    then finds it answering. A failure here is left for that call to report. None when the home's
+    server is not what this process's flows use."""
+    if not home_server_in_use(home_root):
+        return None
+
+    def start() -> None:
+        try:
+            ensure_server(home_root)
+        except Exception:  # noqa: BLE001, S110 (the flow's own ensure_server raises it with its message)
+            pass
+
+    thread = threading.Thread(target=start, name="voxledger-server-start", daemon=True)
+    thread.start()
+    return thread
 
 
 def _wait_healthy(api_url: str, pid: int, timeout_s: float) -> bool:

@@ -158,3 +158,27 @@ def test_load_rejects_a_foreign_safetensors_file(tmp_path) -> None:
     save_file({"w": torch.zeros(2)}, str(path))
     with pytest.raises(ValueError, match="not a tiny TTS checkpoint"):
         load_tiny(path)
+
+
+def test_attention_runs_in_float32_under_bf16_autocast_and_is_plain_sdpa_otherwise() -> None:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from voxledger.tasks.backends.tiny.model import SDPA_FP32_UNDER_AUTOCAST, _sdpa_fp32_under_autocast
+
+    model = small_model()
+    assert all(layer.self_attn.config._attn_implementation == SDPA_FP32_UNDER_AUTOCAST for layer in model.backbone.layers)
+    attn = model.backbone.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 37, 16, generator=g) for _ in range(3))
+    k, v = k[:, :2], v[:, :2]  # grouped-query: 2 kv heads, as the tiny backbone has
+    mask = torch.ones(2, 1, 37, 37, dtype=torch.bool)
+    plain, _ = sdpa_attention_forward(attn, q, k, v, mask)
+    ours, _ = _sdpa_fp32_under_autocast(attn, q, k, v, mask)
+    assert torch.equal(ours, plain)  # fp32 training and synthesis: exactly SDPA
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed, _ = _sdpa_fp32_under_autocast(attn, q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+        in_bf16, _ = sdpa_attention_forward(attn, q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+    exact, _ = sdpa_attention_forward(attn, q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), mask)
+    assert mixed.dtype == torch.bfloat16
+    assert torch.equal(mixed, exact.bfloat16())  # the product in float32, rounded once at the end
+    assert not torch.equal(in_bf16, exact.bfloat16())  # what autocast alone would have computed

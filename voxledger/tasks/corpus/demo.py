@@ -202,6 +202,15 @@ def write_utterance(root: Path, utt: Utterance) -> dict[str, object]:
     return manifest_row(utt, audio.size)
 
 
+def write_utterances(root: Path, utts: list[Utterance]) -> list[dict[str, object]]:
+    """`write_utterance` for each, on ``espeak.HELPERS`` threads (each synthesis is a fork of the same
+    pristine helper state, so the bytes do not depend on which thread or helper made them); rows in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(espeak.HELPERS, thread_name_prefix="voxledger-espeak") as pool:
+        return list(pool.map(lambda utt: write_utterance(root, utt), utts))
+
+
 def generator_sha256() -> str:
     """sha256 over the generator's code and sentence file: changes whenever the output may."""
     here, h = Path(__file__).parent, hashlib.sha256()
@@ -256,7 +265,7 @@ def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool 
     try:
         (tmp / "wavs").mkdir(parents=True)
         (tmp / "alignments").mkdir()
-        rows = [write_utterance(tmp, utt) for utt in plan_utterances(splits)]
+        rows = write_utterances(tmp, plan_utterances(splits))
         planted = plant_problems(tmp, rows, unused) if flawed else ()
         with open(tmp / "manifest.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import queue
 import struct
 import subprocess
 import sys
@@ -118,13 +119,28 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-_HELPER = _Helper()
-atexit.register(_HELPER.close)
+HELPERS = 2  # at most this many helper processes serve concurrent callers (one thread uses one)
+_POOL: queue.LifoQueue[_Helper] = queue.LifoQueue()
+for _ in range(HELPERS):
+    _POOL.put(_Helper())
+_ALL = list(_POOL.queue)
+for _helper in _ALL:
+    atexit.register(_helper.close)
+
+
+def _call(request: dict[str, Any]) -> bytes:
+    """One request on a free helper; the most recently used one first, so a single caller thread
+    only ever starts one helper process, and two threads (`build_demo_corpus`) get one each."""
+    helper = _POOL.get()
+    try:
+        return helper.call(request)
+    finally:
+        _POOL.put(helper)
 
 
 def espeak_info() -> dict[str, Any]:
     """Library version string and native sample rate, e.g. ``{"version": "1.52.0 ..."}``."""
-    info: dict[str, Any] = json.loads(_HELPER.call({"op": "info"}))
+    info: dict[str, Any] = json.loads(_call({"op": "info"}))
     return info
 
 
@@ -141,7 +157,7 @@ def synthesize(text: str, voice: str = "en-us", pitch: int = 50, rate_wpm: int =
     if not RATE_WPM_RANGE[0] <= rate_wpm <= RATE_WPM_RANGE[1]:
         raise ValueError(f"rate_wpm {rate_wpm} is outside espeak's range {RATE_WPM_RANGE}")
     request = {"text": text, "voice": voice, "pitch": pitch, "rate_wpm": rate_wpm}
-    body = _HELPER.call(request)
+    body = _call(request)
     (header_len,) = struct.unpack_from("<I", body)
     events = json.loads(body[4 : 4 + header_len])["events"]
     pcm = np.frombuffer(body[4 + header_len :], dtype="<i2")
