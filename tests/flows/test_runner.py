@@ -214,3 +214,15 @@ def test_a_name_held_by_another_user_is_refused(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_runner_log_is_rotated_at_its_limit_and_keeps_one_older_file(tmp_path: Path) -> None:
+    log, older = tmp_path / "runner.log", tmp_path / "runner.log.1"
+    assert runner.rotate_log(log, limit=100) == log and not log.exists()  # no log yet: nothing to do
+    log.write_bytes(b"a" * 99)
+    runner.rotate_log(log, limit=100)
+    assert log.read_bytes() == b"a" * 99 and not older.exists()  # under the limit: kept in place
+    log.write_bytes(b"b" * 100)
+    older.write_bytes(b"the one before")
+    runner.rotate_log(log, limit=100)
+    assert not log.exists() and older.read_bytes() == b"b" * 100  # moved aside, replacing the older one

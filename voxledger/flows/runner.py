@@ -280,6 +280,21 @@ def _send(sock: socket.socket, kind: str, value: Any) -> None:
         sock.sendall(_HEADER.pack(len(body)) + body)
 
 
+LOG_LIMIT_BYTES = 1 << 20  # two lines a command: about 7,000 commands
+
+
+def rotate_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> Path:
+    """``path``, first moved to ``<path>.1`` (replacing the one before) once it holds ``limit`` bytes
+    or more, so a home keeps at most two logs' worth; a runner still writing to the moved file
+    finishes there. Returns ``path``."""
+    try:
+        if path.stat().st_size >= limit:
+            os.replace(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
+    return path
+
+
 def _spawn(home_root: Path, name: str, code: str) -> None:
     """Start a runner for this name in the background (it exits at once when one already holds it)."""
     from voxledger.flows.server import server_dir
@@ -287,7 +302,7 @@ def _spawn(home_root: Path, name: str, code: str) -> None:
     try:
         sdir = server_dir(home_root)
         sdir.mkdir(parents=True, exist_ok=True)
-        log = open(sdir / "runner.log", "ab")  # noqa: SIM115 (handed to the child)
+        log = open(rotate_log(sdir / "runner.log"), "ab")  # noqa: SIM115 (handed to the child)
     except OSError:
         return
     cmd = [sys.executable, "-m", "voxledger.flows.runner", str(home_root), name, code, json.dumps(sys.path)]
