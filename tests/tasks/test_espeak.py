@@ -167,3 +167,13 @@ def test_two_threads_synthesise_on_two_helpers_and_get_the_serial_bytes() -> Non
         parallel = [digest(s) for s in pool.map(synthesize, texts)]
     assert parallel == serial
     assert sum(h._proc is not None and h._proc.poll() is None for h in espeak._ALL) <= espeak.HELPERS
+    busy = espeak._POOL.get()  # one helper held by another caller: a second caller is served by the other one
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(synthesize, texts[0])
+        try:
+            served = digest(other.result(timeout=30))
+        except TimeoutError:
+            served = "blocked behind the busy helper"
+        finally:
+            espeak._POOL.put(busy)  # releases a blocked caller too, so the pool can shut down
+    assert served == serial[0]
