@@ -130,7 +130,10 @@ def test_stage_timers_time_real_calls_and_restore_them() -> None:
 TRAIN = {"train_adapter: peak RSS": "MB", "bare training loop: peak RSS": "MB",
          "receipts + checkpoints / step time": "%", "checkpoint every 2 steps vs per epoch only": "%",
          "train_adapter vs bare loop: extra wall": "%", "train_adapter vs bare loop: total wall": "x",
-         "train_adapter: step time": "ms/step", "bare loop: step time": "ms/step", "train_adapter vs bare loop: step time": "x"}  # fmt: skip
+         "train_adapter: step time": "ms/step", "bare loop: step time": "ms/step", "train_adapter vs bare loop: step time": "x",
+         "bare loop, transformers' plain sdpa attention: step time": "ms/step",
+         "plain sdpa vs float32 attention product under autocast": "x",
+         "demo corpus (tiny": "s", "demo corpus, 2 helpers vs 1 (identical bytes)": "x"}  # fmt: skip
 PREFECT = {"prefect: first flow": "s", "prefect: empty flow": "ms", "prefect: flow of 20 trivial tasks": "ms/task",
            "direct call": "us/call", "prefect task / direct call": "x"}  # fmt: skip
 
@@ -138,11 +141,11 @@ PREFECT = {"prefect: first flow": "s", "prefect: empty flow": "ms", "prefect: fl
 @pytest.mark.slow
 def test_quick_train_and_prefect(tmp_path: Path) -> None:
     figures = bench_json(tmp_path / "home", "train,prefect", timeout_s=600)
-    assert len(figures) == 11 + 5 + 8
-    check_figures(figures[:11], TRAIN)
+    assert len(figures) == 15 + 5 + 8
+    check_figures(figures[:15], TRAIN)
     assert [(f["name"].startswith("train tiny full"), f["unit"]) for f in figures[:2]] == [(True, "utterances/s"), (True, "frames/s")]
-    check_figures(figures[11:16], PREFECT)
-    check_figures(figures[16:], CLI_AUDIT)
+    check_figures(figures[15:20], PREFECT)
+    check_figures(figures[20:], CLI_AUDIT)
     assert not any("NOT ALL SERVED" in f["name"] for f in figures), "the warm runner did not serve the cached commands"
 
 

@@ -63,9 +63,13 @@ class Warm:
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Warm]:
-    """A home whose first command (an audit, run in its own process) left a server and a runner warm."""
+    """A home whose first command (an audit, run in its own process) left a server and a runner warm.
+    Its runner log starts full (a home's 7,000 commands before): starting the runner moves it aside."""
     tmp = tmp_path_factory.mktemp("runner")
     home, corpus, plans = tmp / "home", build_small_corpus(tmp / "corpus"), write_plans(tmp / "plans")
+    (home / "prefect").mkdir(parents=True)
+    old_log = b"2026-01-01T00:00:00 runner 1: an old line\n" * (runner.LOG_LIMIT_BYTES // 40 + 1)
+    (home / "prefect" / "runner.log").write_bytes(old_log)
     w = Warm(home, corpus, plans, 0)
     first, served = w.audit()
     assert first.returncode == 0, first.stderr
@@ -75,6 +79,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Warm]:
         assert time.monotonic() < deadline, f"the runner never served: {_log(home)}"
         time.sleep(0.2)
     w.runner_pid = int(re.findall(r"runner (\d+): serving", _log(home))[-1])
+    assert (home / "prefect" / "runner.log.1").read_bytes() == old_log and "an old line" not in _log(home)
     yield w
     subprocess.run([*_vx(home), "server", "stop"], env=_env(), capture_output=True, timeout=120, check=False)
 

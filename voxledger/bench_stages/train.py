@@ -1,4 +1,10 @@
-"""``train``: tiny-backend throughput, and what receipts + checkpoints cost against a bare loop."""
+"""``train``: tiny-backend throughput, and what receipts + checkpoints cost against a bare loop.
+
+Two same-run A/B figures for the demo's own speed-ups: the bare loop with transformers' plain
+``"sdpa"`` attention against the backbone's float32 attention product under autocast (only bf16
+training differs; in fp32 both compute the same), and the demo corpus built on one espeak-ng
+helper against `espeak.HELPERS` (the trees must be byte-identical, or the section fails).
+"""
 
 from __future__ import annotations
 
@@ -39,8 +45,9 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
     }
 
 
-def _bare_train_child(corpus: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
-    """The same batches, steps, learning rates and CV passes as the loop; no checkpoints, no receipts."""
+def _bare_train_child(corpus: str, plan_doc: dict[str, Any], attention: str | None = None) -> dict[str, Any]:
+    """The same batches, steps, learning rates and CV passes as the loop; no checkpoints, no receipts.
+    ``attention`` names another transformers attention function for the backbone (e.g. ``"sdpa"``)."""
     import torch
 
     from voxledger.schemas.training import TrainingPlan
@@ -53,6 +60,8 @@ def _bare_train_child(corpus: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         torch.set_num_threads(plan.threads)
         setup = backend.setup(Path(corpus), plan, None)
+        if attention is not None:
+            _use_attention(setup.model, attention)
         params = [p for p in setup.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=plan.optim.peak_lr, weight_decay=plan.optim.weight_decay, betas=(0.9, 0.98))
         per_epoch = min(len(backend.epoch_batches(0, plan.seed)), plan.steps_per_epoch or 1 << 30)
@@ -64,6 +73,35 @@ def _bare_train_child(corpus: str, plan_doc: dict[str, Any]) -> dict[str, Any]:
             backend.cv_loss(setup.model, setup.cv_batches)
         wall = time.perf_counter() - t0
     return {"wall_s": wall, "stages": dict(stages), "steps": step}
+
+
+def _use_attention(model: Any, name: str) -> None:
+    """Point every transformers backbone inside ``model`` at the attention function ``name``
+    (transformers looks it up from the config on each forward)."""
+    from transformers import PreTrainedModel
+
+    backbones = [m for m in model.modules() if isinstance(m, PreTrainedModel)]
+    if not backbones:
+        raise VoxledgerError("the model has no transformers backbone whose attention could be switched")
+    for m in backbones:
+        m.config._attn_implementation = name
+
+
+def _corpus_child(out: str, size: str, helpers: int) -> dict[str, Any]:
+    """Build the demo corpus with ``helpers`` espeak-ng helper threads; wall time and a digest of every file."""
+    import hashlib
+
+    from voxledger.tasks.corpus import espeak
+    from voxledger.tasks.corpus.demo import build_demo_corpus
+
+    espeak.HELPERS = helpers  # the number of threads `write_utterances` starts (this process only)
+    t0 = time.perf_counter()
+    info = build_demo_corpus(Path(out), size=size)  # type: ignore[arg-type]
+    wall = time.perf_counter() - t0
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(out).rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(out)).encode() + b"\0" + path.read_bytes())
+    return {"wall_s": wall, "utterances": info.utterance_count, "tree_sha256": h.hexdigest()}
 
 
 def _outside(run: dict[str, Any]) -> float:
@@ -78,10 +116,15 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
     step-to-step noise of a shared machine does not masquerade as overhead.
     """
     from voxledger.stores.home import Home
-    from voxledger.tasks.corpus.demo import build_demo_corpus
+    from voxledger.tasks.corpus import espeak
     from voxledger.tasks.stages.audit import audit_corpus_fn
 
-    corpus = build_demo_corpus(work / "train-corpus", size="tiny" if quick else "full").out_dir
+    size = "tiny" if quick else "full"
+    serial = in_child(_corpus_child, str(work / "corpus-1-helper"), size, 1)
+    built = in_child(_corpus_child, str(work / "train-corpus"), size, espeak.HELPERS)
+    if built["tree_sha256"] != serial["tree_sha256"]:
+        raise VoxledgerError(f"the demo corpus built on {espeak.HELPERS} espeak-ng helpers differs from the one built on 1")
+    corpus = work / "train-corpus"
     plan = train_plan(quick)
     runs = {}
     for name, p in (("plan", plan), ("epoch_only", train_plan(quick, checkpoint_every_steps=1 << 30))):
@@ -89,6 +132,7 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
         audit = audit_corpus_fn(home, corpus, audit_policy(), policy_name="bench-audit.yaml").receipt_id
         runs[name] = in_child(_train_child, str(home.root), str(corpus), audit, p.model_dump(mode="json"))
     bare = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"))
+    bare_sdpa = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"), "sdpa")
     run, k, step_s = runs["plan"], plan.checkpoint_every_steps, runs["plan"]["stages"]["step"]
     if bare["steps"] != run["steps"]:
         raise VoxledgerError(f"bare loop ran {bare['steps']} steps, the training run {run['steps']}: the comparison would be unfair")
@@ -119,6 +163,23 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
             run["wall_s"] / bare["wall_s"],
             "x",
             _goal(run["wall_s"] / bare["wall_s"]),
+        ),
+        Figure(
+            f"bare loop, transformers' plain sdpa attention: step time ({precision})",
+            1000 * bare_sdpa["stages"]["step"] / bare_sdpa["steps"],
+            "ms/step",
+        ),
+        # the product in float32 only changes anything under autocast (bf16); in fp32 both runs compute the same thing
+        Figure(
+            "plain sdpa vs float32 attention product under autocast: bare step time",
+            bare_sdpa["stages"]["step"] / bare["stages"]["step"],
+            "x",
+        ),
+        Figure(f"demo corpus ({size}, {serial['utterances']} utterances), 1 espeak-ng helper", serial["wall_s"], "s"),
+        Figure(
+            f"demo corpus, {espeak.HELPERS} helpers vs 1 (identical bytes): wall speed-up",
+            serial["wall_s"] / built["wall_s"],
+            "x",
         ),
     ]
 
