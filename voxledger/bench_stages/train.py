@@ -126,13 +126,16 @@ def bench_train(work: Path, quick: bool) -> list[Figure]:
         raise VoxledgerError(f"the demo corpus built on {espeak.HELPERS} espeak-ng helpers differs from the one built on 1")
     corpus = work / "train-corpus"
     plan = train_plan(quick)
+    # every compared pair runs back to back (sdpa | bare | plan | epoch_only): this machine's speed
+    # drifts over minutes, and one run apart, train_adapter measured 1.19x the bare loop's step time
+    # where alternating runs measured 0.99-1.00x
+    bare_sdpa = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"), "sdpa")
+    bare = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"))
     runs = {}
     for name, p in (("plan", plan), ("epoch_only", train_plan(quick, checkpoint_every_steps=1 << 30))):
         home = Home(work / f"train-home-{name}")
         audit = audit_corpus_fn(home, corpus, audit_policy(), policy_name="bench-audit.yaml").receipt_id
         runs[name] = in_child(_train_child, str(home.root), str(corpus), audit, p.model_dump(mode="json"))
-    bare = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"))
-    bare_sdpa = in_child(_bare_train_child, str(corpus), plan.model_dump(mode="json"), "sdpa")
     run, k, step_s = runs["plan"], plan.checkpoint_every_steps, runs["plan"]["stages"]["step"]
     if bare["steps"] != run["steps"]:
         raise VoxledgerError(f"bare loop ran {bare['steps']} steps, the training run {run['steps']}: the comparison would be unfair")
