@@ -49,6 +49,54 @@ LONGEST_GROUPS = (
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-times",
+        metavar="FILE",
+        help="append each test's wall, own CPU and reaped children's CPU seconds to FILE (JSON lines) and print the "
+        "totals; a child's CPU counts where it is reaped (a server started in one test and stopped in another counts there)",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """With ``--cpu-times``: one line per test (setup, call and teardown together), written with one append."""
+    path = item.config.getoption("--cpu-times")
+    if not path:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu(who: int) -> float:
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    w0, s0, c0 = time.perf_counter(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    line = {"test": item.nodeid, "wall_s": time.perf_counter() - w0, "cpu_s": cpu(resource.RUSAGE_SELF) - s0,
+            "children_cpu_s": cpu(resource.RUSAGE_CHILDREN) - c0}  # fmt: skip
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    path = config.getoption("--cpu-times")
+    if not path or hasattr(config, "workerinput") or not Path(path).is_file():
+        return
+    import json
+
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    total = {k: sum(r[k] for r in rows) for k in ("wall_s", "cpu_s", "children_cpu_s")}
+    terminalreporter.write_line(
+        f"cpu times ({path}, {len(rows)} tests): wall {total['wall_s']:.0f} s summed over workers, own CPU {total['cpu_s']:.0f} s, "
+        f"children's CPU {total['children_cpu_s']:.0f} s"
+    )
+    for r in sorted(rows, key=lambda r: -(r["cpu_s"] + r["children_cpu_s"]))[:10]:
+        terminalreporter.write_line(f"  {r['cpu_s'] + r['children_cpu_s']:7.1f} s CPU  {r['wall_s']:7.1f} s wall  {r['test']}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """xdist hands out groups with the most tests first; here the order of the collection decides
     (``pytest_collection_modifyitems`` puts the longest groups first)."""
