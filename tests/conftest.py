@@ -99,7 +99,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 def pytest_configure(config: pytest.Config) -> None:
     """xdist hands out groups with the most tests first; here the order of the collection decides
-    (``pytest_collection_modifyitems`` puts the longest groups first)."""
+    (``pytest_collection_modifyitems`` puts the longest groups first). A ``--cpu-times`` file must be
+    appendable before any test runs."""
+    cpu_times = config.getoption("--cpu-times", default=None)
+    if cpu_times and not hasattr(config, "workerinput"):
+        try:
+            with open(cpu_times, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise pytest.UsageError(
+                f"--cpu-times {cpu_times}: cannot append to it ({exc.strerror}); give a file in a writable folder"
+            ) from exc
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
