@@ -235,3 +235,21 @@ def test_red_merged_export_fails_packaging_and_publishes_nothing(built: Built, t
     with built.home.catalog.connect(read_only=True) as con:
         rows = con.execute("SELECT status, equivalence_band, published_name FROM packages WHERE status = 'failed'").fetchall()
     assert rows == [("failed", "RED", None)]
+
+
+def test_the_reload_child_fails_with_its_reason_and_never_outlives_its_block(tmp_path: Path) -> None:
+    """The child runs beside the package stage's own probes: its failure and its timeout are errors that say
+    so, and leaving the block early (the stage's own probe failed) stops it and removes its scratch folder."""
+    from voxledger.tasks.packaging.probe import FreshReload
+    from voxledger.tasks.processes import pid_alive
+
+    missing = tmp_path / "no-such.tar"
+    with FreshReload(missing, None, "a text", 0, 1) as child, pytest.raises(EquivalenceError, match=r"failed \(exit 1\)") as failed:
+        child.result()
+    assert str(missing) in str(failed.value) and "No such file" in str(failed.value)
+    with FreshReload(missing, None, "a text", 0, 1, timeout_s=0.05) as child, pytest.raises(EquivalenceError, match="did not finish within 0 s"):
+        child.result()
+    with pytest.raises(KeyboardInterrupt), FreshReload(missing, None, "a text", 0, 1) as child:
+        pid, scratch = child.pid, child._out.parent
+        raise KeyboardInterrupt  # the stage's own probe stopped first
+    assert not pid_alive(pid) and not scratch.exists()

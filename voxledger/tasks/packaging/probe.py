@@ -71,19 +71,25 @@ NO_BASE = "-"
 """The reload child's base folder argument when the package's base is the backend's own configured model."""
 
 
-def reload_in_fresh_process(
-    package: Path, base_dir: Path | None, text: str, seed: int, threads: int, timeout_s: float = 300.0
-) -> tuple[dict[str, np.ndarray], float]:
-    """Run ``probe_package`` in a new interpreter; return its stages and wall time."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "stages.npz"
+class FreshReload:
+    """``probe_package`` in a new interpreter, started at once so the caller can probe in-process while it
+    runs (on two cores the package stage then waits for the slower of the two, not for both).
+
+    Use it as a context manager: leaving the block kills a child that is still running (an error in
+    the caller's own probe) and removes its scratch folder. ``result`` waits for the child.
+    """
+
+    def __init__(self, package: Path, base_dir: Path | None, text: str, seed: int, threads: int, timeout_s: float = 300.0) -> None:
+        self.package, self.timeout_s = package, timeout_s
+        self._tmp = tempfile.TemporaryDirectory()
+        self._out = Path(self._tmp.name) / "stages.npz"
         cmd = [
             sys.executable,
             "-m",
             "voxledger.tasks.packaging.probe",
             str(package),
             str(base_dir) if base_dir is not None else NO_BASE,
-            str(out),
+            str(self._out),
             "--text",
             text,
             "--seed",
@@ -91,13 +97,51 @@ def reload_in_fresh_process(
             "--threads",
             str(threads),
         ]
-        started = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s, preexec_fn=die_with_parent)  # noqa: PLW1509
-        wall = time.perf_counter() - started
-        if proc.returncode != 0:
-            raise EquivalenceError(f"the fresh-process reload of {package} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-        with np.load(out, allow_pickle=False) as z:
+        self._started = time.perf_counter()
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509
+            )
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def result(self) -> tuple[dict[str, np.ndarray], float]:
+        """The child's stages and its wall time (from its start to its exit).
+
+        Raises: EquivalenceError (it failed, or ran past ``timeout_s``; the error names which).
+        """
+        remaining = self.timeout_s - (time.perf_counter() - self._started)
+        try:
+            _, err = self._proc.communicate(timeout=max(remaining, 0.0))
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            raise EquivalenceError(
+                f"the fresh-process reload of {self.package} did not finish within {self.timeout_s:.0f} s; it was stopped"
+            ) from None
+        wall = time.perf_counter() - self._started
+        if self._proc.returncode != 0:
+            raise EquivalenceError(f"the fresh-process reload of {self.package} failed (exit {self._proc.returncode}):\n{err[-2000:]}")
+        with np.load(self._out, allow_pickle=False) as z:
             return {k: np.asarray(z[k]) for k in z.files}, wall
+
+    def __enter__(self) -> FreshReload:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.communicate()
+        self._tmp.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,10 +37,10 @@ from voxledger.tasks.backends.base import get_backend
 from voxledger.tasks.packaging.archive import unpack_package, verify_package
 from voxledger.tasks.packaging.assemble import PackageRequest, assemble_package
 from voxledger.tasks.packaging.probe import (
+    FreshReload,
     load_packaged,
     probe_package,
     probe_stages,
-    reload_in_fresh_process,
 )
 from voxledger.tasks.packaging.publish import Published, publish_file
 from voxledger.tasks.plans import plan_digest
@@ -99,30 +99,31 @@ Compare = Callable[..., StageOutcome[EquivalenceReceipt]]
 passes the same function run as its own Prefect task)."""
 
 
-def _merged_equivalence(
-    home: Home,
-    manifest: PackageManifest,
-    tar: Path,
-    base_dir: Path | None,
-    work: Path,
-    ours: dict[str, np.ndarray],
-    text: str,
-    seed: int,
-    parents: tuple[InputRef, ...],
-    plan: EquivalencePlan,
-    flow: str,
-    compare: Compare,
-) -> tuple[str, StageOutcome[EquivalenceReceipt]]:
-    """Export merged weights, reload them, compare with the adapter path; return (merged tree, outcome)."""
+def _merged_probe(manifest: PackageManifest, tar: Path, base_dir: Path | None, work: Path, text: str, seed: int) -> dict[str, np.ndarray]:
+    """Export merged weights to ``work/merged``, reload them as a merged export, return the probe's stages.
+    Writes nothing to the home: ``_merged_equivalence`` stores the tree once the reload check has passed."""
     backend = get_backend(manifest.backend)
     exporter = getattr(backend, "export_merged", None)
     if exporter is None:
         raise EquivalenceError(f"backend {manifest.backend!r} has no export_merged(); it cannot produce a merged export")
     unpack_package(tar, work / "pkg")
     exporter(load_packaged(manifest, base_dir, work / "pkg" / "adapter", "merged"), work / "merged")
-    merged_sha, _ = put_tree(home.blobs, work / "merged")
     merged = backend.load_for_inference(None, work / "merged", "merged_export")
-    cand = probe_stages(manifest.backend, merged, text, manifest.inference.speaker, seed, dict(manifest.inference.settings))
+    return probe_stages(manifest.backend, merged, text, manifest.inference.speaker, seed, dict(manifest.inference.settings))
+
+
+def _merged_equivalence(
+    home: Home,
+    work: Path,
+    ours: dict[str, np.ndarray],
+    cand: dict[str, np.ndarray],
+    parents: tuple[InputRef, ...],
+    plan: EquivalencePlan,
+    flow: str,
+    compare: Compare,
+) -> tuple[str, StageOutcome[EquivalenceReceipt]]:
+    """Store the merged tree ``_merged_probe`` exported, compare its probe with the adapter path; return (merged tree, outcome)."""
+    merged_sha, _ = put_tree(home.blobs, work / "merged")
     outcome = compare(
         home,
         str(_write_dumps(ours, work / "dumps-adapter")),
@@ -203,8 +204,10 @@ def package_adapter_fn(
         home.blobs.put_file(work / "package.tar", expected_sha256=sha)
         tar = home.blobs.path_of(sha)
         base_dir = _stored_base(home, training_run_rid, work / "base")
-        ours = probe_package(tar, base_dir, probe_text, probe_seed)
-        theirs, child_wall = reload_in_fresh_process(tar, base_dir, probe_text, probe_seed, threads)
+        with FreshReload(tar, base_dir, probe_text, probe_seed, threads) as child:  # runs beside this process's own probes
+            ours = probe_package(tar, base_dir, probe_text, probe_seed)
+            merged_probe = _merged_probe(manifest, tar, base_dir, work, probe_text, probe_seed)
+            theirs, child_wall = child.result()
         reload = _reload_check(ours["pcm"], theirs["pcm"], probe_text, probe_seed, manifest.inference.speaker, threads, child_wall)
         b = manifest.binding
         inputs = [
@@ -230,18 +233,7 @@ def package_adapter_fn(
         )
         if reload.passed:
             merged_sha, eq = _merged_equivalence(
-                home,
-                manifest,
-                tar,
-                base_dir,
-                work,
-                ours,
-                probe_text,
-                probe_seed,
-                tuple(inputs[: 4 if base_dir is not None else 3]),
-                equivalence_plan,
-                flow,
-                compare,
+                home, work, ours, merged_probe, tuple(inputs[: 4 if base_dir is not None else 3]), equivalence_plan, flow, compare
             )
             report = eq.receipt.report
             subjects.append(artifact(home.blobs, "merged_export", merged_sha, TREE_MEDIA_TYPE))
