@@ -175,12 +175,25 @@ def _no_prefect_api_unless_marked(request: pytest.FixtureRequest, monkeypatch: p
         yield  # without Prefect loaded yet, it will read NO_API_URL from the environment
         return
     import prefect.context
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     monkeypatch.setenv("PREFECT_API_URL", NO_API_URL)
-    with temporary_settings(updates={PREFECT_API_URL: NO_API_URL}):
+    current = prefect.context.get_settings_context()
+    with prefect.context.SettingsContext(profile=current.profile, settings=_no_api_settings(current.settings)):
         monkeypatch.setattr(prefect.context, "GLOBAL_SETTINGS_CONTEXT", prefect.context.get_settings_context())
         yield
+
+
+_NO_API: list[tuple[object, object]] = []  # (settings, the same with NO_API_URL): one entry, held so the first is never collected
+
+
+def _no_api_settings(settings):  # type: ignore[no-untyped-def]
+    """``settings`` with the API URL pointed at NO_API_URL, what ``temporary_settings(updates=...)``
+    builds; built once per settings object (a build costs ~80 ms, and this runs for most tests)."""
+    from prefect.settings import PREFECT_API_URL
+
+    if not _NO_API or _NO_API[0][0] is not settings:
+        _NO_API[:] = [(settings, settings.copy_with_update(updates={PREFECT_API_URL: NO_API_URL}))]
+    return _NO_API[0][1]
 
 
 @pytest.fixture(scope="session")
@@ -222,7 +235,12 @@ def _no_lazy_speechbrain_placeholders():  # type: ignore[no-untyped-def]
     import sys
 
     yield
-    if "speechbrain" in sys.modules:
+    if "speechbrain" in sys.modules and not _MODULES_SWEPT.issuperset(sys.modules):  # no new module since the last sweep: nothing to drop
         from voxledger.tasks.metrics.speaker import drop_unloaded_lazy_modules
 
         drop_unloaded_lazy_modules()
+        _MODULES_SWEPT.clear()
+        _MODULES_SWEPT.update(sys.modules)
+
+
+_MODULES_SWEPT: set[str] = set()  # the modules present after the last sweep (a sweep walks all of them: ~20 ms)
