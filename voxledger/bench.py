@@ -13,11 +13,14 @@ import subprocess
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from voxledger.bench_stages.common import Figure
+
+if TYPE_CHECKING:
+    from voxledger.stores.catalog import Catalog
 from voxledger.bench_stages.common import make_corpus as _make_corpus
 from voxledger.bench_stages.common import timed as _timed
 
@@ -123,10 +126,40 @@ def bench_catalog(work: Path, n_receipts: int, n_edges: int) -> list[Figure]:
             t, edges = _timed(lambda: walk(con, leaf, "up", 20))
             times.append(t)
         assert len(edges) == chain_len, f"lineage walk found {len(edges)} edges, expected {chain_len}"
+    attached, instance = _unit_of_work(cat)
     return [
         Figure(f"catalog ingest {n_receipts} receipts", n_receipts / t_ingest, "receipts/s"),
         Figure(f"lineage depth 20 over {len(src):,} edges (median of 5)", sorted(times)[2] * 1000, "ms", "< 100"),
+        Figure("catalog unit of work (lock, attach, one query, detach; median of 30)", attached * 1000, "ms"),
+        Figure("the same with a new DuckDB instance per unit, as before: time ratio", instance / attached, "x", "> 1"),
     ]
+
+
+def _unit_of_work(cat: Catalog) -> tuple[float, float]:
+    """Median seconds of one ``cat.connect()`` with a query, as the catalog opens it (the file attached to
+    this process's DuckDB) and with a new ``duckdb.connect`` of the file per unit (what every receipt
+    write and catalog read paid before), alternating so both see the same machine."""
+    import duckdb
+
+    from voxledger.stores.catalog import DUCKDB_CONFIG
+
+    def attached() -> None:
+        with cat.connect() as con:
+            con.execute("SELECT count(*) FROM receipts").fetchone()
+
+    def instance() -> None:
+        with cat.lock:
+            con = duckdb.connect(str(cat.path), config=dict(DUCKDB_CONFIG))
+            try:
+                con.execute("SELECT count(*) FROM receipts").fetchone()
+            finally:
+                con.close()
+
+    ours, theirs = [], []
+    for _ in range(30):
+        ours.append(_timed(attached)[0])
+        theirs.append(_timed(instance)[0])
+    return sorted(ours)[15], sorted(theirs)[15]
 
 
 SECTIONS = (

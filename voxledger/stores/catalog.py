@@ -8,7 +8,10 @@ under an exclusive file lock; a second process waits up to ``lock_timeout_s`` an
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,6 +31,65 @@ DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "autoinstall_known_extensions": "false",
     "autoload_known_extensions": "false",
 }
+
+
+class _Attached:
+    """The catalog files attached to this process's in-memory DuckDB, each with its mode and user count."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid = -1
+        self.host: duckdb.DuckDBPyConnection | None = None
+        self.files: dict[str, tuple[str, bool, int]] = {}  # path -> (alias, read_only, users)
+
+    def open(self, path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """A connection whose default database is ``path``: attached on first use, shared while in use.
+
+        Starting a DuckDB instance costs ~30 ms (``duckdb.connect`` of a file, even of ``:memory:``);
+        attaching a file to one kept per process costs a few ms, and every unit of work opens one.
+        The file is detached when its last user closes, so another process can open it then, as
+        before. After a fork the child starts its own instance (one's threads do not survive it).
+        """
+        import duckdb
+
+        key = os.path.realpath(path)  # one attachment per file, however it is named
+        with self.lock:
+            if self.pid != os.getpid() or self.host is None:
+                self.pid, self.host, self.files = os.getpid(), duckdb.connect(":memory:", config=DUCKDB_CONFIG), {}
+            con = self.host.cursor()
+            try:
+                if key in self.files:
+                    alias, mode, users = self.files[key]
+                    if mode and not read_only:
+                        raise CatalogError(f"catalog {path} is open read-only in this process; a write cannot share it")
+                else:
+                    alias, mode, users = "catalog_" + hashlib.sha256(key.encode()).hexdigest()[:16], read_only, 0
+                    quoted = key.replace("'", "''")
+                    con.execute(f"ATTACH '{quoted}' AS {alias}" + (" (READ_ONLY)" if read_only else ""))
+                con.execute(f"USE {alias}")
+            except BaseException:
+                con.close()
+                raise
+            self.files[key] = (alias, mode, users + 1)
+            return con
+
+    def close(self, path: Path, con: duckdb.DuckDBPyConnection) -> None:
+        """Close ``con``; detach ``path`` when it was its last user (this writes the file's checkpoint)."""
+        key = os.path.realpath(path)  # one attachment per file, however it is named
+        with self.lock:
+            try:
+                con.close()
+            finally:
+                if self.pid == os.getpid() and key in self.files and self.host is not None:
+                    alias, mode, users = self.files[key]
+                    if users > 1:
+                        self.files[key] = (alias, mode, users - 1)
+                    else:
+                        del self.files[key]
+                        self.host.execute(f"DETACH {alias}")
+
+
+_ATTACHED = _Attached()
 
 
 class Catalog:
@@ -80,14 +142,14 @@ class Catalog:
             ) from exc
         try:
             if read_only and not self.path.exists():
-                self._open_and_migrate().close()
+                self._close(self._open_and_migrate(), DUCKDB_CONFIG)
             con = self._open(read_only, config)
             try:
                 if not read_only:
                     self._migrate(con)
                 yield con
             finally:
-                con.close()
+                self._close(con, config)
         finally:
             self.lock.release()
 
@@ -106,7 +168,7 @@ class Catalog:
         try:
             yield con
         finally:
-            con.close()
+            self._close(con, config)
 
     def _open(self, read_only: bool, config: dict[str, str | bool | int | float | list[str]]) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection; a file DuckDB cannot open (a failed checksum, a torn or foreign file)
@@ -114,11 +176,19 @@ class Catalog:
         import duckdb
 
         try:
-            return duckdb.connect(str(self.path), read_only=read_only, config=config)
+            if config is DUCKDB_CONFIG:
+                return _ATTACHED.open(self.path, read_only)
+            return duckdb.connect(str(self.path), read_only=read_only, config=config)  # the sandbox's locked-down instance
         except duckdb.Error as exc:
             if "could not set lock" in str(exc).lower():  # another program (the duckdb shell, say) holds the file
                 raise CatalogError(f"catalog {self.path} is held by another program ({_excerpt(exc)}); close it and retry") from exc
             raise self.damaged(exc) from exc
+
+    def _close(self, con: duckdb.DuckDBPyConnection, config: dict[str, str | bool | int | float | list[str]]) -> None:
+        if config is DUCKDB_CONFIG:
+            _ATTACHED.close(self.path, con)
+        else:
+            con.close()
 
     def damaged(self, exc: BaseException) -> CatalogError:
         """The one-line error for a catalog file DuckDB cannot read, pointing at the rebuild."""
