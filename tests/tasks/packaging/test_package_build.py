@@ -247,7 +247,10 @@ def test_the_reload_child_fails_with_its_reason_and_never_outlives_its_block(tmp
     with FreshReload(missing, None, "a text", 0, 1) as child, pytest.raises(EquivalenceError, match=r"failed \(exit 1\)") as failed:
         child.result()
     assert str(missing) in str(failed.value) and "No such file" in str(failed.value)
-    with FreshReload(missing, None, "a text", 0, 1, timeout_s=0.05) as child, pytest.raises(EquivalenceError, match="did not finish within 0 s"):
+    with (
+        FreshReload(missing, None, "a text", 0, 1, timeout_s=0.05) as child,
+        pytest.raises(EquivalenceError, match="did not finish within 0 s"),
+    ):
         child.result()
     with pytest.raises(KeyboardInterrupt), FreshReload(missing, None, "a text", 0, 1) as child:
         pid, scratch = child.pid, child._out.parent
