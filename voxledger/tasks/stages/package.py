@@ -206,7 +206,10 @@ def package_adapter_fn(
         base_dir = _stored_base(home, training_run_rid, work / "base")
         with FreshReload(tar, base_dir, probe_text, probe_seed, threads) as child:  # runs beside this process's own probes
             ours = probe_package(tar, base_dir, probe_text, probe_seed)
-            merged_probe = _merged_probe(manifest, tar, base_dir, work, probe_text, probe_seed)
+            try:  # its failure matters only once the reload passed: a failed reload is recorded first, as before
+                merged_probe: dict[str, np.ndarray] | Exception = _merged_probe(manifest, tar, base_dir, work, probe_text, probe_seed)
+            except Exception as exc:  # noqa: BLE001  (re-raised below unless the reload failed)
+                merged_probe = exc
             theirs, child_wall = child.result()
         reload = _reload_check(ours["pcm"], theirs["pcm"], probe_text, probe_seed, manifest.inference.speaker, threads, child_wall)
         b = manifest.binding
@@ -232,6 +235,8 @@ def package_adapter_fn(
             None if reload.passed else f"fresh-process reload differs: max |err| {reload.max_abs_err:.3e} > tolerance {reload.tolerance}"
         )
         if reload.passed:
+            if isinstance(merged_probe, Exception):
+                raise merged_probe
             merged_sha, eq = _merged_equivalence(
                 home, work, ours, merged_probe, tuple(inputs[: 4 if base_dir is not None else 3]), equivalence_plan, flow, compare
             )
