@@ -181,3 +181,12 @@ def test_stats_round_two_scenarios_run_through_the_gate() -> None:
     by = {f.name: f.value for f in figures}
     assert by["round-off constant delta: estimable"] == 0 and by["identical challenger: passes any paired rule"] == 0
     assert by["bounded: gate pass rate 0.9, 20 prompts, Wilson: intervals outside the range"] == 0
+
+
+def test_catalog_write_paths_time_the_same_rows(tmp_path: Path) -> None:
+    """The catalog section's write figure: both paths write the same 79 rows a round (it checks the rows
+    are equal before it returns) and both times are real."""
+    from voxledger.bench import _insert_paths
+
+    by_statement, by_row, n_rows = _insert_paths(tmp_path, rounds=4)
+    assert n_rows == 79 and math.isfinite(by_statement) and math.isfinite(by_row) and min(by_statement, by_row) > 0

@@ -117,12 +117,16 @@ def test_four_processes_record_receipts_concurrently(tmp_path: Path) -> None:
     assert len(list(home.receipts.ids())) == 80
 
 
-def test_bound_parameter_and_arrow_inserts_give_the_same_rows(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    from voxledger.stores import catalog
+def test_one_statement_per_table_keeps_the_first_row_of_a_key_and_names_a_missing_column(home: Home) -> None:
+    from voxledger.stores.catalog import _insert_rows
 
-    _chain(home, 12)  # one receipt per ingest: every table goes in as bound parameters
-    before = _dump(home)
-    monkeypatch.setattr(catalog, "SMALL_BATCH_ROWS", 0)  # every table as one Arrow table
-    home.catalog.path.unlink()
-    assert home.rebuild_catalog() == 12
-    assert _dump(home) == before
+    record_synthetic(home, ingest_receipt(1))
+    rows = [{"sha256": hexd(7), "size_bytes": 5, "media_type": "audio/wav"}, {"sha256": hexd(7), "size_bytes": 9, "media_type": "x/y"}]
+    with home.catalog.connect() as con:
+        _insert_rows(con, {"artifacts": [*rows, {"sha256": hexd(8), "size_bytes": 3, "media_type": "a/b"}]})
+        got = con.execute(
+            "SELECT sha256, size_bytes, media_type FROM artifacts WHERE sha256 IN (?, ?) ORDER BY sha256", [hexd(7), hexd(8)]
+        ).fetchall()
+        assert got == [(hexd(7), 5, "audio/wav"), (hexd(8), 3, "a/b")]  # the first row of a key, as one INSERT per row keeps it
+        with pytest.raises(CatalogError, match="catalog table 'artifacts' has no column.s. colour"):
+            _insert_rows(con, {"artifacts": [{"sha256": hexd(9), "size_bytes": 1, "media_type": "a/b", "colour": "red"}]})
