@@ -13,7 +13,7 @@ from voxledger.schemas.evaluation import Comparison, Interval, PairedTest, Stati
 from voxledger.schemas.listening import Statistics
 from voxledger.schemas.listening_receipts import RatingRow
 from voxledger.schemas.promotion import GateRule
-from voxledger.tasks.evaluation.intervals import bounded_t, newcombe_paired, no_spread, wilson
+from voxledger.tasks.evaluation.intervals import bounded_t, holm, newcombe_paired, no_spread, wilson
 from voxledger.tasks.evaluation.stats import adjust_family, clustered_interval, failure_split, paired_delta
 from voxledger.tasks.listening.stats import candidate_scores, crossed_mean, paired_deltas
 from voxledger.tasks.power import round_confidence
@@ -187,6 +187,14 @@ def test_holm_family_matches_statsmodels_and_is_recorded() -> None:
     assert out[4].p_adjusted is None and out[4].family is None  # a test that was not estimable is not in the family
     bh = adjust_family(tests, "evaluation e", "fdr_bh")
     assert [t.p_adjusted for t in bh[:4]] == pytest.approx(list(multipletests(p, method="fdr_bh")[1]))
+
+
+def test_holm_matches_statsmodels_on_ties_large_values_and_one_test() -> None:
+    rng = np.random.default_rng(7)
+    families = [[0.5], [0.01, 0.01, 0.01], [0.3, 0.9, 0.2, 0.6], [0.04, 0.001, 0.04, 0.2, 0.001]]
+    families += [list(rng.uniform(0, 0.2, size=n)) for n in (2, 7, 30)] + [list(rng.choice([0.01, 0.03, 0.5], size=12))]
+    for p in families:
+        assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]), rel=1e-12, abs=0), p
 
 
 def test_listening_verdicts_use_holm_adjusted_p() -> None:
