@@ -128,5 +128,7 @@ def test_one_statement_per_table_keeps_the_first_row_of_a_key_and_names_a_missin
             "SELECT sha256, size_bytes, media_type FROM artifacts WHERE sha256 IN (?, ?) ORDER BY sha256", [hexd(7), hexd(8)]
         ).fetchall()
         assert got == [(hexd(7), 5, "audio/wav"), (hexd(8), 3, "a/b")]  # the first row of a key, as one INSERT per row keeps it
+        _insert_rows(con, {"artifacts": [{"sha256": hexd(7), "size_bytes": 11, "media_type": "z/z"}]})  # a key the table holds
+        assert con.execute("SELECT size_bytes, media_type FROM artifacts WHERE sha256 = ?", [hexd(7)]).fetchall() == [(5, "audio/wav")]
         with pytest.raises(CatalogError, match="catalog table 'artifacts' has no column.s. colour"):
             _insert_rows(con, {"artifacts": [{"sha256": hexd(9), "size_bytes": 1, "media_type": "a/b", "colour": "red"}]})
