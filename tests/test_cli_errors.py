@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from voxledger.cli import main
 from voxledger.cli.common import plans_dir
+from voxledger.stores.home import Home
 
 from .corpus_factory import build_small_corpus
 
@@ -64,7 +65,10 @@ def test_empty_corpus_fails_its_audit_and_is_recorded(world: dict) -> None:  # t
     code, out = world["empty_audit"]
     assert code == 1, out
     assert "empty_corpus" in out and '"verdict": "fail"' in out and "Traceback" not in out
-    assert len(json.JSONDecoder().raw_decode(out)[0]["receipt"]) == 64  # the failing audit is still recorded
+    rid = json.JSONDecoder().raw_decode(out)[0]["receipt"]
+    assert len(rid) == 64  # the failing audit is still recorded
+    (finding,) = Home(world["home"]).receipts.read_document(rid)["result"]["findings"]
+    assert "manifest.jsonl, 0 non-blank line(s)" in finding["message"] and "one JSON object per line" in finding["message"], finding
 
 
 # (arguments with placeholders, exit code, fragment of the message)

@@ -133,8 +133,14 @@ def _check(
                 code="empty_corpus",
                 severity="error",
                 message=(
-                    f"the corpus at {corpus.root} has no utterances: "
-                    "check the manifest path and its lines (issues above, if any, say why lines were dropped)"
+                    f"the corpus at {corpus.root} has no utterances"
+                    + (
+                        f" (read {', '.join(map(str, corpus.manifest_files))}, {_line_count(corpus.manifest_files)} non-blank line(s))"
+                        if corpus.manifest_files
+                        else ""
+                    )
+                    + ": check the manifest path and its lines, one JSON object per line with id, audio, text, speaker and split "
+                    "(docs/corpora.md lists the formats; issues above, if any, say why lines were dropped)"
                 ),
             )
         )
@@ -170,3 +176,14 @@ def _optional_model_checks(utts: list, facts: dict[str, FileFacts], policy: Audi
     if policy.noise_screen.enabled:
         out += noise_screen(readable, facts, policy.noise_screen)
     return out
+
+
+def _line_count(files: tuple[Path, ...]) -> int:
+    """Non-blank lines in ``files`` (for the empty-corpus message; an unreadable file counts none)."""
+    total = 0
+    for f in files:
+        try:
+            total += sum(1 for line in f.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip())
+        except OSError:
+            pass
+    return total
