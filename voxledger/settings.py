@@ -111,6 +111,13 @@ class VoxledgerSettings(BaseSettings):
     home: Path | None = Field(
         default=None, description="Home directory (store, receipts, catalog); `--home` wins; unset means `./.voxledger`."
     )
+    cache_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Cache shared by this user's homes: the migrated Prefect database a new home's server starts from "
+            "(one per Prefect version, checked by digest before use). Unset means `$XDG_CACHE_HOME/voxledger`, or `~/.cache/voxledger`."
+        ),
+    )
     read_only: bool = Field(
         default=False,
         description="Treat the home as read-only whatever its permissions say (root can write anything): reads work, recording is refused.",

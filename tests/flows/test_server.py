@@ -129,3 +129,87 @@ def test_a_copied_home_does_not_reuse_or_stop_the_originals_server(tmp_path: Pat
     finally:
         standin.send_signal(signal.SIGKILL)
         standin.wait()
+
+
+def _sqlite_tables_with_rows(db: Path) -> set[str]:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(db)) as con:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {n for n in names if con.execute(f'SELECT 1 FROM "{n}" LIMIT 1').fetchone() is not None}  # noqa: S608
+
+
+def test_a_new_home_starts_from_the_checked_database_template_and_never_from_a_bad_one(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The first fresh home keeps its migrated database (schema rows only) as the template; the next
+    new home starts from it and its server works; a template whose bytes do not match its digest,
+    or that holds run history, is never used, and a home's own database is never replaced."""
+    import asyncio
+    import hashlib
+    import shutil
+    import sqlite3
+
+    from voxledger.flows.server import (
+        TEMPLATE_TABLES,
+        _save_template,
+        _seed_from_template,
+        ensure_server,
+        server_dir,
+        stop_server,
+        template_paths,
+    )
+
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setenv("VOXLEDGER_CACHE_DIR", str(tmp_path / "cache"))
+    template, sidecar = template_paths()
+    assert template.parent == tmp_path / "cache" / "prefect-db"
+    first, second = tmp_path / "first", tmp_path / "second"
+    try:
+        ensure_server(first)
+        assert read_state(first).seeded_from == ""  # type: ignore[union-attr]  # nothing cached yet: migrated afresh
+        digest = hashlib.sha256(template.read_bytes()).hexdigest()
+        assert json.loads(sidecar.read_text())["sha256"] == digest
+        assert "alembic_version" in _sqlite_tables_with_rows(template) <= TEMPLATE_TABLES  # no run history in it
+        url = ensure_server(second)
+        assert read_state(second).seeded_from == digest  # type: ignore[union-attr]
+
+        async def make_and_read_a_flow_run() -> str:
+            from prefect.client.orchestration import get_client
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
+            with temporary_settings({PREFECT_API_URL: url}):
+                async with get_client() as client:
+                    flow_id = await client.create_flow_from_name("seeded-home-check")
+                    return (await client.read_flow(flow_id)).name
+
+        assert asyncio.run(make_and_read_a_flow_run()) == "seeded-home-check"  # the seeded server records runs
+    finally:
+        stop_server(first)
+        stop_server(second)
+    # the second home now holds history: it is never kept as a template
+    shutil.copy(template, tmp_path / "good.db")
+    _save_template(server_dir(second))
+    assert hashlib.sha256(template.read_bytes()).hexdigest() == digest, "a database with run history replaced the template"
+    # a tampered template (a byte flipped) is refused, and nothing is left in the new home
+    data = bytearray(template.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    template.write_bytes(bytes(data))
+    third = server_dir(tmp_path / "third")
+    third.mkdir(parents=True)
+    assert _seed_from_template(third) == ""
+    assert sorted(p.name for p in third.iterdir()) == []
+    # a template whose digest matches but which holds run history is refused too
+    shutil.copy(tmp_path / "good.db", template)
+    with sqlite3.connect(template) as con:
+        con.execute("CREATE TABLE planted (x)")
+        con.execute("INSERT INTO planted VALUES (1)")
+    sidecar.write_text(json.dumps({"sha256": hashlib.sha256(template.read_bytes()).hexdigest(), "memo": None}))
+    assert _seed_from_template(third) == ""
+    # a home with a database of its own keeps it, even beside a good template
+    shutil.copy(tmp_path / "good.db", template)
+    sidecar.write_text(json.dumps({"sha256": digest, "memo": None}))
+    (third / "prefect.db").write_bytes(b"its own")
+    assert _seed_from_template(third) == ""
+    assert (third / "prefect.db").read_bytes() == b"its own"
+    (third / "prefect.db").unlink()
+    assert _seed_from_template(third) == digest  # the check above was not vacuous

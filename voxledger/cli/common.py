@@ -87,6 +87,9 @@ def _run_here(home: Any, flow: str, args: tuple[Any, ...], kwargs: dict[str, Any
     import importlib
 
     from voxledger.flows.progress import reporting
+    from voxledger.flows.server import start_in_background
+
+    start_in_background(home.root)  # the home's server (when it is the one used) comes up while Prefect and the flow import here
     from voxledger.flows.runtime import prefect_session
 
     module, _, name = flow.partition(":")

@@ -8,19 +8,28 @@ command never takes it down half-way, and never leaves a second one); later comm
 through ``<home>/prefect/server.json`` and a health check, and replace it when it is gone or
 unhealthy. It stops itself after ``idle_timeout_s`` without database activity, or on
 ``voxledger server stop``. Run history therefore persists in the home, beside the receipts.
+
+A new home's server would spend about half its start creating and migrating an empty SQLite
+database. The first fresh start of each Prefect version therefore keeps a copy of the database as
+it stands once the server answers (schema and Prefect's block types only: a copy holding any other
+row is refused) in the user's cache, with its SHA-256; later new homes start from that copy when
+its bytes still match. A home that already has a database is never touched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +55,7 @@ class ServerState:
     api_url: str
     started_at: float
     home: str = ""  # the resolved home it serves: a copied home (cp -a) holds the original's file, not its server
+    seeded_from: str = ""  # SHA-256 of the cached database template this home's database started from; "" when migrated afresh
 
 
 def server_dir(home_root: Path) -> Path:
@@ -75,7 +85,14 @@ def read_state(home_root: Path) -> ServerState | None:
     written for another home: a copy of it)."""
     try:
         doc = json.loads((server_dir(home_root) / "server.json").read_text())
-        state = ServerState(int(doc["pid"]), int(doc["port"]), str(doc["api_url"]), float(doc["started_at"]), str(doc.get("home", "")))
+        state = ServerState(
+            int(doc["pid"]),
+            int(doc["port"]),
+            str(doc["api_url"]),
+            float(doc["started_at"]),
+            str(doc.get("home", "")),
+            str(doc.get("seeded_from", "")),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     # a state file copied along with its home names the original's server: never reuse or stop that one
@@ -168,19 +185,110 @@ def _wait_healthy(api_url: str, pid: int, timeout_s: float) -> bool:
     return False
 
 
+# tables a database template may hold rows in: Alembic's revision and what Prefect registers at start-up
+TEMPLATE_TABLES = frozenset({"alembic_version", "block_type", "block_schema", "block_schema_reference"})
+MEMO_FILE = "memo_store.toml"  # Prefect's record that its block types are registered (skips re-registering them)
+
+
+def template_paths() -> tuple[Path, Path]:
+    """The cached database template of the installed Prefect version and its sidecar (digest, memo).
+    Raises OSError when no absolute cache directory can be named (callers then go without)."""
+    from importlib.metadata import version
+
+    from voxledger.settings import load_settings
+
+    root = load_settings().cache_dir
+    if root is None:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg) if xdg else Path.home() / ".cache") / "voxledger"
+    if not root.is_absolute():  # no home directory to resolve: never a cache relative to the working directory
+        raise OSError(f"no absolute cache directory ({root}); set VOXLEDGER_CACHE_DIR")
+    folder, name = root / "prefect-db", f"prefect-{version('prefect')}"
+    return folder / f"{name}.db", folder / f"{name}.json"
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _schema_only(db: Path) -> bool:
+    """Whether a database holds Alembic's revision and no row outside ``TEMPLATE_TABLES`` (no run history)."""
+    with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        filled = {t for t in tables if con.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() is not None}  # noqa: S608
+    return "alembic_version" in filled and filled <= TEMPLATE_TABLES
+
+
+def _seed_from_template(sdir: Path) -> str:
+    """Copy the cached template into a home with no database yet; its digest, or "" when none was used
+    (no template, a sidecar that does not match its bytes, or a database already there)."""
+    db = sdir / "prefect.db"
+    if any(f.exists() for f in (db, db.with_name("prefect.db-wal"))):
+        return ""
+    tmp = sdir / f".prefect.db.{os.getpid()}"
+    try:
+        template, sidecar = template_paths()
+        meta = json.loads(sidecar.read_text())
+        tmp.write_bytes(template.read_bytes())
+        digest = _sha256(tmp)
+        if digest != meta["sha256"] or not _schema_only(tmp):
+            return ""
+        if isinstance(meta.get("memo"), str) and not (sdir / MEMO_FILE).exists():
+            (sdir / MEMO_FILE).write_text(meta["memo"])
+        os.link(tmp, db)  # never replaces a database that appeared meanwhile
+    except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+        return ""
+    finally:
+        tmp.unlink(missing_ok=True)
+    return digest
+
+
+def _save_template(sdir: Path) -> None:
+    """Keep a copy of a freshly migrated home database as the template for new homes. Best effort:
+    only speed depends on it. A database holding rows outside ``TEMPLATE_TABLES`` is never kept."""
+    try:
+        template, sidecar = template_paths()
+        template.parent.mkdir(parents=True, exist_ok=True)
+        tmp = template.with_name(f".{template.name}.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        with closing(sqlite3.connect(f"{(sdir / 'prefect.db').resolve().as_uri()}?mode=ro", uri=True)) as src:  # never creates one
+            src.execute("VACUUM INTO ?", (str(tmp),))
+        if not _schema_only(tmp):
+            tmp.unlink()
+            return
+        memo = sdir / MEMO_FILE
+        meta = {"sha256": _sha256(tmp), "memo": memo.read_text() if memo.exists() else None}
+        os.replace(tmp, template)
+        side_tmp = sidecar.with_name(f".{sidecar.name}.{os.getpid()}")
+        side_tmp.write_text(json.dumps(meta))
+        os.replace(side_tmp, sidecar)
+    except (OSError, sqlite3.Error):
+        return
+
+
 def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
+    sdir = server_dir(home_root)
+    # a database of the user's own (PREFECT_*DATABASE_CONNECTION_URL) is left to Prefect
+    fresh = not (sdir / "prefect.db").exists() and not any(
+        k.endswith("DATABASE_CONNECTION_URL") for k in os.environ if k.startswith("PREFECT_")
+    )
+    seeded = _seed_from_template(sdir) if fresh else ""
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
-    log = open(server_dir(home_root) / "server.log", "ab")  # noqa: SIM115 (handed to the child)
+    log = open(sdir / "server.log", "ab")  # noqa: SIM115 (handed to the child)
     cmd = [sys.executable, "-m", "voxledger.flows.server", str(home_root), str(port), str(idle_timeout_s)]
     proc = subprocess.Popen(cmd, env=server_env(home_root), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
-    _write_state(home_root, ServerState(proc.pid, port, api_url, time.time(), str(home_root.resolve())))
+    _write_state(home_root, ServerState(proc.pid, port, api_url, time.time(), str(home_root.resolve()), seeded))
     if not _wait_healthy(api_url, proc.pid, timeout_s):
         _kill_group(proc.pid)
         raise ServerError(
-            f"the Prefect server for {home_root} did not answer within {timeout_s:.0f} s; see {server_dir(home_root) / 'server.log'}"
+            f"the Prefect server for {home_root} did not answer within {timeout_s:.0f} s; see {sdir / 'server.log'}"
+            + (" (its database started from the cached template; delete that home's prefect/ folder to migrate afresh)" if seeded else "")
         )
+    if fresh and not seeded:
+        _save_template(sdir)
     return api_url
 
 
