@@ -141,7 +141,7 @@ PREFECT = {"prefect: first flow": "s", "prefect: empty flow": "ms", "prefect: fl
 @pytest.mark.slow
 def test_quick_train_and_prefect(tmp_path: Path) -> None:
     figures = bench_json(tmp_path / "home", "train,prefect", timeout_s=600)
-    assert len(figures) == 15 + 5 + 8
+    assert len(figures) == 15 + 5 + 10
     check_figures(figures[:15], TRAIN)
     assert [(f["name"].startswith("train tiny full"), f["unit"]) for f in figures[:2]] == [(True, "utterances/s"), (True, "frames/s")]
     check_figures(figures[15:20], PREFECT)
@@ -149,7 +149,8 @@ def test_quick_train_and_prefect(tmp_path: Path) -> None:
     assert not any("NOT ALL SERVED" in f["name"] for f in figures), "the warm runner did not serve the cached commands"
 
 
-CLI_AUDIT = {"cli audit, first command": "s", "cli audit, cached, flow in the home's warm runner": "s",
+CLI_AUDIT = {"cli audit, first command": "s", "the same in a second new home": "s", "first command: migrated database / copied template": "x",
+             "cli audit, cached, flow in the home's warm runner": "s",
              "cli audit, cached, flow in the command's own process": "s", "audit function called directly": "s",
              "cli audit cached (runner) - direct call": "s", "cli audit cached (own process) - direct call": "s",
              "importing Prefect": "s", "cli audit cached, Prefect's temporary server": "s"}  # fmt: skip

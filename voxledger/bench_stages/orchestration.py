@@ -96,6 +96,8 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
 
     policy = plans_dir() / "audit-demo.yaml"
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "VOXLEDGER_PREFECT")}
+    env["VOXLEDGER_CACHE_DIR"] = str(work / "cli-cache")  # empty: the first home migrates its database, the second starts from it
+    second_home = work / "cli-home-2"
     cli = [sys.executable, "-m", "voxledger.cli", "--home", str(home), "audit", str(corpus), "--policy", str(policy), "--json"]
     direct = [sys.executable, "-c", DIRECT_AUDIT, str(home), str(corpus), str(policy)]
 
@@ -110,6 +112,8 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
     prefect_cmd = [sys.executable, "-c", PREFECT_IMPORTS]
     try:
         t_first = timed_run(cli)  # audits, starts the home's server and, in the background, its flow runner
+        t_seeded = timed_run([*cli[:4], str(second_home), *cli[5:]])  # the same in a second new home, its database from the template
+        stop_server(second_home)
         runner_ready = _wait_for_runner(home)
         served_before = _log_text(home).count(": returned")
         t_cli = min(timed_run(cli) for _ in range(3))
@@ -120,9 +124,12 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
         t_prefect = min(timed_run(prefect_cmd) for _ in range(3)) - min(timed_run(floor_cmd) for _ in range(3))
     finally:
         stop_server(home)
+        stop_server(second_home)
     gap = t_cli - t_direct
     return [
         Figure("cli audit, first command (audits, starts the home's Prefect server and flow runner)", t_first, "s"),
+        Figure("the same in a second new home, its Prefect database copied from the first's template", t_seeded, "s"),
+        Figure("first command: migrated database / copied template (time ratio)", t_first / max(t_seeded, 1e-9), "x"),
         Figure(
             "cli audit, cached, flow in the home's warm runner (process wall)"
             + ("" if runner_ready else " (NOT ALL SERVED BY THE RUNNER)"),
