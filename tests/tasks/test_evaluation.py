@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,8 +116,9 @@ def test_prompt_clustered_interval_and_paired_delta() -> None:
 def test_overlapped_measuring_gives_the_same_rows_and_raises_at_the_failing_item(
     trained: tuple[Home, Path, str, str], tmp_path: Path
 ) -> None:
-    """The worker thread's half (ASR, text metrics, gate) and this thread's half (speaker, MOS) give what one
-    generation at a time gives, in the same order; a failure in the worker's half stops the run at its item."""
+    """The worker threads' half (ASR on two model replicas at once, text metrics, gate) and this thread's half
+    (speaker, MOS) give what one generation at a time gives, in the same order; a failure in the workers' half
+    stops the run at its item, whichever thread reached it first."""
     from voxledger.schemas.evaluation import ResolvedCandidate
     from voxledger.tasks.evaluation.extract import extract_all
     from voxledger.tasks.evaluation.generate import generate_all
@@ -131,16 +134,36 @@ def test_overlapped_measuring_gives_the_same_rows_and_raises_at_the_failing_item
         "recordings": ResolvedCandidate(name="recordings", runtime="recordings", artifact_sha256=None, base_sha256=None),
     }
     gens = [g for g in generate_all(home, p, resolved, corpus, Journal(tmp_path / "g.jsonl")) if g.prompt_id != "p1"]  # 6 rows measure
-    one = extract_all(home, p, gens, corpus, Journal(tmp_path / "one.jsonl"), overlap=False)
-    both = extract_all(home, p, gens, corpus, Journal(tmp_path / "both.jsonl"), overlap=True)
+    threads: list[str] = []
+
+    def thread_of(m: Any, key: str, spec: object) -> dict[str, float]:  # ungated: runs where ASR runs
+        threads.append(threading.current_thread().name)
+        return {"thread_probe": 1.0}
+
+    register(
+        ExtractorDef(
+            "thread_probe",
+            lambda suite: {"thread_probe": MetricSuite().validity},
+            (MetricDef("thread_probe", "thread_probe", "neither"),),
+            thread_of,
+        )
+    )
+    try:
+        one = extract_all(home, p, gens, corpus, Journal(tmp_path / "one.jsonl"), overlap=False)
+        in_one, threads[:] = set(threads), []
+        both = extract_all(home, p, gens, corpus, Journal(tmp_path / "both.jsonl"), overlap=True)
+    finally:
+        unregister("thread_probe")
+    assert (
+        in_one == {threading.current_thread().name} and len(set(threads)) == 2 and all(t.startswith("voxledger-measure") for t in threads)
+    )
     assert both == one and any(o.metric == "predicted_mos_ovrl" for o in both) and any(o.metric == "wer:whisper_en" for o in both)
     assert len({(o.candidate, o.prompt_id, o.seed, o.metric) for o in both}) == len(both)  # each value once (extractors share spec keys)
 
-    calls: list[str] = []
+    third = (gens[2].candidate, gens[2].prompt_id, gens[2].seed)
 
-    def flaky(m: object, key: str, spec: object) -> dict[str, float]:
-        calls.append(key)
-        if len(calls) == 3:
+    def flaky(m: Any, key: str, spec: object) -> dict[str, float]:
+        if (m.generation.candidate, m.generation.prompt_id, m.generation.seed) == third:
             raise RuntimeError("extractor broke on the third clip")
         return {"flaky": 1.0}
 

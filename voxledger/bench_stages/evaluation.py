@@ -138,13 +138,20 @@ def _eval_platform_child(home: str, corpus: str, plan_doc: dict[str, Any], base_
         extract.overlap_default = default
     gens = json.loads(h.blobs.get_bytes(out.receipt.subject("generations").sha256))
     extraction: dict[str, float] = {}
-    for overlap in (False, True):  # the same generations measured again, into scratch journals
-        with tempfile.TemporaryDirectory() as scratch:
-            t1 = time.perf_counter()
-            extract.extract_all(
-                h, plan, [Generation.model_validate(g) for g in gens], Path(corpus), Journal(Path(scratch) / "o.jsonl"), overlap=overlap
-            )
-            extraction["overlapped" if overlap else "one_at_a_time"] = time.perf_counter() - t1
+    no_mos = plan.model_copy(update={"metrics": plan.metrics.model_copy(update={"mos": None})})  # as promotion's gate plans
+    for suite, measured in (("", plan), ("no_mos_", no_mos)):
+        for overlap in (False, True):  # the same generations measured again, into scratch journals
+            with tempfile.TemporaryDirectory() as scratch:
+                t1 = time.perf_counter()
+                extract.extract_all(
+                    h,
+                    measured,
+                    [Generation.model_validate(g) for g in gens],
+                    Path(corpus),
+                    Journal(Path(scratch) / "o.jsonl"),
+                    overlap=overlap,
+                )
+                extraction[suite + ("overlapped" if overlap else "one_at_a_time")] = time.perf_counter() - t1
     clips = [
         {
             "candidate": g["candidate"],
@@ -341,6 +348,11 @@ def bench_eval(work: Path, quick: bool) -> list[Figure]:
         Figure("extraction, overlapped (the default on 2+ cores)", plat["extraction"]["overlapped"] / audio_s, per_s),
         Figure("extraction, one generation at a time", plat["extraction"]["one_at_a_time"] / audio_s, per_s),
         Figure("extraction: overlapped / one at a time", plat["extraction"]["overlapped"] / plat["extraction"]["one_at_a_time"], "x"),
+        Figure(
+            "extraction without MOS (promotion's gates): overlapped / one at a time",
+            plat["extraction"]["no_mos_overlapped"] / plat["extraction"]["no_mos_one_at_a_time"],
+            "x",
+        ),
         Figure("evaluate_plan: peak RSS (own process)", plat["peak_rss_mb"], "MB"),
         Figure("raw models: peak RSS (own process)", raw["peak_rss_mb"], "MB"),
     ]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import queue
-import threading
 from collections.abc import Callable, Generator
 from functools import cached_property
 from pathlib import Path
@@ -48,9 +46,10 @@ def extractor_ids(plan: EvaluationPlan) -> dict[str, str]:
 class Extractors:
     """Loads each model once, on first use."""
 
-    def __init__(self, plan: EvaluationPlan, corpus: Path) -> None:
+    def __init__(self, plan: EvaluationPlan, corpus: Path, asr_workers: int = 1) -> None:
         self.plan = plan
         self.corpus = corpus
+        self.asr_workers = asr_workers  # threads that may transcribe at once (one model replica each)
         self.ids = extractor_ids(plan)
         self._refs: dict[str, np.ndarray] = {}
 
@@ -58,7 +57,7 @@ class Extractors:
     def asr(self) -> Any:
         from voxledger.tasks.metrics.asr import load_asr_model
 
-        return load_asr_model(self.plan.metrics.asr)
+        return load_asr_model(self.plan.metrics.asr, workers=self.asr_workers)
 
     @cached_property
     def speaker(self) -> Any:
@@ -125,10 +124,11 @@ def extract_all(
 ) -> list[Observation]:
     """Observations for every valid generation; rows already journaled are not recomputed.
 
-    With ``overlap`` (the default on two or more cores) a worker thread reads each clip and runs the
-    ungated extractors (ASR and what reads its transcript) one generation ahead, while this thread
-    runs the gated ones (speaker embedding, MOS) and journals the row: each extractor always runs in
-    the same thread, and every value is the same as measured one generation at a time.
+    With ``overlap`` (the default on two or more cores) two worker threads read the clips and run the
+    ungated extractors (ASR, on its own model replica per thread, and what reads its transcript) up to
+    a few generations ahead, while this thread runs the gated ones (speaker embedding, MOS) and
+    journals the rows in order. Every value is the same as measured one generation at a time (each
+    transcript is decoded whole by one replica); a plan without MOS, ASR-bound, then uses both cores.
     """
     prompts = {p.id: p for p in plan.prompts}
     seen: dict[tuple[str, str, int], list[Observation]] = {}
@@ -137,7 +137,8 @@ def extract_all(
         key = (row["candidate"], row["prompt_id"], row["seed"])
         seen[key] = [Observation.model_validate(o) for o in row["observations"]]
         measured[key] = row.get("audio_sha256")
-    ex = Extractors(plan, corpus)
+    overlapped = overlap_default() if overlap is None else overlap
+    ex = Extractors(plan, corpus, asr_workers=ASR_WORKERS if overlapped else 1)
     todo = [
         (i, g)
         for i, g in enumerate(gens, 1)
@@ -150,11 +151,9 @@ def extract_all(
         m = ex.measurement(g, prompts[g.prompt_id], wav)
         return m, ex.measure(m, gated=False)
 
-    halves = (
-        _ahead(first_half, [g for _, g in todo])
-        if (overlap_default() if overlap is None else overlap)
-        else map(first_half, (g for _, g in todo))
-    )
+    if overlapped and todo:
+        ex.asr  # noqa: B018 (loaded and digest-checked here, once, before its threads start)
+    halves = _ahead(first_half, [g for _, g in todo], workers=ex.asr_workers) if overlapped else map(first_half, (g for _, g in todo))
     try:
         for (i, g), (m, ungated) in zip(todo, halves, strict=True):
             obs = ex.ordered(ungated | ex.measure(m, gated=True))
@@ -176,44 +175,29 @@ def extract_all(
     return [o for g in gens if (g.candidate, g.prompt_id, g.seed) in seen for o in seen[(g.candidate, g.prompt_id, g.seed)]]
 
 
-_DONE = object()
+ASR_WORKERS = 2  # threads transcribing at once when measuring overlaps (the two cores of the machines this targets)
 
 
-def _ahead(fn: Callable[[Any], Any], items: list[Any], depth: int = 2) -> Generator[Any, None, None]:
-    """``map(fn, items)`` computed by one worker thread up to ``depth`` items ahead of the consumer.
+def _ahead(fn: Callable[[Any], Any], items: list[Any], depth: int = 2, workers: int = 1) -> Generator[Any, None, None]:
+    """``map(fn, items)`` computed by ``workers`` threads up to ``depth + workers`` items ahead of the
+    consumer, yielded in item order.
 
     An exception in ``fn`` is raised here, at its item; a consumer that stops early (or raises)
-    stops the worker before its next item.
+    cancels the items not yet started and waits for those running.
     """
-    results: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
 
-    def work() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                results.put((True, fn(item)))
-        except BaseException as exc:  # handed to the consumer, raised in its thread
-            results.put((False, exc))
-        else:
-            results.put((True, _DONE))
-
-    worker = threading.Thread(target=work, name="voxledger-measure", daemon=True)
-    worker.start()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="voxledger-measure")
+    window: deque[Future[Any]] = deque()
     try:
-        while True:
-            ok, value = results.get()
-            if not ok:
-                raise value
-            if value is _DONE:
-                return
-            yield value
+        for item in items:
+            window.append(pool.submit(fn, item))
+            if len(window) > depth + workers - 1:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
     finally:
-        stop.set()
-        while worker.is_alive():  # unblock a worker waiting on a full queue, then let it finish its item
-            try:
-                results.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        worker.join()
+        for f in window:
+            f.cancel()
+        pool.shutdown(wait=True)

@@ -35,13 +35,15 @@ class AsrModel:
         spec: model identity and decoding settings (defaults to ``AsrSpec()``).
         model_dir: folder holding ``model.bin``; defaults to the packaged model.
         cpu_threads: CTranslate2 intra-op threads (a runtime choice, not part of the spec).
+        workers: model replicas, so that this many threads can transcribe at once (each clip is
+            still decoded by one replica with ``cpu_threads`` threads: the same transcript either way).
 
     Raises:
         EvaluationError: ``model.bin`` is missing or does not match ``spec.model_sha256``, or the
             installed faster-whisper is not the spec's engine version.
     """
 
-    def __init__(self, spec: AsrSpec | None = None, model_dir: Path | None = None, cpu_threads: int = 1) -> None:
+    def __init__(self, spec: AsrSpec | None = None, model_dir: Path | None = None, cpu_threads: int = 1, workers: int = 1) -> None:
         self.spec = spec or AsrSpec()
         folder = model_dir or default_model_dir()
         verify_engine(self.spec.engine)
@@ -54,6 +56,7 @@ class AsrModel:
             device=self.spec.device,
             compute_type=self.spec.compute_type,
             cpu_threads=cpu_threads,
+            num_workers=workers,
             local_files_only=True,
         )
 
@@ -83,11 +86,11 @@ class AsrModel:
         return " ".join(seg.text.strip() for seg in segments).strip()
 
 
-def load_asr_model(spec: AsrSpec | None = None, cpu_threads: int = 1) -> AsrModel:
-    """The process-wide ``AsrModel`` for ``spec`` (loaded and digest-checked once)."""
-    return _cached_asr_model(spec or AsrSpec(), cpu_threads)
+def load_asr_model(spec: AsrSpec | None = None, cpu_threads: int = 1, workers: int = 1) -> AsrModel:
+    """The process-wide ``AsrModel`` for ``spec`` (loaded and digest-checked once per thread and worker count)."""
+    return _cached_asr_model(spec or AsrSpec(), cpu_threads, workers)
 
 
 @cache
-def _cached_asr_model(spec: AsrSpec, cpu_threads: int) -> AsrModel:
-    return AsrModel(spec, cpu_threads=cpu_threads)
+def _cached_asr_model(spec: AsrSpec, cpu_threads: int, workers: int) -> AsrModel:
+    return AsrModel(spec, cpu_threads=cpu_threads, workers=workers)
