@@ -150,7 +150,6 @@ def test_a_new_home_starts_from_the_checked_database_template_and_never_from_a_b
     import sqlite3
 
     from voxledger.flows.server import (
-        TEMPLATE_TABLES,
         _save_template,
         _seed_from_template,
         ensure_server,
@@ -158,6 +157,7 @@ def test_a_new_home_starts_from_the_checked_database_template_and_never_from_a_b
         stop_server,
         template_paths,
     )
+    from voxledger.stores.prefect_template import TEMPLATE_TABLES
 
     monkeypatch.delenv("PREFECT_API_URL")
     monkeypatch.setenv("VOXLEDGER_CACHE_DIR", str(tmp_path / "cache"))

@@ -23,19 +23,18 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from voxledger.schemas.errors import VoxledgerError
+from voxledger.stores import prefect_template as template_db
 from voxledger.tasks.processes import pid_alive as _alive
 
 STARTUP_TIMEOUT_S = 120.0
@@ -185,8 +184,6 @@ def _wait_healthy(api_url: str, pid: int, timeout_s: float) -> bool:
     return False
 
 
-# tables a database template may hold rows in: Alembic's revision and what Prefect registers at start-up
-TEMPLATE_TABLES = frozenset({"alembic_version", "block_type", "block_schema", "block_schema_reference"})
 MEMO_FILE = "memo_store.toml"  # Prefect's record that its block types are registered (skips re-registering them)
 
 
@@ -212,14 +209,6 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _schema_only(db: Path) -> bool:
-    """Whether a database holds Alembic's revision and no row outside ``TEMPLATE_TABLES`` (no run history)."""
-    with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
-        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        filled = {t for t in tables if con.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() is not None}  # noqa: S608
-    return "alembic_version" in filled and filled <= TEMPLATE_TABLES
-
-
 def _seed_from_template(sdir: Path) -> str:
     """Copy the cached template into a home with no database yet; its digest, or "" when none was used
     (no template, a sidecar that does not match its bytes, or a database already there)."""
@@ -232,12 +221,12 @@ def _seed_from_template(sdir: Path) -> str:
         meta = json.loads(sidecar.read_text())
         tmp.write_bytes(template.read_bytes())
         digest = _sha256(tmp)
-        if digest != meta["sha256"] or not _schema_only(tmp):
+        if digest != meta["sha256"] or not template_db.schema_only(tmp):
             return ""
         if isinstance(meta.get("memo"), str) and not (sdir / MEMO_FILE).exists():
             (sdir / MEMO_FILE).write_text(meta["memo"])
         os.link(tmp, db)  # never replaces a database that appeared meanwhile
-    except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+    except (OSError, ValueError, KeyError, TypeError, template_db.Error):
         return ""
     finally:
         tmp.unlink(missing_ok=True)
@@ -246,15 +235,14 @@ def _seed_from_template(sdir: Path) -> str:
 
 def _save_template(sdir: Path) -> None:
     """Keep a copy of a freshly migrated home database as the template for new homes. Best effort:
-    only speed depends on it. A database holding rows outside ``TEMPLATE_TABLES`` is never kept."""
+    only speed depends on it. A database holding any run history (``template_db.schema_only``) is never kept."""
     try:
         template, sidecar = template_paths()
         template.parent.mkdir(parents=True, exist_ok=True)
         tmp = template.with_name(f".{template.name}.{os.getpid()}")
         tmp.unlink(missing_ok=True)
-        with closing(sqlite3.connect(f"{(sdir / 'prefect.db').resolve().as_uri()}?mode=ro", uri=True)) as src:  # never creates one
-            src.execute("VACUUM INTO ?", (str(tmp),))
-        if not _schema_only(tmp):
+        template_db.copy_database(sdir / "prefect.db", tmp)
+        if not template_db.schema_only(tmp):
             tmp.unlink()
             return
         memo = sdir / MEMO_FILE
@@ -263,7 +251,7 @@ def _save_template(sdir: Path) -> None:
         side_tmp = sidecar.with_name(f".{sidecar.name}.{os.getpid()}")
         side_tmp.write_text(json.dumps(meta))
         os.replace(side_tmp, sidecar)
-    except (OSError, sqlite3.Error):
+    except (OSError, template_db.Error):
         return
 
 
