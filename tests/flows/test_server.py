@@ -213,3 +213,15 @@ def test_a_new_home_starts_from_the_checked_database_template_and_never_from_a_b
     assert (third / "prefect.db").read_bytes() == b"its own"
     (third / "prefect.db").unlink()
     assert _seed_from_template(third) == digest  # the check above was not vacuous
+    # several savers at once (threads of one process share a pid): one consistent template, no leftovers
+    import threading
+
+    monkeypatch.setenv("VOXLEDGER_CACHE_DIR", str(tmp_path / "cache-2"))
+    template2, sidecar2 = template_paths()
+    savers = [threading.Thread(target=_save_template, args=(server_dir(first),)) for _ in range(4)]
+    for t in savers:
+        t.start()
+    for t in savers:
+        t.join()
+    assert json.loads(sidecar2.read_text())["sha256"] == hashlib.sha256(template2.read_bytes()).hexdigest()
+    assert sorted(p.name for p in template2.parent.iterdir()) == [template2.name, sidecar2.name]

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,20 +240,24 @@ def _save_template(sdir: Path) -> None:
     try:
         template, sidecar = template_paths()
         template.parent.mkdir(parents=True, exist_ok=True)
-        tmp = template.with_name(f".{template.name}.{os.getpid()}")
-        tmp.unlink(missing_ok=True)
+    except OSError:
+        return
+    tmp = template.with_name(f".{template.name}.{uuid.uuid4().hex}")  # VACUUM INTO needs a path nobody else uses
+    side_tmp = sidecar.with_name(f".{sidecar.name}.{uuid.uuid4().hex}")
+    try:
         template_db.copy_database(sdir / "prefect.db", tmp)
         if not template_db.schema_only(tmp):
-            tmp.unlink()
             return
         memo = sdir / MEMO_FILE
         meta = {"sha256": _sha256(tmp), "memo": memo.read_text() if memo.exists() else None}
         os.replace(tmp, template)
-        side_tmp = sidecar.with_name(f".{sidecar.name}.{os.getpid()}")
         side_tmp.write_text(json.dumps(meta))
         os.replace(side_tmp, sidecar)
     except (OSError, template_db.Error):
         return
+    finally:
+        for leftover in (tmp, side_tmp):
+            leftover.unlink(missing_ok=True)
 
 
 def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
