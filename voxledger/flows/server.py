@@ -198,7 +198,10 @@ def template_paths() -> tuple[Path, Path]:
     root = load_settings().cache_dir
     if root is None:
         xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "voxledger"
+        try:
+            root = (Path(xdg) if xdg else Path.home() / ".cache") / "voxledger"
+        except RuntimeError as exc:  # no HOME and no passwd entry for this uid
+            raise OSError(f"no cache directory ({exc}); set VOXLEDGER_CACHE_DIR") from exc
     if not root.is_absolute():  # no home directory to resolve: never a cache relative to the working directory
         raise OSError(f"no absolute cache directory ({root}); set VOXLEDGER_CACHE_DIR")
     folder, name = root / "prefect-db", f"prefect-{version('prefect')}"
