@@ -225,3 +225,35 @@ def test_a_new_home_starts_from_the_checked_database_template_and_never_from_a_b
         t.join()
     assert json.loads(sidecar2.read_text())["sha256"] == hashlib.sha256(template2.read_bytes()).hexdigest()
     assert sorted(p.name for p in template2.parent.iterdir()) == [template2.name, sidecar2.name]
+
+
+def test_a_server_that_fails_on_the_template_names_it_and_the_fix_works(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A template that passes its checks but that Prefect cannot start on (an unknown Alembic revision):
+    the error names the template and the home's database; deleting both, as it says, starts afresh."""
+    import hashlib
+    import sqlite3
+
+    import pytest
+
+    from voxledger.flows.server import ServerError, ensure_server, server_dir, stop_server, template_paths
+
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setenv("VOXLEDGER_CACHE_DIR", str(tmp_path / "cache"))
+    template, sidecar = template_paths()
+    template.parent.mkdir(parents=True)
+    with sqlite3.connect(template) as con:  # schema-only by the template's own rule, but no Prefect schema
+        con.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        con.execute("INSERT INTO alembic_version VALUES ('ffffffffffff')")
+    sidecar.write_text(json.dumps({"sha256": hashlib.sha256(template.read_bytes()).hexdigest(), "memo": None}))
+    home = tmp_path / "home"
+    with pytest.raises(ServerError) as failed:
+        ensure_server(home, timeout_s=20)  # Prefect logs the failed migration and keeps its process: the timeout ends it
+    assert f"delete {template} and this home's prefect/prefect.db" in str(failed.value)
+    template.unlink()
+    (server_dir(home) / "prefect.db").unlink()
+    try:
+        ensure_server(home)
+        assert read_state(home).seeded_from == ""  # type: ignore[union-attr]
+        assert template.is_file()  # and a good template is kept for the next home
+    finally:
+        stop_server(home)

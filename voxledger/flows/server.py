@@ -208,6 +208,15 @@ def template_paths() -> tuple[Path, Path]:
     return folder / f"{name}.db", folder / f"{name}.json"
 
 
+def _template_hint() -> str:
+    """How to start a home without the cached template (named) if a server will not come up on it."""
+    try:
+        template, _ = template_paths()
+    except OSError:
+        return "set VOXLEDGER_CACHE_DIR to an empty folder"
+    return f"delete {template} and this home's prefect/prefect.db, then run the command again; it migrates afresh"
+
+
 def _sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -281,7 +290,7 @@ def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
         _kill_group(proc.pid)
         raise ServerError(
             f"the Prefect server for {home_root} did not answer within {timeout_s:.0f} s; see {sdir / 'server.log'}"
-            + (" (its database started from the cached template; delete that home's prefect/ folder to migrate afresh)" if seeded else "")
+            + (f" (its database was copied from the cached template: {_template_hint()})" if seeded else "")
         )
     if fresh and not seeded:
         _save_template(sdir)
