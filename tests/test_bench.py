@@ -191,3 +191,11 @@ def test_catalog_write_paths_time_the_same_rows(tmp_path: Path) -> None:
 
     by_statement, by_row, n_rows = _insert_paths(tmp_path, rounds=4)
     assert n_rows == 79 and math.isfinite(by_statement) and math.isfinite(by_row) and min(by_statement, by_row) > 0
+
+
+def test_quick_install_compile_times_both_ways_and_writes_the_same_bytecode(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "home", "install")
+    assert [f["unit"] for f in figures] == ["s", "s", "x", "files"]
+    assert all(f["value"] > 0 for f in figures[:3])
+    assert figures[2]["value"] == pytest.approx(figures[0]["value"] / figures[1]["value"], rel=0.01)
+    assert figures[3]["value"] == 0 and figures[3]["goal"] == "0: ok", figures[3]  # identical .pyc files either way

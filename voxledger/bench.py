@@ -211,7 +211,7 @@ def _unit_of_work(cat: Catalog) -> tuple[float, float]:
 
 SECTIONS = (
     "hash", "corpus", "catalog", "cli", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
-    "listening-server",
+    "listening-server", "install",
 )  # fmt: skip
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
 

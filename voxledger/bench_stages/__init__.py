@@ -85,4 +85,8 @@ def run_stages(
         from voxledger.bench_stages.listening_server import bench_listening_server
 
         figures += bench_listening_server(work, 10 if quick else 50)
+    if "install" in sections:
+        from voxledger.bench_stages.install import bench_install_compile
+
+        figures += bench_install_compile(work, quick)
     return figures

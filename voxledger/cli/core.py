@@ -402,7 +402,8 @@ def catalog_migrations(ctx: click.Context) -> None:
     "audit, train, eval, prefect (stages); "
     "demo (stage times of the latest pipeline run in --home); stats (simulated error rates of every interval and test), "
     "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server), "
-    "listening-server (simulated raters against `packets serve`). The last five are not in the default set.",
+    "listening-server (simulated raters against `packets serve`), install (byte-compiling a package as pip does "
+    "against `voxledger.postinstall`). The last six are not in the default set.",
 )
 @click.option(
     "--replications",
