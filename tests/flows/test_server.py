@@ -27,7 +27,8 @@ def _cli(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedPr
 
 
 def _processes() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, pgid, command line) of every process we can read."""
+    """pid -> (ppid, pgid, command line) of every live process we can read (an exited one that its
+    parent, often init, has not reaped yet is not running anything)."""
     out: dict[int, tuple[int, int, str]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -37,7 +38,8 @@ def _processes() -> dict[int, tuple[int, int, str]]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        out[int(d.name)] = (int(stat[1]), int(stat[2]), cmd)
+        if stat[0] not in ("Z", "X"):
+            out[int(d.name)] = (int(stat[1]), int(stat[2]), cmd)
     return out
 
 
@@ -246,8 +248,12 @@ def test_a_server_that_fails_on_the_template_names_it_and_the_fix_works(tmp_path
         con.execute("INSERT INTO alembic_version VALUES ('ffffffffffff')")
     sidecar.write_text(json.dumps({"sha256": hashlib.sha256(template.read_bytes()).hexdigest(), "memo": None}))
     home = tmp_path / "home"
+    started = time.monotonic()
     with pytest.raises(ServerError) as failed:
-        ensure_server(home, timeout_s=20)  # Prefect logs the failed migration and keeps its process: the timeout ends it
+        ensure_server(home, timeout_s=90)
+    # the server exits at its failed migration; that ends the wait (its unreaped zombie once looked alive until the timeout)
+    assert time.monotonic() - started < 45, "the failed start-up was not noticed before the timeout"
+    assert "exited (code 3) before answering: alembic.util.exc.CommandError: Can't locate revision" in str(failed.value)
     assert f"delete {template} and this home's prefect/prefect.db" in str(failed.value)
     template.unlink()
     (server_dir(home) / "prefect.db").unlink()

@@ -45,3 +45,20 @@ def _orphan_survives(use: bool) -> bool:
 def test_a_waited_child_dies_with_its_parent() -> None:
     assert not _orphan_survives(use=True)
     assert _orphan_survives(use=False)  # the control: without it the child is orphaned and keeps running
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_exited_child_not_yet_reaped_is_not_alive() -> None:
+    """A server this process started and has not waited on stays a zombie after it exits: signal 0
+    still reaches it, yet waiting for it to answer would wait out the whole start-up timeout."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        assert pid_alive(os.getpid()) and pid_alive(1)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].startswith(" Z"):
+            time.sleep(0.02)
+        os.kill(child.pid, 0)  # still there, as a zombie
+        assert not pid_alive(child.pid)
+    finally:
+        child.wait()
+    assert not pid_alive(child.pid)

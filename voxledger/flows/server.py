@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,6 +37,7 @@ from filelock import FileLock, Timeout
 
 from voxledger.schemas.errors import VoxledgerError
 from voxledger.stores import prefect_template as template_db
+from voxledger.tasks.processes import group_alive
 from voxledger.tasks.processes import pid_alive as _alive
 
 STARTUP_TIMEOUT_S = 120.0
@@ -174,15 +176,28 @@ def start_in_background(home_root: Path) -> threading.Thread | None:
     return thread
 
 
-def _wait_healthy(api_url: str, pid: int, timeout_s: float) -> bool:
+def _wait_healthy(api_url: str, pid: int, timeout_s: float, child: subprocess.Popen[bytes] | None = None) -> bool:
+    """True once the server answers; False at the deadline or as soon as it has exited. ``child``:
+    the server is this process's own child, which stays a zombie (and looks alive to a signal 0)
+    until it is reaped, so its exit is read with ``poll()``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if healthy(api_url):
             return True
-        if not _alive(pid):
+        if (child.poll() is not None) if child is not None else not _alive(pid):
             return False
         time.sleep(0.25)
     return False
+
+
+def _last_error(log: Path) -> str:
+    """The last ``SomeError: message`` line of the server's log (what a failed start-up raised), or ""."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-400:]
+    except OSError:
+        return ""
+    found = [line.strip() for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:", line)]
+    return found[-1][:300] if found else ""
 
 
 MEMO_FILE = "memo_store.toml"  # Prefect's record that its block types are registered (skips re-registering them)
@@ -286,10 +301,18 @@ def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
     proc = subprocess.Popen(cmd, env=server_env(home_root), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
     _write_state(home_root, ServerState(proc.pid, port, api_url, time.time(), str(home_root.resolve()), seeded))
-    if not _wait_healthy(api_url, proc.pid, timeout_s):
+    if not _wait_healthy(api_url, proc.pid, timeout_s, child=proc):
+        code = proc.poll()
         _kill_group(proc.pid)
+        cause = _last_error(sdir / "server.log")
         raise ServerError(
-            f"the Prefect server for {home_root} did not answer within {timeout_s:.0f} s; see {sdir / 'server.log'}"
+            (
+                f"the Prefect server for {home_root} exited (code {code}) before answering"
+                if code is not None
+                else f"the Prefect server for {home_root} did not answer within {timeout_s:.0f} s"
+            )
+            + (f": {cause}" if cause else "")
+            + f"; see {sdir / 'server.log'}"
             + (f" (its database was copied from the cached template: {_template_hint()})" if seeded else "")
         )
     if fresh and not seeded:
@@ -298,16 +321,19 @@ def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
 
 
 def _kill_group(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the server's process group, SIGKILL what is left after ``grace_s``; returns once no
+    process of the group is alive (the supervisor, Prefect, and anything Prefect started)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
             return
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and group_alive(pid):
             time.sleep(0.1)
             _reap(pid)
-        if not _alive(pid):
+        _reap(pid)
+        if not group_alive(pid):
             return
 
 
@@ -349,13 +375,14 @@ def _supervise(home_root: Path, port: int, idle_timeout_s: float) -> int:
         state = read_state(home_root)
         if time.time() - last > idle_timeout_s or state is None or state.pid != os.getpid():
             break
-    if child.poll() is None:
+    ended = child.poll()  # on its own (a failed start-up): its code is the supervisor's
+    if ended is None:
         child.terminate()
         try:
             child.wait(timeout=15)
         except subprocess.TimeoutExpired:
             child.kill()
-    return 0
+    return ended or 0
 
 
 if __name__ == "__main__":

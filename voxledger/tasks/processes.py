@@ -6,14 +6,47 @@ import os
 
 
 def pid_alive(pid: int) -> bool:
-    """True while a process with this pid exists (one we may not signal counts as alive)."""
+    """True while a process with this pid exists and has not exited (one we may not signal counts as
+    alive). A zombie, exited but not yet reaped by its parent (a server this very process started
+    and has not waited on), answers signal 0 like a live process: on Linux its state is read."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True  # no /proc (not Linux), or it ended just now: signal 0 said it existed
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")  # the state after "(comm) "
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of process group ``pgid`` is alive (zombies not counted; see `pid_alive`).
+    Without ``/proc`` (not Linux): whether the group can still be signalled."""
+    proc = "/proc"
+    if not os.path.isdir(proc):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 def die_with_parent() -> None:
