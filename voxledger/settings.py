@@ -145,9 +145,9 @@ class VoxledgerSettings(BaseSettings):
         ge=0,
         le=600,
         description=(
-            "Tests only: seconds `ratings aggregate` waits after its accept decision and again before writing its aggregate receipt "
-            "(catalog lock held; each wait announced on stderr), so a test can race a second aggregation against it or kill it there. "
-            "Leave unset."
+            "Tests only: seconds `ratings aggregate` waits before taking the catalog lock, after its accept decision and again before "
+            "writing its aggregate receipt (lock held; each wait announced on stderr, ended early by SIGUSR1 on Linux), so a test can "
+            "race a second aggregation against it or kill it there. Leave unset."
         ),
     )
     reproduce_threads: int | None = Field(

@@ -45,13 +45,24 @@ def test_a_second_run_on_a_held_home_is_skipped_at_once(tmp_path: Path) -> None:
 
 
 def test_seven_overlapping_ticks_give_one_run_at_a_time(tmp_path: Path) -> None:
-    """Seven runs started together: exactly one gets the home, the six others are skipped."""
+    """Seven runs started together: exactly one gets the home, the six others are skipped.
+
+    A run that gets the home holds it until its stdin closes, which happens once six runs have
+    ended (or after two minutes): every run tries while one holds, however slowly they start."""
     root = tmp_path / "home"
     Home(root)
-    script = HOLD.replace('print("holding", flush=True)', 'print("ran", flush=True)')
+    script = HOLD.replace('print("holding", flush=True)', 'print("ran", flush=True)').replace(
+        "time.sleep(float(sys.argv[2]))", "sys.stdin.read()"
+    )
     wrapper = f"import sys\ntry:\n    exec({script!r})\nexcept Exception as e:\n    print(type(e).__name__, flush=True)\n"
-    procs = [subprocess.Popen([sys.executable, "-c", wrapper, str(root), "20"], stdout=subprocess.PIPE, text=True) for _ in range(7)]
-    outputs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", wrapper, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(7)
+    ]
+    deadline = time.monotonic() + 120
+    while sum(p.poll() is not None for p in procs) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outputs = sorted(p.communicate(input="", timeout=60)[0].strip() for p in procs)
     assert outputs == ["HomeBusyError"] * 6 + ["ran"]
 
 

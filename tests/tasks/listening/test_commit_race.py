@@ -1,7 +1,7 @@
 """The accept decision cannot race and a kill cannot lock a rater out (issue 32, items 2 and 3).
 
 Two real processes aggregate at once; ``VOXLEDGER_TEST_COMMIT_DELAY_S`` holds the first inside
-its commit window (catalog lock held, submission receipts written, aggregate not yet written)
+its commit window (each pause announced on stderr and released by the test with SIGUSR1) (catalog lock held, submission receipts written, aggregate not yet written)
 while the second checks its files. Before, both accepted a submission for the same packet, and a
 process killed in that window left orphan submission receipts that ``catalog rebuild`` brought
 back and the next run counted as a replay.
@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.tasks.listening.conftest import Exported
@@ -61,6 +62,17 @@ def wait_for_pause(p: subprocess.Popen[str], where: str) -> None:
     raise AssertionError(f"the aggregation ended without pausing at {where!r} (exit {p.wait()})")
 
 
+def release(p: subprocess.Popen[str], where: str) -> None:
+    """Wait until the process pauses at ``where``, then let it go on (SIGUSR1 ends a test pause)."""
+    wait_for_pause(p, where)
+    p.send_signal(signal.SIGUSR1)
+
+
+LOCK, DECIDED, WRITTEN = "waiting for the commit lock", "accept decision taken", "submission receipts written, aggregate not yet"
+HOLD_S = 120.0  # a pause's longest wait; each ends when the test releases it
+OVERLAP_S = 12.0  # long enough for a second aggregation to start and reach the catalog on a loaded machine
+
+
 def doc(ex: Exported, rater: str, session: str) -> dict[str, object]:
     return simulate_submission(ex.packets / rater, ex.key, oracle_scorer(), session=session)
 
@@ -69,9 +81,17 @@ def test_two_overlapping_aggregations_accept_a_packet_once(exported: Exported, t
     v1 = write_json(tmp_path / "r06_v1.json", doc(exported, "r06", "1" * 32))
     v2 = write_json(tmp_path / "r06_v2.json", doc(exported, "r06", "2" * 32))
     other = write_json(tmp_path / "r05.json", doc(exported, "r05", "3" * 32))
-    first = start(exported, [v1], delay_s=12.0)
-    wait_for_pause(first, "accept decision taken")  # the first accepted v1 and has not committed yet
-    second = start(exported, [v2, other])  # checks and decides while the first is between decision and commit
+    first = start(exported, [v1], delay_s=HOLD_S)
+    release(first, LOCK)
+    wait_for_pause(first, DECIDED)  # the first accepted v1 and has not committed yet
+    second = start(exported, [v2, other], delay_s=HOLD_S)
+    # the second starts, checks its files and waits for the catalog's lock while the first is between
+    # decision and commit (a wait nothing outside it can see, hence a clock here)
+    time.sleep(OVERLAP_S)
+    first.send_signal(signal.SIGUSR1)
+    release(first, WRITTEN)
+    for where in (LOCK, DECIDED, WRITTEN):  # the second decides once the first has committed and let the lock go
+        release(second, where)
     a, b = result(first), result(second)
     assert a == {"accepted": 1, "rejections": {}}
     assert b["accepted"] == 1 and list(b["rejections"]) == ["r06_v2.json"]  # type: ignore[call-overload]
@@ -99,10 +119,10 @@ def test_session_reused_in_another_raters_file_is_refused_across_runs(exported: 
 
 def test_kill_in_the_commit_window_then_rebuild_does_not_lock_the_rater_out(exported: Exported, tmp_path: Path) -> None:
     killed = write_json(tmp_path / "r02_v1.json", doc(exported, "r02", "4" * 32))
-    # the delay holds both pauses (after the decision, then in the commit window): long enough to kill
-    # inside the second, short enough that the first does not dominate the test
-    p = start(exported, [killed], delay_s=10.0)
-    wait_for_pause(p, "submission receipts written, aggregate not yet")
+    p = start(exported, [killed], delay_s=HOLD_S)
+    release(p, LOCK)
+    release(p, DECIDED)
+    wait_for_pause(p, WRITTEN)
     os.kill(p.pid, signal.SIGKILL)  # inside the commit window: after the submission receipt, before the aggregate
     p.communicate(timeout=60)
     journal = exported.home.catalog.path.with_name(COMMIT_JOURNAL)

@@ -12,7 +12,9 @@ import csv
 import io
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -161,6 +163,7 @@ def _cached(home: Home, key: str) -> AggregateOutcome | None:
 @contextmanager
 def commit_lock(home: Home) -> Iterator[None]:
     """Hold the catalog's lock (the one every catalog connection takes) for a whole decision and commit."""
+    _test_pause("waiting for the commit lock")
     try:
         home.catalog.lock.acquire(timeout=home.catalog.lock_timeout_s)
     except Timeout as exc:
@@ -342,17 +345,36 @@ def _decide(home: Home, packet_set_id: str, files: list[FileCheck]) -> Verdicts:
     return out
 
 
+class _Released(Exception):
+    """A test ended a test pause (SIGUSR1)."""
+
+
+def _release(signum: int, frame: object) -> None:
+    raise _Released
+
+
 def _test_pause(where: str) -> None:
     """Tests only (``VOXLEDGER_TEST_COMMIT_DELAY_S``, docs/settings.md): wait here, saying where on stderr.
 
-    Called after the accept decision and again before the aggregate receipt is written, so a test
-    can start a second aggregation or kill this one inside the window between decision and commit.
+    Called before taking the commit lock, after the accept decision and again before the aggregate
+    receipt is written, so a test can start a second aggregation or kill this one inside the window
+    between decision and commit. On the main thread a SIGUSR1 ends the wait early (its handler is in
+    place before the announcement), so a test moves on at events, not on a clock.
     """
     delay = load_settings().test_commit_delay_s
-    if delay:
+    if not delay:
+        return
+    main = hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGUSR1, _release) if main else None
+    try:
         sys.stderr.write(f"voxledger test pause: {where} ({delay:g} s)\n")
         sys.stderr.flush()
         time.sleep(delay)
+    except _Released:
+        pass
+    finally:
+        if main:
+            signal.signal(signal.SIGUSR1, previous)
 
 
 def _replay(c: Checked, accepted: list[Checked], prior: dict[str, str], sessions: dict[str, tuple[str, str]]) -> str | None:
