@@ -23,6 +23,7 @@ import pytest
 
 from tests.stores.test_s3 import client, endpoint  # noqa: F401  (session fixtures: the moto server)
 from voxledger.schemas.errors import VoxledgerError
+from voxledger.stores import s3
 from voxledger.stores.home import Home
 from voxledger.stores.s3 import MAX_RESUMES, MIB, S3BlobStore, S3Config
 from voxledger.stores.sync import ingest_from, push_to
@@ -149,8 +150,11 @@ def test_a_pull_through_5_percent_truncations_completes(stores: tuple[S3BlobStor
         target.blobs.verify(d)
 
 
-def test_a_download_that_keeps_breaking_fails_in_one_clean_line(stores: tuple[S3BlobStore, S3BlobStore], proxy: FaultProxy) -> None:
+def test_a_download_that_keeps_breaking_fails_in_one_clean_line(
+    stores: tuple[S3BlobStore, S3BlobStore], proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     direct, faulty = stores
+    monkeypatch.setattr(s3, "RESUME_BACKOFF_S", (0.001, 0.01))  # the same nine attempts, without the 9.1 s of waits between them
     sha = direct.put_bytes(b"x" * 100_000)
     proxy.policy = lambda path, headers: 0.1  # every attempt cut
     with pytest.raises(VoxledgerError, match=f"broke off {MAX_RESUMES + 1} times") as info:

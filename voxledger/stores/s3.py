@@ -101,6 +101,8 @@ def _code(exc: ClientError) -> str:
 
 MAX_RESUMES = 8
 """How many times one download is resumed (a ranged GET from the byte it broke off at) before giving up."""
+RESUME_BACKOFF_S = (0.05, 2.0)
+"""The wait before resume k: ``min(cap, base * 2**k)`` seconds (9.1 s over all eight resumes)."""
 
 
 def _read_broke_off(exc: BaseException) -> bool:
@@ -149,7 +151,8 @@ class _VerifyingStream(io.RawIOBase):
                         f"{type(exc).__name__}); the network or the server is failing, retry later"
                     ) from exc
                 self.resumes += 1
-                time.sleep(min(2.0, 0.05 * 2**self.resumes))
+                base, cap = RESUME_BACKOFF_S
+                time.sleep(min(cap, base * 2**self.resumes))
                 if self._body is not None:
                     self._body.close()
                 self._body = None
