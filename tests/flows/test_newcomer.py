@@ -166,6 +166,9 @@ def test_full_newcomer_run_moves_the_voice_toward_the_recordings(tmp_path: Path)
     assert comparison["delta"]["low"] is not None and comparison["delta"]["low"] > 0, comparison  # the interval says so
 
 
+KEPT = 25
+
+
 def test_a_mismatched_transcript_fails_the_audit_init_writes(voice: Path, tmp_path: Path) -> None:
     """init's audit policy turns ASR agreement on: transcripts that belong to other clips fail the audit, the rest do not."""
     from voxledger.schemas.audit import AuditPolicy
@@ -174,9 +177,11 @@ def test_a_mismatched_transcript_fails_the_audit_init_writes(voice: Path, tmp_pa
 
     corpus = tmp_path / "swapped"
     shutil.copytree(voice, corpus)
-    lines = [line.split("|") for line in (corpus / "metadata.csv").read_text().splitlines()]
+    lines = [line.split("|") for line in (corpus / "metadata.csv").read_text().splitlines()][:KEPT]
+    for gone in [w for w in (corpus / "wavs").iterdir() if w.stem not in {c[0] for c in lines}]:
+        gone.unlink()  # ASR reads every clip: 25 of the 45 are enough for a chance CER of 24 others
     swapped = set()
-    for a, b in ((0, 20), (10, 30), (5, 40)):  # clip a now claims clip b's sentence (b keeps its own)
+    for a, b in ((0, 20), (10, 24), (5, 15)):  # clip a now claims clip b's sentence (b keeps its own)
         lines[a] = [lines[a][0], lines[b][1], lines[b][2]]
         swapped.add(lines[a][0])
     (corpus / "metadata.csv").write_text("".join("|".join(cols) + "\n" for cols in lines))
