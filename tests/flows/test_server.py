@@ -255,6 +255,9 @@ def test_a_server_that_fails_on_the_template_names_it_and_the_fix_works(tmp_path
     assert time.monotonic() - started < 45, "the failed start-up was not noticed before the timeout"
     assert "exited (code 3) before answering: alembic.util.exc.CommandError: Can't locate revision" in str(failed.value)
     assert f"delete {template} and this home's prefect/prefect.db" in str(failed.value)
+    with pytest.raises(ServerError) as again:  # the command's own attempt after its background start failed: the same advice
+        ensure_server(home, timeout_s=90)
+    assert f"delete {template} and this home's prefect/prefect.db" in str(again.value)
     template.unlink()
     (server_dir(home) / "prefect.db").unlink()
     try:

@@ -232,6 +232,18 @@ def _template_hint() -> str:
     return f"delete {template} and this home's prefect/prefect.db, then run the command again; it migrates afresh"
 
 
+def _unused_copy(sdir: Path, seeded: str) -> bool:
+    """Whether the home's database was copied from the template (``seeded``) and still holds no run
+    history (Prefect rewrites its header on opening, so its bytes are not compared): only then is
+    deleting it, with the template, the fix a failed start is told; a database with history is not."""
+    if not seeded:
+        return False
+    try:
+        return template_db.schema_only(sdir / "prefect.db")
+    except (OSError, template_db.Error):
+        return False
+
+
 def _sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -293,7 +305,9 @@ def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
     fresh = not (sdir / "prefect.db").exists() and not any(
         k.endswith("DATABASE_CONNECTION_URL") for k in os.environ if k.startswith("PREFECT_")
     )
-    seeded = _seed_from_template(sdir) if fresh else ""
+    previous = read_state(home_root)
+    # a database copied from the template keeps that lineage across restarts (server.json's seeded_from)
+    seeded = _seed_from_template(sdir) if fresh else (previous.seeded_from if previous is not None else "")
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     log = open(sdir / "server.log", "ab")  # noqa: SIM115 (handed to the child)
@@ -313,7 +327,7 @@ def _start(home_root: Path, idle_timeout_s: float, timeout_s: float) -> str:
             )
             + (f": {cause}" if cause else "")
             + f"; see {sdir / 'server.log'}"
-            + (f" (its database was copied from the cached template: {_template_hint()})" if seeded else "")
+            + (f" (its database was copied from the cached template: {_template_hint()})" if _unused_copy(sdir, seeded) else "")
         )
     if fresh and not seeded:
         _save_template(sdir)
