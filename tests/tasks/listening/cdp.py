@@ -31,6 +31,7 @@ class Chromium:
 
     def __init__(self, profile: Path, downloads: Path) -> None:
         self.errors: list[str] = []
+        self.dialogs: list[str] = []
         self._ids = itertools.count(1)
         self._proc = subprocess.Popen(
             [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
@@ -62,6 +63,8 @@ class Chromium:
             msg = json.loads(self._ws.recv(timeout=60))
             if msg.get("method") == "Runtime.exceptionThrown":
                 self.errors.append(json.dumps(msg["params"]["exceptionDetails"])[:500])
+            if msg.get("method") == "Page.javascriptDialogOpening":  # a dialog blocks navigation: say so when a wait times out
+                self.dialogs.append(json.dumps(msg["params"])[:300])
             if msg.get("id") == msg_id:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
@@ -82,7 +85,11 @@ class Chromium:
             if value:
                 return value
             time.sleep(0.05)
-        raise TimeoutError(f"timed out after {timeout_s} s waiting for {expression}")
+        try:
+            seen = self.evaluate("location.href + ' | ' + document.readyState + ' | ' + document.body.innerText.slice(0, 300)")
+        except RuntimeError as exc:
+            seen = f"(page unreadable: {exc})"
+        raise TimeoutError(f"timed out after {timeout_s} s waiting for {expression}; the page: {seen!r}; dialogs: {self.dialogs}")
 
     def navigate(self, url: str) -> None:
         """Open ``url`` and wait until the document has loaded."""
