@@ -190,10 +190,15 @@ def _wait_healthy(api_url: str, pid: int, timeout_s: float, child: subprocess.Po
     return False
 
 
+LOG_TAIL_BYTES = 65536
+
+
 def _last_error(log: Path) -> str:
     """The last ``SomeError: message`` line of the server's log (what a failed start-up raised), or ""."""
     try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-400:]
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))  # a long-lived home's log is never read whole
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
         return ""
     found = [line.strip() for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:", line)]
