@@ -62,3 +62,23 @@ def test_an_exited_child_not_yet_reaped_is_not_alive() -> None:
     finally:
         child.wait()
     assert not pid_alive(child.pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_group_is_alive_while_any_member_is_though_its_leader_exited() -> None:
+    """What `voxledger server stop` waits on: the whole process group (Prefect and what it started), not its leader."""
+    from voxledger.tasks.processes import group_alive
+
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert leader.stdout is not None
+    member = int(leader.stdout.readline())
+    leader.wait()
+    try:
+        assert not pid_alive(leader.pid) and pid_alive(member)
+        assert group_alive(leader.pid)  # the leader is gone, its group is not
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and group_alive(leader.pid):
+        time.sleep(0.05)
+    assert not group_alive(leader.pid)
