@@ -266,3 +266,27 @@ def test_a_server_that_fails_on_the_template_names_it_and_the_fix_works(tmp_path
         assert template.is_file()  # and a good template is kept for the next home
     finally:
         stop_server(home)
+
+
+def test_a_failed_starts_cause_is_the_last_error_of_the_logs_tail_never_a_cut_line(tmp_path: Path) -> None:
+    """Only the log's last LOG_TAIL_BYTES are read; the line the cut lands in is dropped, not read from its middle."""
+    from voxledger.flows.server import LOG_TAIL_BYTES, _last_error
+
+    log = tmp_path / "server.log"
+    old = "RuntimeError: an old start that failed weeks ago\n"
+    cut = "INFO: a request body mentioned ValueError: in passing\n"  # no error line; from its middle it would be one
+    into = cut.index("ValueError")
+    need = LOG_TAIL_BYTES - (len(cut) - into)  # filler so that the tail starts exactly at "ValueError"
+    line = "INFO: request served\n"
+    filler = line * (need // len(line) - 1)
+    filler += "INFO: " + "." * (need - len(filler) - 7) + "\n"
+    log.write_text(old + "x" * LOG_TAIL_BYTES + "\n" + cut + filler)
+    assert log.read_bytes()[-LOG_TAIL_BYTES:].startswith(b"ValueError: in passing")
+    assert _last_error(log) == ""  # the old error is outside the tail; the cut line is not taken for one
+    with log.open("a") as f:
+        f.write("alembic.util.exc.CommandError: Can't locate revision identified by 'ffffffffffff'\nINFO: shutting down\n")
+    assert _last_error(log) == "alembic.util.exc.CommandError: Can't locate revision identified by 'ffffffffffff'"
+    short = tmp_path / "short.log"
+    short.write_text("sqlite3.OperationalError: database is locked\nINFO: ok\n")
+    assert _last_error(short) == "sqlite3.OperationalError: database is locked"  # a log shorter than the tail keeps its first line
+    assert _last_error(tmp_path / "missing.log") == ""

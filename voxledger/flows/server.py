@@ -197,8 +197,11 @@ def _last_error(log: Path) -> str:
     """The last ``SomeError: message`` line of the server's log (what a failed start-up raised), or ""."""
     try:
         with log.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))  # a long-lived home's log is never read whole
+            start = max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES)  # a long-lived home's log is never read whole
+            f.seek(start)
             lines = f.read().decode("utf-8", errors="replace").splitlines()
+        if start:
+            lines = lines[1:]  # the tail starts mid-line: "lueError: ..." is not an error name
     except OSError:
         return ""
     found = [line.strip() for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:", line)]
