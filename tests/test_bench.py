@@ -52,12 +52,20 @@ AUDIT = {"audit 300 x 1 s clips, first pass": "utterances/s", "audit first pass:
          "audit ASR agreement greedy / beam 5 time": "x"}  # fmt: skip
 
 
-def test_quick_audit_and_an_empty_home(tmp_path: Path) -> None:
-    figures = bench_json(tmp_path / "empty-home", "audit,demo")
+FEATURES = {"bind a training stage's features, 5 clips without alignment files: aligning every clip": "s",
+            "bind a training stage's features, 5 clips without alignment files: from the home's memo": "s",
+            "features binding: memo pass speed-up": "x", "features binding: aligning, per clip": "ms/clip",
+            "features binding: from the memo, per clip": "ms/clip"}  # fmt: skip
+
+
+def test_quick_audit_features_and_an_empty_home(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "empty-home", "audit,features,demo")
     audit = [f for f in figures if f["name"].startswith("audit")]
     check_figures(audit, AUDIT)
     assert len(audit) == len(AUDIT) == 9
-    (demo,) = [f for f in figures if f not in audit]
+    features = figures[len(audit) : len(audit) + len(FEATURES)]
+    check_figures(features, FEATURES)
+    (demo,) = [f for f in figures if f not in audit and f not in features]
     assert "none yet" in demo["name"] and demo["value"] == 0 and demo["unit"] == "runs"
     assert not (tmp_path / "empty-home").exists()  # reading a home never creates one
 

@@ -210,7 +210,7 @@ def _unit_of_work(cat: Catalog) -> tuple[float, float]:
 
 
 SECTIONS = (
-    "hash", "corpus", "catalog", "cli", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
+    "hash", "corpus", "catalog", "cli", "audit", "train", "features", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
     "listening-server", "install",
 )  # fmt: skip
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""

@@ -23,7 +23,20 @@ from voxledger.bench_stages.evaluation import bench_eval
 from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
 from voxledger.bench_stages.train import bench_train
 
-STAGE_SECTIONS = ("cli", "audit", "train", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync", "listening-server")
+STAGE_SECTIONS = (
+    "cli",
+    "audit",
+    "train",
+    "features",
+    "eval",
+    "prefect",
+    "demo",
+    "stats",
+    "corpus-scale",
+    "store-dvc",
+    "sync",
+    "listening-server",
+)
 __all__ = [
     "STAGE_SECTIONS",
     "audit_policy",
@@ -58,6 +71,10 @@ def run_stages(
         figures += bench_asr_agreement(8 if quick else 40)
     if "train" in sections:
         figures += bench_train(work, quick)
+    if "features" in sections:
+        from voxledger.bench_stages.features import bench_features
+
+        figures += bench_features(work, quick)
     if "eval" in sections:
         figures += bench_eval(work, quick)
     if "prefect" in sections:

@@ -396,10 +396,11 @@ def catalog_migrations(ctx: click.Context) -> None:
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke run, not a measurement.")
 @click.option(
     "--only",
-    default="hash,corpus,catalog,cli,audit,train,eval,prefect,demo",
+    default="hash,corpus,catalog,cli,audit,train,features,eval,prefect,demo",
     show_default=True,
     help="Comma-separated sections: hash, corpus, catalog (stores); cli (read commands against `python -c pass`); "
-    "audit, train, eval, prefect (stages); "
+    "audit, train, eval, prefect (stages); features (a training stage's features binding: aligning a voice against "
+    "the home's memo); "
     "demo (stage times of the latest pipeline run in --home); stats (simulated error rates of every interval and test), "
     "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server), "
     "listening-server (simulated raters against `packets serve`), install (byte-compiling a package as pip does "

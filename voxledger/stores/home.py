@@ -20,6 +20,7 @@ from voxledger.settings import load_settings
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.catalog import Catalog
 from voxledger.stores.hashing import StatCache
+from voxledger.stores.memo import DerivedMemo
 from voxledger.stores.receipts import ReceiptStore
 
 
@@ -87,6 +88,14 @@ class Home:
         self.blobs = LocalBlobStore(self.root / "store", verified=self.stat_cache)
         self.receipts = ReceiptStore(self.blobs)
         self.catalog = Catalog(self.root / "catalog.duckdb", lock_timeout_s=lock_timeout_s, read_only=self.read_only)
+        self._memo: DerivedMemo | None = None
+
+    @property
+    def memo(self) -> DerivedMemo:
+        """This home's memo of derived values (`voxledger.stores.memo`), opened on first use."""
+        if self._memo is None:
+            self._memo = DerivedMemo(self.root / "cache" / "derived.sqlite", self.blobs, read_only=self.read_only)
+        return self._memo
 
     def check_subjects(self, receipt: ReceiptBase) -> None:
         """Refuse a receipt that names an output whose bytes are missing or damaged.

@@ -79,7 +79,7 @@ def bind_inputs(
     ):
         if now != then:
             raise TrainingError(f"corpus {corpus} changed since audit {audit_rid}: {name} is {now}, the audit saw {then}; audit it again")
-    features = _features_tree(home, loaded, backend)
+    features = _features_tree(home, loaded, backend, digests)
     return TrainingInputs(
         audit_receipt=audit_rid,
         plan_sha256=plan_sha,
@@ -92,18 +92,19 @@ def bind_inputs(
     )
 
 
-def _features_tree(home: Home, loaded: Any, backend: Any = None) -> str:
+def _features_tree(home: Home, loaded: Any, backend: Any = None, audio_sha256: dict[str, str] | None = None) -> str:
     """Digest of the per-utterance side files the backend trains on, each stored as a blob.
 
     A backend that derives them (tiny: phoneme durations, from alignment files or forced
-    alignment) lists them through ``feature_files``; otherwise the corpus's own alignment files
-    are the features.
+    alignment) lists them through ``feature_files``, given each utterance's audio digest and the
+    home's memo of derived values so that unchanged audio is not derived again; otherwise the
+    corpus's own alignment files are the features.
     """
     from voxledger.stores.hashing import hash_files
 
     derive = getattr(backend, "feature_files", None)  # optional part of the Backend protocol
     if derive is not None:
-        files = derive(loaded)
+        files = derive(loaded, audio_sha256, home.memo)
         entries = tuple(
             TreeEntry(path=rel, size_bytes=len(files[rel]), sha256=home.blobs.put_bytes(files[rel]), executable=False)
             for rel in sorted(files)

@@ -28,15 +28,17 @@ than any espeak voice; no human-labelled corpus was at hand to measure that.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 from scipy.fft import dct
 from scipy.spatial.distance import cdist
 
-from voxledger.schemas.canonical import canonical_bytes
+from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import CorpusError
 from voxledger.tasks.backends.tiny.audio import HOP_LENGTH, SAMPLE_RATE_HZ, frame_count, log_mel
 from voxledger.tasks.corpus import espeak
@@ -111,13 +113,48 @@ class Durations:
         }
         return canonical_bytes(doc)
 
+    def to_value(self) -> dict[str, object]:
+        """The durations as the memo stores them (`voxledger.stores.memo`)."""
+        return {"phonemes": list(self.phonemes), "frames": [int(f) for f in self.frames], "source": self.source}
+
+    @classmethod
+    def from_value(cls, value: dict[str, object]) -> Durations:
+        """The inverse of `to_value`."""
+        return cls(tuple(value["phonemes"]), np.asarray(value["frames"], dtype=np.int64), str(value["source"]))  # type: ignore[arg-type]
+
+
+# What forced alignment's result depends on beyond its inputs: these modules' source (reading and
+# resampling audio, log-mel, the warp, espeak-ng's helper) and the numeric and audio packages
+# under them. `aligner_identity` digests both; a change to any of them starts the memo afresh.
+ALIGNER_MODULES = (
+    "voxledger.tasks.backends.tiny.align",
+    "voxledger.tasks.backends.tiny.audio",
+    "voxledger.tasks.backends.tiny.data",
+    "voxledger.tasks.corpus.audio",
+    "voxledger.tasks.corpus.espeak",
+    "voxledger.tasks.corpus._espeak_native",
+)
+ALIGNER_PACKAGES = ("numpy", "scipy", "librosa", "soxr", "soundfile", "espeakng-loader")
+
+
+@cache
+def aligner_identity() -> str:
+    """SHA-256 over the aligner's module sources and its packages' versions (see ``ALIGNER_MODULES``)."""
+    import importlib
+    import importlib.metadata
+    import inspect
+
+    sources = {m: hashlib.sha256(Path(inspect.getfile(importlib.import_module(m))).read_bytes()).hexdigest() for m in ALIGNER_MODULES}
+    versions = {p: importlib.metadata.version(p) for p in ALIGNER_PACKAGES}
+    return canonical_digest(
+        {"format": FORMAT, "max_advance": MAX_ADVANCE, "n_cepstra": N_CEPSTRA, "sources": sources, "versions": versions}
+    )
+
 
 def durations_path(utterance_id: str) -> str:
     """Relative path of an utterance's durations file in the features tree."""
     if _SAFE_ID.match(utterance_id):
         return f"durations/{utterance_id}.json"
-    import hashlib
-
     return f"durations/id-{hashlib.sha256(utterance_id.encode()).hexdigest()[:32]}.json"
 
 

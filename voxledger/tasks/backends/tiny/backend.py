@@ -23,6 +23,7 @@ from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import CorpusError, DigestMismatchError, TrainingError
 from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import TrainingPlan
+from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup, shipped_folder
 from voxledger.tasks.backends.tiny import stages
 from voxledger.tasks.backends.tiny import training as tt
@@ -126,13 +127,17 @@ class TinyBackend:
             model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed)
         )
 
-    def feature_files(self, loaded: LoadedCorpus) -> dict[str, bytes]:
+    def feature_files(
+        self, loaded: LoadedCorpus, audio_sha256: dict[str, str] | None = None, memo: DerivedMemo | None = None
+    ) -> dict[str, bytes]:
         """The per-utterance durations files training reads (relative path -> bytes): the features tree.
 
         Utterances with an alignment file are converted from it; the others are force-aligned
-        against espeak-ng (`align`). ``setup`` reads the very same durations (memoised per process).
+        against espeak-ng (`align`), or read back from the home's ``memo`` when the same audio
+        bytes (``audio_sha256``: id -> digest), text and aligner code were aligned before.
+        ``setup`` reads the very same durations (memoised per process).
         """
-        return {durations_path(uid): d.to_bytes(uid) for uid, d in corpus_durations(loaded).items()}
+        return {durations_path(uid): d.to_bytes(uid) for uid, d in corpus_durations(loaded, audio_sha256, memo).items()}
 
     def _examples(self, root: Path, splits: tuple[str, ...], plan: TrainingPlan) -> list[CorpusExample]:
         try:

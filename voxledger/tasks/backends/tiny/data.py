@@ -27,7 +27,8 @@ import torch
 
 from voxledger.schemas.errors import CorpusError
 from voxledger.schemas.manifest import Utterance
-from voxledger.tasks.backends.tiny.align import Durations, durations_by_warp, durations_from_file
+from voxledger.stores.memo import DerivedMemo
+from voxledger.tasks.backends.tiny.align import Durations, aligner_identity, durations_by_warp, durations_from_file
 from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, frame_count, log_mel
 from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTSConfig
 from voxledger.tasks.corpus.audio import DECODE_ERRORS, read_utterance
@@ -100,23 +101,43 @@ def read_audio_16k(loaded: LoadedCorpus, utt: Utterance) -> np.ndarray:
 # Durations of one process, keyed by what they are computed from: training binds the features
 # tree (`corpus_durations`) and then loads the same utterances, and must not align them twice.
 _DURATIONS: dict[tuple[object, ...], Durations] = {}
+MEMO_KIND = "tiny-durations"
+"""The kind of a home memo entry (`voxledger.stores.memo`) holding one utterance's forced alignment."""
+
+
+def _process_key(loaded: LoadedCorpus, utt: Utterance) -> tuple[object, ...]:
+    audio = resolve_audio_path(loaded.root, utt.audio, loaded.audio_roots)
+    side = loaded.root / str(utt.extra["alignment"]) if "alignment" in utt.extra else None
+    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in (audio, side) if f is not None and f.is_file()]
+    return (tuple(stamp), utt.start_s, utt.end_s, utt.text, utt.language, str(side))
 
 
 def utterance_durations(loaded: LoadedCorpus, utt: Utterance, mel: np.ndarray | None = None) -> Durations:
     """Frames per phoneme of ``utt``: from its alignment file when it has one, else by `align`."""
-    audio = resolve_audio_path(loaded.root, utt.audio, loaded.audio_roots)
-    side = loaded.root / str(utt.extra["alignment"]) if "alignment" in utt.extra else None
-    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in (audio, side) if f is not None and f.is_file()]
-    key = (tuple(stamp), utt.start_s, utt.end_s, utt.text, utt.language, str(side))
+    key = _process_key(loaded, utt)
     if key not in _DURATIONS:
+        side = loaded.root / str(utt.extra["alignment"]) if "alignment" in utt.extra else None
         if side is not None:
             if not side.is_file():
                 raise CorpusError(f"{utt.id}: alignment file {side} not found; restore it or drop the 'alignment' column")
+            audio = resolve_audio_path(loaded.root, utt.audio, loaded.audio_roots)
             _DURATIONS[key] = durations_from_file(side, len(mel) if mel is not None else _frame_count(loaded, utt, audio))
         else:
             mel = log_mel(read_audio_16k(loaded, utt)) if mel is None else mel
             _DURATIONS[key] = durations_by_warp(mel, utt.text, utt.language)
     return _DURATIONS[key]
+
+
+def memo_key(utt: Utterance, audio_sha256: str) -> dict[str, object]:
+    """What one utterance's forced alignment is computed from: the memo key of its durations."""
+    return {
+        "aligner": aligner_identity(),
+        "audio_sha256": audio_sha256,
+        "start_s": utt.start_s,
+        "end_s": utt.end_s,
+        "text": utt.text,
+        "language": utt.language,
+    }
 
 
 def _frame_count(loaded: LoadedCorpus, utt: Utterance, audio: Path) -> int:
@@ -127,9 +148,31 @@ def _frame_count(loaded: LoadedCorpus, utt: Utterance, audio: Path) -> int:
     return frame_count(len(read_audio_16k(loaded, utt)))
 
 
-def corpus_durations(loaded: LoadedCorpus) -> dict[str, Durations]:
-    """Durations of every utterance of the corpus (the features tree of a tiny training run)."""
-    return {u.id: utterance_durations(loaded, u) for u in loaded.utterances.utterances}
+def corpus_durations(
+    loaded: LoadedCorpus, audio_sha256: dict[str, str] | None = None, memo: DerivedMemo | None = None
+) -> dict[str, Durations]:
+    """Durations of every utterance of the corpus (the features tree of a tiny training run).
+
+    With a home's ``memo`` and the digest of each utterance's audio (``audio_sha256``, id ->
+    digest, as `audio_digests` gives), an utterance aligned before from the same audio bytes,
+    segment, text and language by the same aligner code (`aligner_identity`) is read back instead
+    of aligned again, and every new alignment is filed there. Alignment files are read as always.
+    """
+    utterances = loaded.utterances.utterances
+    if memo is None or audio_sha256 is None:
+        return {u.id: utterance_durations(loaded, u) for u in utterances}
+    aligned = {u.id: (u, _process_key(loaded, u)) for u in utterances if "alignment" not in u.extra and u.id in audio_sha256}
+    todo = {uid: memo_key(u, audio_sha256[uid]) for uid, (u, pkey) in aligned.items() if pkey not in _DURATIONS}
+    for uid, value in memo.get_many(MEMO_KIND, todo).items():
+        _DURATIONS[aligned[uid][1]] = Durations.from_value(value)
+        del todo[uid]
+    out: dict[str, Durations] = {}
+    try:
+        for u in utterances:
+            out[u.id] = utterance_durations(loaded, u)
+    finally:  # what was aligned before a failing utterance is kept for the next attempt
+        memo.put_many(MEMO_KIND, {uid: (key, out[uid].to_value()) for uid, key in todo.items() if uid in out})
+    return out
 
 
 def load_examples(corpus_dir: str | Path, splits: tuple[str, ...], speakers: tuple[str, ...] | None = None) -> list[CorpusExample]:
