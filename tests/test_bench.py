@@ -52,20 +52,12 @@ AUDIT = {"audit 300 x 1 s clips, first pass": "utterances/s", "audit first pass:
          "audit ASR agreement greedy / beam 5 time": "x"}  # fmt: skip
 
 
-FEATURES = {"bind a training stage's features, 5 clips without alignment files: aligning every clip": "s",
-            "bind a training stage's features, 5 clips without alignment files: from the home's memo": "s",
-            "features binding: memo pass speed-up": "x", "features binding: aligning, per clip": "ms/clip",
-            "features binding: from the memo, per clip": "ms/clip"}  # fmt: skip
-
-
-def test_quick_audit_features_and_an_empty_home(tmp_path: Path) -> None:
-    figures = bench_json(tmp_path / "empty-home", "audit,features,demo")
+def test_quick_audit_and_an_empty_home(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "empty-home", "audit,demo")
     audit = [f for f in figures if f["name"].startswith("audit")]
     check_figures(audit, AUDIT)
     assert len(audit) == len(AUDIT) == 9
-    features = figures[len(audit) : len(audit) + len(FEATURES)]
-    check_figures(features, FEATURES)
-    (demo,) = [f for f in figures if f not in audit and f not in features]
+    (demo,) = [f for f in figures if f not in audit]
     assert "none yet" in demo["name"] and demo["value"] == 0 and demo["unit"] == "runs"
     assert not (tmp_path / "empty-home").exists()  # reading a home never creates one
 
@@ -207,3 +199,31 @@ def test_quick_install_compile_times_both_ways_and_writes_the_same_bytecode(tmp_
     assert all(f["value"] > 0 for f in figures[:3])
     assert figures[2]["value"] == pytest.approx(figures[0]["value"] / figures[1]["value"], rel=0.01)
     assert figures[3]["value"] == 0 and figures[3]["goal"] == "0: ok", figures[3]  # identical .pyc files either way
+
+
+FEATURES = {"bind a training stage's features, 5 clips without alignment files: aligning every clip": "s",
+            "bind a training stage's features, 5 clips without alignment files: from the home's memo": "s",
+            "features binding: memo pass speed-up": "x", "features binding: aligning, per clip": "ms/clip",
+            "features binding: from the memo, per clip": "ms/clip"}  # fmt: skip
+
+
+def test_the_features_section_aligns_then_reads_the_memo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The section's measured pass, twice in this process (the section spawns one process each):
+    the first aligns every clip and files it, the second reads every clip back, same digest."""
+    from voxledger.bench_stages.features import bind_child
+    from voxledger.schemas.training import DEFAULT_BACKEND
+    from voxledger.tasks.backends.tiny import data
+    from voxledger.tasks.corpus.demo import build_voice_corpus
+
+    corpus, clips = build_voice_corpus(tmp_path / "voice", size="tiny")
+    monkeypatch.setattr(data, "_DURATIONS", {})
+    first = bind_child(str(tmp_path / "h"), str(corpus), DEFAULT_BACKEND)
+    monkeypatch.setattr(data, "_DURATIONS", {})  # as in a new process
+    memo = bind_child(str(tmp_path / "h"), str(corpus), DEFAULT_BACKEND)
+    assert (first["misses"], first["hits"], memo["misses"], memo["hits"]) == (clips, 0, 0, clips)
+    assert memo["features"] == first["features"] and first["clips"] == clips == 5
+
+
+@pytest.mark.slow
+def test_quick_features_section(tmp_path: Path) -> None:
+    check_figures(bench_json(tmp_path / "home", "features"), FEATURES)

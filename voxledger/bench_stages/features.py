@@ -17,7 +17,7 @@ from voxledger.bench_stages.common import Figure, in_child
 from voxledger.schemas.errors import VoxledgerError
 
 
-def _bind_child(home: str, corpus: str) -> dict[str, Any]:
+def bind_child(home: str, corpus: str, backend_name: str) -> dict[str, Any]:
     """load + hash + features tree of ``corpus`` in ``home``, as `bind_inputs` does it, timed."""
     from voxledger.stores.home import Home
     from voxledger.tasks.backends.base import get_backend
@@ -25,7 +25,7 @@ def _bind_child(home: str, corpus: str) -> dict[str, Any]:
     from voxledger.tasks.corpus.sources import audio_digests
     from voxledger.tasks.stages.train import _features_tree
 
-    backend = get_backend("tiny")  # imports (torch, peft) before the clock starts
+    backend = get_backend(backend_name)  # type: ignore[arg-type]  # imports (torch, peft) before the clock starts
     h = Home(home)
     t0 = time.perf_counter()
     loaded = load_corpus(Path(corpus))
@@ -39,12 +39,13 @@ def _bind_child(home: str, corpus: str) -> dict[str, Any]:
 def bench_features(work: Path, quick: bool) -> list[Figure]:
     """The features binding of a newcomer-style voice (LJSpeech layout, no alignment files): first
     pass against a memo pass, each in its own process."""
+    from voxledger.schemas.training import DEFAULT_BACKEND
     from voxledger.tasks.corpus.demo import build_voice_corpus
 
     corpus, clips = build_voice_corpus(work / "features-voice", size="tiny" if quick else "full")
-    home = str(work / "features-home")
-    first = in_child(_bind_child, home, str(corpus))
-    memo = in_child(_bind_child, home, str(corpus))
+    home, backend = str(work / "features-home"), DEFAULT_BACKEND  # the demo's: it aligns clips without alignment files
+    first = in_child(bind_child, home, str(corpus), backend)
+    memo = in_child(bind_child, home, str(corpus), backend)
     if memo["features"] != first["features"]:
         raise VoxledgerError(f"the memo pass bound features {memo['features']}, aligning bound {first['features']}")
     if (first["misses"], memo["hits"]) != (clips, clips):
