@@ -7,6 +7,7 @@ updates, so a thread pool hashes several files on several cores.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
@@ -98,6 +99,45 @@ def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def prepare_cache_db(path: Path, create_sql: str) -> bool:
+    """Create a cache's SQLite file and table at ``path``; True when the file can be used.
+
+    A cache only saves work, so a file SQLite cannot read as a database (damaged, truncated, or
+    not a database at all) is set aside as ``<name>.damaged-<time>-<pid>`` (kept as evidence,
+    with its ``-wal``/``-shm``), logged, and started afresh. False when the file cannot be
+    written here (a read-only folder, a lock held past the timeout): the caller keeps its values
+    in memory for this process.
+    """
+    for attempt in (0, 1):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(create_sql)
+            finally:
+                conn.close()
+            return True
+        except (OSError, sqlite3.OperationalError):
+            return False
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+            if attempt:
+                return False
+            stamp = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+            for suffix in ("", "-wal", "-shm"):
+                src = path.with_name(path.name + suffix)
+                if src.exists():
+                    os.replace(src, path.with_name(f"{path.name}{suffix}.damaged-{stamp}"))
+            logging.getLogger("voxledger.stores").warning(
+                "%s is not a readable SQLite database (%s): set aside as %s.damaged-%s; starting an empty cache",
+                path,
+                exc,
+                path.name,
+                stamp,
+            )
+    return False
+
+
 class StatCache:
     """Persistent map from a file's stat identity to its digest (SQLite, safe for many processes).
 
@@ -113,15 +153,12 @@ class StatCache:
         self._memory: dict[StatKey, str] | None = {} if read_only else None
         if read_only:
             return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with self._conn() as conn:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
-                    " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
-                    " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))"
-                )
-        except (OSError, sqlite3.OperationalError):
+        if not prepare_cache_db(
+            path,
+            "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
+            " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
+            " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))",
+        ):
             self._memory = {}  # not writable here: keep this process's digests in memory instead
 
     @property
@@ -143,24 +180,50 @@ class StatCache:
         if self._memory is not None:
             return {k: self._memory[k] for k in keys if k in self._memory}
         found: dict[StatKey, str] = {}
-        conn = self._conn()
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            where = " OR ".join(["(dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?)"] * len(chunk))
-            params = [v for key in chunk for v in key]
-            for row in conn.execute(f"SELECT dev, ino, size, mtime_ns, ctime_ns, sha256 FROM stat_cache WHERE {where}", params):
-                found[(row[0], row[1], row[2], row[3], row[4])] = row[5]
+        try:
+            conn = self._conn()
+            for start in range(0, len(keys), 500):
+                chunk = keys[start : start + 500]
+                where = " OR ".join(["(dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?)"] * len(chunk))
+                params = [v for key in chunk for v in key]
+                for row in conn.execute(f"SELECT dev, ino, size, mtime_ns, ctime_ns, sha256 FROM stat_cache WHERE {where}", params):
+                    found[(row[0], row[1], row[2], row[3], row[4])] = row[5]
+        except sqlite3.Error as exc:
+            self._memory = {}
+            in_memory_from_now(self._path, exc)
+            return {}
         return found
 
     def put_many(self, items: Iterable[tuple[StatKey, str]]) -> None:
         """Record digests for stat keys."""
-        if self._memory is not None:
-            self._memory.update(items)
-            return
-        conn = self._conn()
-        conn.execute("BEGIN")
-        conn.executemany("INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)", [(*k, d) for k, d in items])
+        rows = list(items)
+        if self._memory is None:
+            try:
+                write_rows(self._conn(), "INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)", [(*k, d) for k, d in rows])
+                return
+            except sqlite3.Error as exc:
+                self._memory = {}
+                in_memory_from_now(self._path, exc)
+        assert self._memory is not None
+        self._memory.update(rows)
+
+
+def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[object, ...]]) -> None:
+    """``sql`` for every row in one transaction (rolled back when it fails)."""
+    conn.execute("BEGIN")
+    try:
+        conn.executemany(sql, rows)
         conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def in_memory_from_now(path: Path, exc: Exception) -> None:
+    """Say that a cache file failed in use (damaged, or locked past its timeout) and that this
+    process keeps its cache in memory from now on; the next process checks the file again."""
+    logging.getLogger("voxledger.stores").warning("%s failed (%s): this process keeps that cache in memory", path, exc)
 
 
 def hash_files(

@@ -33,6 +33,7 @@ from typing import Any
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError
 from voxledger.stores.blobs import LocalBlobStore
+from voxledger.stores.hashing import in_memory_from_now, prepare_cache_db, write_rows
 
 ENTRY_FORMAT = "voxledger-memo-entry/1"
 
@@ -58,13 +59,11 @@ class DerivedMemo:
         self.stats = MemoStats()
         if read_only:
             return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn().execute(
-                "CREATE TABLE IF NOT EXISTS derived (kind TEXT NOT NULL, key_sha256 TEXT NOT NULL,"
-                " entry_sha256 TEXT NOT NULL, PRIMARY KEY (kind, key_sha256))"
-            )
-        except (OSError, sqlite3.OperationalError):
+        if not prepare_cache_db(
+            path,
+            "CREATE TABLE IF NOT EXISTS derived (kind TEXT NOT NULL, key_sha256 TEXT NOT NULL,"
+            " entry_sha256 TEXT NOT NULL, PRIMARY KEY (kind, key_sha256))",
+        ):
             self._memory = {}  # not writable here: this process's values in memory only
 
     @property
@@ -92,16 +91,7 @@ class DerivedMemo:
         if self._memory is not None:
             found = {n: self._memory[(kind, d)] for n, d in digests.items() if (kind, d) in self._memory}
         else:
-            rows: dict[str, str] = {}
-            conn = self._conn()
-            wanted = sorted(set(digests.values()))
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                for key_sha, entry_sha in conn.execute(
-                    f"SELECT key_sha256, entry_sha256 FROM derived WHERE kind = ? AND key_sha256 IN ({marks})", [kind, *chunk]
-                ):
-                    rows[key_sha] = entry_sha
+            rows = self._rows(kind, sorted(set(digests.values())))
             found = {}
             for name, d in digests.items():
                 if d not in rows:
@@ -114,6 +104,24 @@ class DerivedMemo:
         self.stats.hits += len(found)
         self.stats.misses += len(keys) - len(found)
         return found
+
+    def _rows(self, kind: str, wanted: list[str]) -> dict[str, str]:
+        """key digest -> entry digest of the rows filed for ``wanted``; none when the file fails (then memory only)."""
+        rows: dict[str, str] = {}
+        try:
+            conn = self._conn()
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for key_sha, entry_sha in conn.execute(
+                    f"SELECT key_sha256, entry_sha256 FROM derived WHERE kind = ? AND key_sha256 IN ({marks})", [kind, *chunk]
+                ):
+                    rows[key_sha] = entry_sha
+        except sqlite3.Error as exc:
+            self._memory = {}
+            in_memory_from_now(self._path, exc)
+            return {}
+        return rows
 
     def _read_entry(self, entry_sha: str, kind: str, key: Mapping[str, Any]) -> Any:
         """The entry's value when its bytes verify and it was filed for exactly this key, else None."""
@@ -136,13 +144,16 @@ class DerivedMemo:
                 self._memory[(kind, self.key_digest(kind, key))] = value
             self.stats.stored += len(items)
             return
-        rows = []
+        rows: list[tuple[object, ...]] = []
         with self._blobs.deferred_sync():
             for key, value in items.values():
                 entry = canonical_bytes({"format": ENTRY_FORMAT, "kind": kind, "key": dict(key), "value": value})
                 rows.append((kind, self.key_digest(kind, key), self._blobs.put_bytes(entry)))
-        conn = self._conn()
-        conn.execute("BEGIN")
-        conn.executemany("INSERT OR REPLACE INTO derived VALUES (?, ?, ?)", rows)
-        conn.execute("COMMIT")
+        try:
+            write_rows(self._conn(), "INSERT OR REPLACE INTO derived VALUES (?, ?, ?)", rows)
+        except sqlite3.Error as exc:
+            self._memory = {}
+            in_memory_from_now(self._path, exc)
+            self.put_many(kind, items)
+            return
         self.stats.stored += len(rows)
