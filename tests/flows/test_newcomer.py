@@ -112,6 +112,20 @@ def test_init_refusals_name_the_fix(voice: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["init", str(voice), "--out", str(tmp_path / "p"), "--base", "train"])
     assert result.exit_code != 0 and "no other voices to train a base on; use --base shipped" in result.output
     assert not (tmp_path / "p").exists()
+    # cuts of longer recordings: prompts and speaker references name whole files, so init points at `corpus prepare`
+    cut = tmp_path / "cut"
+    (cut / "wavs").mkdir(parents=True)
+    wavs = sorted((voice / "wavs").glob("*.wav"))[:6]
+    for w in wavs:
+        shutil.copy(w, cut / "wavs" / w.name)
+    rows = [
+        {"id": w.stem, "audio": f"wavs/{w.name}", "text": "words", "speaker": "jo", "recording_id": w.stem, "split": "train"} for w in wavs
+    ]
+    rows[0] |= {"start_s": 0.1, "end_s": 0.9}
+    (cut / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(main, ["init", str(cut), "--out", str(tmp_path / "p")])
+    assert result.exit_code != 0 and "are cuts of longer recordings" in result.output and "voxledger corpus prepare" in result.output
+    assert not (tmp_path / "p").exists()
 
 
 @pytest.mark.prefect

@@ -221,3 +221,27 @@ def test_an_impossible_transcript_for_its_clip_is_an_error(tmp_path: Path, home:
     assert len(rate) == 1 and rate[0].severity == "error" and "does not belong to this clip" in rate[0].message
     assert POLICY.speaking_rate_severity == "warning"  # the policy's own severity is for plausible rates only
     assert out.receipt.result.verdict == "fail"
+
+
+def test_asr_agreement_hears_each_segment_not_its_whole_recording(clips: dict[tuple[str, int], np.ndarray], tmp_path: Path) -> None:
+    """Two sentences cut from one recording (start_s/end_s): each is transcribed on its own samples.
+    Heard as the whole recording, each would score a CER near 1 against its one sentence."""
+    from voxledger.schemas.audit import AsrAgreementPolicy
+    from voxledger.tasks.audit.measure import measure_file
+    from voxledger.tasks.audit.model_checks import asr_agreement
+    from voxledger.tasks.corpus.manifests import load_corpus
+
+    gap = np.zeros(8000, dtype=np.float32)
+    a, b = clips[("spk_a", 0)], clips[("spk_a", 1)]
+    (tmp_path / "wavs").mkdir()
+    sf.write(tmp_path / "wavs" / "rec.wav", np.concatenate([gap, a, gap, b, gap]), 16000, subtype="PCM_16")
+    cuts = [(0, 0.0, (len(a) + 8000) / 16000), (1, (len(a) + 8000) / 16000, (len(a) + len(b) + 24000) / 16000)]
+    lines = [json.dumps({"id": f"seg{i}", "audio": "wavs/rec.wav", "text": SENTENCES[i], "speaker": "spk_a", "recording_id": "rec",
+                         "split": "train", "start_s": start, "end_s": end}) for i, start, end in cuts]  # fmt: skip
+    (tmp_path / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    loaded = load_corpus(tmp_path)
+    utts = list(loaded.utterances.utterances)
+    facts = {u.id: measure_file(tmp_path, u, POLICY) for u in utts}
+    every = asr_agreement(utts, facts, AsrAgreementPolicy(enabled=True, max_cer=1e-9))  # every clip reported, with its CER
+    cer = {f.utterance_ids[0]: f.value for f in every}
+    assert set(cer) <= {"seg0", "seg1"} and all(v is not None and v < 0.3 for v in cer.values()), every

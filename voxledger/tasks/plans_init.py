@@ -437,6 +437,13 @@ def init_plans(
         BackendCapabilityError: ``backend`` has no recipe for a plan that is needed.
     """
     loaded = load_corpus(corpus)
+    segments = [u.id for u in loaded.utterances.utterances if u.is_segment]
+    if segments:
+        raise CorpusError(
+            f"{loaded.root}: {len(segments)} utterance(s) are cuts of longer recordings (start_s/end_s, Kaldi segments), e.g. "
+            f"{segments[0]}; evaluation prompts and speaker references name whole files: cut each utterance into its own file "
+            f"with `voxledger corpus prepare {corpus} --policy POLICY.yaml --out PREPARED` and run init on PREPARED (nothing written)"
+        )
     roles = with_base(corpus_roles(loaded, **choices), backend, base)
     name = name or _plan_name(corpus)
     out = out if out is not None else Path(f"plans-{name}")

@@ -12,7 +12,9 @@ from voxledger.tasks.audit.measure import FileFacts
 
 
 def _wav16k(f: FileFacts) -> np.ndarray:
-    data, sr = sf.read(str(f.path), dtype="float32", always_2d=True)
+    """The utterance's own samples (its cut, for a segment of a longer recording) as 16 kHz mono."""
+    rng = f.samples
+    data, sr = sf.read(str(f.path), dtype="float32", always_2d=True, start=rng.start if rng else 0, stop=rng.stop if rng else None)
     mono = data.mean(axis=1)
     if sr != 16000:
         from math import gcd

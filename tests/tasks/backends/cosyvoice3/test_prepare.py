@@ -73,6 +73,23 @@ def test_bad_corpora_are_refused_with_the_reason(fake_config: CosyVoice3Config, 
         prepare_corpus(small_corpus, ("nope",), None, fake_config, "x")
 
 
+def test_cuts_of_longer_recordings_are_refused_naming_corpus_prepare(
+    fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path
+) -> None:
+    """Upstream's parquet holds whole files (``audio_data``), so a segment would train on its whole recording."""
+    import shutil
+
+    cut = Path(shutil.copytree(small_corpus, tmp_path / "cut"))
+    rows = [json.loads(line) for line in (cut / "manifest.jsonl").read_text().splitlines()]
+    first = next(r for r in rows if r["split"] == "target_train")
+    first |= {"start_s": 0.0, "end_s": 0.5}
+    (cut / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(
+        CorpusError, match=rf"1 utterance\(s\) are cuts of longer recordings .*e\.g\. {first['id']}.*voxledger corpus prepare"
+    ):
+        prepare_corpus(cut, SPLITS, ("spk_t",), fake_config, "x")
+
+
 def test_whisper_log_mel_matches_the_recipe() -> None:
     t = torch.arange(16000) / 16000
     speech = (0.5 * torch.sin(2 * torch.pi * 440 * t)).unsqueeze(0)

@@ -71,6 +71,12 @@ def _select(corpus_root: Path, splits: tuple[str, ...], speakers: tuple[str, ...
             f"corpus {corpus_root}: utterances {bad[:5]} have whitespace in the id or speaker, or a newline in the "
             "text/instruction; Kaldi files cannot hold them: rename or fix them"
         )
+    cuts = [u.id for u in utts if u.is_segment]
+    if cuts:
+        raise CorpusError(
+            f"corpus {corpus_root}: {len(cuts)} utterance(s) are cuts of longer recordings (start_s/end_s), e.g. {cuts[0]}; "
+            "upstream's training data holds whole files: cut each into its own file with `voxledger corpus prepare` and train on that"
+        )
     empty = [s for s in splits if not any(u.split == s for u in utts)]
     if empty:
         raise CorpusError(f"corpus {corpus_root}: no utterances in split(s) {empty} for speakers {speakers}")
