@@ -66,3 +66,48 @@ def test_read_commands_import_no_heavy_stack(home: tuple[Home, str]) -> None:
     for args, got, out in results:
         assert got["code"] in (0, None), (args, out[-2000:])
         assert got["heavy"] == [], f"voxledger {' '.join(args)} imported {got['heavy']}: import them inside the stage that needs them"
+
+
+RESULT_CLASSES = """
+import importlib, json, pkgutil, typing
+import voxledger.flows as flows
+from voxledger.tasks.stage import StageOutcome
+
+found = set()
+for info in pkgutil.iter_modules(flows.__path__):
+    module = importlib.import_module(f"voxledger.flows.{info.name}")
+    for obj in vars(module).values():
+        fn = getattr(obj, "fn", None)
+        if fn is None or not hasattr(obj, "flow_run_name") or getattr(obj, "__module__", "") != module.__name__:
+            continue
+        returned = typing.get_type_hints(fn).get("return")
+        for t in (returned, *typing.get_args(returned)):
+            t = typing.get_origin(t) or t
+            if isinstance(t, type) and t.__module__.startswith("voxledger."):
+                found.add((t.__module__, t.__qualname__))
+todo = [StageOutcome]
+while todo:
+    cls = todo.pop()
+    found.add((cls.__module__, cls.__qualname__))
+    todo += cls.__subclasses__()
+print("CLASSES " + json.dumps(sorted(found)))
+"""
+
+
+def test_what_a_flow_returns_unpickles_without_the_heavy_stack() -> None:
+    """A command served by the home's runner unpickles its flow's result, importing the module of
+    every class in it: each such module must be as light as a read command (the pipeline's
+    summary, defined in its flow's module, once cost every runner-served `pipeline run` ~5 s)."""
+    done = subprocess.run([sys.executable, "-c", RESULT_CLASSES], capture_output=True, text=True, timeout=300)
+    classes = json.loads(done.stdout.rsplit("CLASSES ", 1)[1])
+    modules = sorted({m for m, _ in classes})
+    names = {name for _, name in classes}
+    assert {"PipelineSummary", "StageOutcome", "PackageOutcome", "AggregateOutcome"} <= names and len(classes) >= 6, classes
+    probe = (
+        "import json, sys\nimport voxledger.cli\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + f"print('\\nPROBE ' + json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    heavy = json.loads(out.stdout.rsplit("PROBE ", 1)[1])
+    assert heavy == [], f"a flow's result class lives in a module that imports {heavy}: {modules}"

@@ -12,9 +12,9 @@ from voxledger.schemas.equivalence import EquivalencePlan
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef
-from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stage import PackageOutcome, StageOutcome
 from voxledger.tasks.stages.equivalence import record_equivalence
-from voxledger.tasks.stages.package import PackageOutcome, package_adapter_fn
+from voxledger.tasks.stages.package import package_adapter_fn
 
 # the package's merged-export check, recorded by its own task run (nested in the package task)
 compare_merged_export = task(name="compare_runtimes", **STAGE_TASK)(record_equivalence)

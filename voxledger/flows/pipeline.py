@@ -25,7 +25,7 @@ from voxledger.flows.progress import report
 from voxledger.flows.stages import StageContext, StageSpec, stage_names, stage_table
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import InterruptedRunError, PlanError, VoxledgerError
-from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, StageRecord
+from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, PipelineSummary, StageRecord
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef, load_plan
 from voxledger.tasks.receipting import build_receipt
@@ -136,14 +136,6 @@ class _Run:
             stages=tuple(log.records),
         )
         return self.home.record(receipt)
-
-
-@dataclass(frozen=True)
-class PipelineSummary:
-    """The pipeline receipt id and every stage's record."""
-
-    pipeline_receipt: str
-    stages: tuple[StageRecord, ...]
 
 
 @flow(name="pipeline")

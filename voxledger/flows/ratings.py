@@ -8,7 +8,7 @@ from prefect import flow, task
 
 from voxledger.flows.common import STAGE_TASK, flow_name, shared_store
 from voxledger.stores.home import HomeRef
-from voxledger.tasks.stages.ratings import AggregateOutcome
+from voxledger.tasks.stage import AggregateOutcome
 from voxledger.tasks.stages.ratings import aggregate_ratings as aggregate_ratings_fn
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
@@ -62,6 +63,16 @@ class StageRecord(Frozen):
         exclude_if=lambda v: v is None,
         description="on a cache hit in this process: stored objects checked intact before reuse (receipt, outputs and inputs, trees whole)",
     )
+
+
+@dataclass(frozen=True)
+class PipelineSummary:
+    """What the pipeline flow returns: the pipeline receipt id and every stage's record. It lives
+    here, beside `StageRecord`, because a command served by the home's runner unpickles it: defined
+    in the flow's module, that would import the whole stage stack (torch, Prefect) into the command."""
+
+    pipeline_receipt: str
+    stages: tuple[StageRecord, ...]
 
 
 class PipelineParameters(Frozen):

@@ -18,13 +18,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, ReceiptError
+from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetReceipt
+from voxledger.schemas.package import PackageReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import output_trees
 from voxledger.stores.trees import TREE_MEDIA_TYPE, damaged_objects, objects_behind
+from voxledger.tasks.packaging.publish import Published
 
 R = TypeVar("R", bound=ReceiptBase)
 
@@ -54,6 +58,34 @@ class StageOutcome(Generic[R]):
     receipt: R
     cached: bool
     verified: ReuseCheck | None = field(default=None, kw_only=True)
+
+
+# The outcomes stages add fields to live here, beside StageOutcome, not in their stages' modules:
+# a command served by the home's runner unpickles what its flow returned, and a class defined in a
+# stage module would import that module's numerical stack into the command (tests/test_import_budget.py).
+
+
+@dataclass(frozen=True)
+class PackageOutcome(StageOutcome[PackageReceipt]):
+    """A package stage outcome plus where the tar is (in the store; in the retention root if published)."""
+
+    package_sha256: str = ""
+    package_path: Path = Path()
+    published: Published | None = None
+
+
+@dataclass(frozen=True)
+class PacketSetOutcome(StageOutcome[PacketSetReceipt]):
+    """A packet-set stage outcome plus where each rater's folder was written."""
+
+    packet_dirs: dict[str, Path] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AggregateOutcome(StageOutcome[AggregateReceipt]):
+    """An aggregate stage outcome plus the accepted submissions' receipt ids."""
+
+    submission_receipts: tuple[str, ...] = ()
 
 
 def damaged_outputs(home: Home, receipt: ReceiptBase) -> list[str]:

@@ -24,10 +24,9 @@ from voxledger.stores.home import Home
 from voxledger.stores.trees import put_tree
 from voxledger.tasks.packaging.archive import verify_package
 from voxledger.tasks.packaging.assemble import PackageRequest, check_deliverables
-from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stage import PackageOutcome, StageOutcome
 from voxledger.tasks.stages.package import (
     PROBE_PLAN,
-    PackageOutcome,
     package_adapter_fn,
     publication_name,
 )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,25 +41,16 @@ from voxledger.tasks.packaging.probe import (
     probe_package,
     probe_stages,
 )
-from voxledger.tasks.packaging.publish import Published, publish_file
+from voxledger.tasks.packaging.publish import publish_file
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import StageOutcome, reuse
+from voxledger.tasks.stage import PackageOutcome, StageOutcome, reuse
 from voxledger.tasks.stages.equivalence import record_equivalence
 from voxledger.tasks.threads import torch_threads
 
 PROBE_TEXT = "The salt breeze came across from the sea."
 PROBE_PLAN = EquivalencePlan(stages=(StageSpec(name="mel", kind="mel", cols=80), StageSpec(name="pcm", kind="pcm")))
 CPU_TOLERANCE = 0.0  # CPU synthesis is bit-repeatable (eval mode, seeded Griffin-Lim): demand equality
-
-
-@dataclass(frozen=True)
-class PackageOutcome(StageOutcome[PackageReceipt]):
-    """A package stage outcome plus where the tar is (in the store; in the retention root if published)."""
-
-    package_sha256: str = ""
-    package_path: Path = Path()
-    published: Published | None = None
 
 
 def publication_name(manifest_name: str, package_sha256: str) -> str:

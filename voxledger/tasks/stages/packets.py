@@ -13,7 +13,6 @@ import io
 import os
 import secrets
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +42,9 @@ from voxledger.tasks.listening.page import render_page
 from voxledger.tasks.listening.render import AudioRenderer
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import StageOutcome, reuse
+from voxledger.tasks.stage import PacketSetOutcome, reuse
 
 CSV_COLUMNS = ("rater_id", "packet_sha256", "trial", "position", "task", "criteria", "slot", "stimulus", "file", "reference_file")
-
-
-@dataclass(frozen=True)
-class PacketSetOutcome(StageOutcome[PacketSetReceipt]):
-    """A packet-set stage outcome plus where each rater's folder was written."""
-
-    packet_dirs: dict[str, Path] = field(default_factory=dict)
 
 
 def _check_out_dir(out_dir: Path) -> None:

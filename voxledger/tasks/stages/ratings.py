@@ -55,18 +55,11 @@ from voxledger.tasks.listening.verify import (
     rated_stimuli,
 )
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
-from voxledger.tasks.stage import StageOutcome, reuse
+from voxledger.tasks.stage import AggregateOutcome, reuse
 
 RATINGS_MEDIA_TYPE = "application/vnd.voxledger.ratings+json"
 SCREENING_ROLES = ("gold", "attention", "hidden_reference")
 COMMIT_JOURNAL = "ratings-commit.json"  # beside the catalog: the receipts of the commit in progress
-
-
-@dataclass(frozen=True)
-class AggregateOutcome(StageOutcome[AggregateReceipt]):
-    """An aggregate stage outcome plus the accepted submissions' receipt ids."""
-
-    submission_receipts: tuple[str, ...] = ()
 
 
 def load_packet_set(home: Home, receipt_id: str) -> PacketSetReceipt:
