@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 CHUNK_BYTES = 1 << 20
 _buffers = threading.local()
@@ -138,32 +138,20 @@ def prepare_cache_db(path: Path, create_sql: str) -> bool:
     return False
 
 
-class StatCache:
-    """Persistent map from a file's stat identity to its digest (SQLite, safe for many processes).
+class SqliteCache:
+    """A cache in one SQLite file (WAL, one connection per thread, safe for many processes) that
+    falls back to this process's memory: with ``read_only`` (a home mounted read-only, say), when
+    the file cannot be written here, or after it fails in use. It only saves work, so nothing is
+    lost but speed; a damaged file is set aside by `prepare_cache_db`."""
 
-    A hit requires device, inode, size, mtime and ctime to match exactly, so a rewritten file
-    (even with a restored mtime: ctime still moves) is hashed again. With ``read_only`` (a home
-    mounted read-only, say), or when the file cannot be opened for writing, the cache lives in
-    memory for this process: it only saves re-hashing, so nothing is lost but speed.
-    """
-
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, create_sql: str, *, read_only: bool = False) -> None:
         self._path = path
         self._local = threading.local()
-        self._memory: dict[StatKey, str] | None = {} if read_only else None
-        if read_only:
-            return
-        if not prepare_cache_db(
-            path,
-            "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
-            " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
-            " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))",
-        ):
-            self._memory = {}  # not writable here: keep this process's digests in memory instead
+        self._memory: dict[Any, Any] | None = {} if read_only or not prepare_cache_db(path, create_sql) else None
 
     @property
     def persistent(self) -> bool:
-        """False when digests are kept in memory only (read-only home or unwritable cache file)."""
+        """False when values are kept in memory only (read-only home, unwritable or failed file)."""
         return self._memory is None
 
     def _conn(self) -> sqlite3.Connection:
@@ -174,6 +162,30 @@ class StatCache:
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
+
+    def _in_memory_from_now(self, exc: Exception) -> dict[Any, Any]:
+        """Keep this process's values in memory after the file failed in use (damaged, or locked past its
+        timeout), and say so; the next process checks the file again."""
+        logging.getLogger("voxledger.stores").warning("%s failed (%s): this process keeps that cache in memory", self._path, exc)
+        self._memory = {}
+        return self._memory
+
+
+class StatCache(SqliteCache):
+    """Persistent map from a file's stat identity to its digest (a `SqliteCache`).
+
+    A hit requires device, inode, size, mtime and ctime to match exactly, so a rewritten file
+    (even with a restored mtime: ctime still moves) is hashed again.
+    """
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        super().__init__(
+            path,
+            "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
+            " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
+            " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))",
+            read_only=read_only,
+        )
 
     def get_many(self, keys: list[StatKey]) -> dict[StatKey, str]:
         """Look up many keys at once; missing keys are absent from the result."""
@@ -189,8 +201,7 @@ class StatCache:
                 for row in conn.execute(f"SELECT dev, ino, size, mtime_ns, ctime_ns, sha256 FROM stat_cache WHERE {where}", params):
                     found[(row[0], row[1], row[2], row[3], row[4])] = row[5]
         except sqlite3.Error as exc:
-            self._memory = {}
-            in_memory_from_now(self._path, exc)
+            self._in_memory_from_now(exc)
             return {}
         return found
 
@@ -202,8 +213,7 @@ class StatCache:
                 write_rows(self._conn(), "INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)", [(*k, d) for k, d in rows])
                 return
             except sqlite3.Error as exc:
-                self._memory = {}
-                in_memory_from_now(self._path, exc)
+                self._in_memory_from_now(exc)
         assert self._memory is not None
         self._memory.update(rows)
 
@@ -218,12 +228,6 @@ def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[object, ...]
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-
-
-def in_memory_from_now(path: Path, exc: Exception) -> None:
-    """Say that a cache file failed in use (damaged, or locked past its timeout) and that this
-    process keeps its cache in memory from now on; the next process checks the file again."""
-    logging.getLogger("voxledger.stores").warning("%s failed (%s): this process keeps that cache in memory", path, exc)
 
 
 def hash_files(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError
 from voxledger.stores.blobs import LocalBlobStore
-from voxledger.stores.hashing import in_memory_from_now, prepare_cache_db, write_rows
+from voxledger.stores.hashing import SqliteCache, write_rows
 
 ENTRY_FORMAT = "voxledger-memo-entry/1"
 
@@ -48,37 +47,19 @@ class MemoStats:
     stored: int = 0
 
 
-class DerivedMemo:
-    """key (JSON-able mapping) -> value (JSON-able mapping) per ``kind``, entries in the blob store."""
+class DerivedMemo(SqliteCache):
+    """key (JSON-able mapping) -> value (JSON-able mapping) per ``kind``, entries in the blob store
+    (a `SqliteCache` of key digest -> entry digest)."""
 
     def __init__(self, path: Path, blobs: LocalBlobStore, *, read_only: bool = False) -> None:
-        self._path = path
-        self._blobs = blobs
-        self._local = threading.local()
-        self._memory: dict[tuple[str, str], Any] | None = {} if read_only else None
-        self.stats = MemoStats()
-        if read_only:
-            return
-        if not prepare_cache_db(
+        super().__init__(
             path,
             "CREATE TABLE IF NOT EXISTS derived (kind TEXT NOT NULL, key_sha256 TEXT NOT NULL,"
             " entry_sha256 TEXT NOT NULL, PRIMARY KEY (kind, key_sha256))",
-        ):
-            self._memory = {}  # not writable here: this process's values in memory only
-
-    @property
-    def persistent(self) -> bool:
-        """False when values are kept in memory only (read-only home or unwritable memo file)."""
-        return self._memory is None
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-        return conn
+            read_only=read_only,
+        )
+        self._blobs = blobs
+        self.stats = MemoStats()
 
     @staticmethod
     def key_digest(kind: str, key: Mapping[str, Any]) -> str:
@@ -118,8 +99,7 @@ class DerivedMemo:
                 ):
                     rows[key_sha] = entry_sha
         except sqlite3.Error as exc:
-            self._memory = {}
-            in_memory_from_now(self._path, exc)
+            self._in_memory_from_now(exc)
             return {}
         return rows
 
@@ -152,8 +132,7 @@ class DerivedMemo:
         try:
             write_rows(self._conn(), "INSERT OR REPLACE INTO derived VALUES (?, ?, ?)", rows)
         except sqlite3.Error as exc:
-            self._memory = {}
-            in_memory_from_now(self._path, exc)
+            self._in_memory_from_now(exc)
             self.put_many(kind, items)
             return
         self.stats.stored += len(rows)
