@@ -245,3 +245,47 @@ def test_asr_agreement_hears_each_segment_not_its_whole_recording(clips: dict[tu
     every = asr_agreement(utts, facts, AsrAgreementPolicy(enabled=True, max_cer=1e-9))  # every clip reported, with its CER
     cer = {f.utterance_ids[0]: f.value for f in every}
     assert set(cer) <= {"seg0", "seg1"} and all(v is not None and v < 0.3 for v in cer.values()), every
+
+
+def test_an_audit_rerun_after_a_fixed_transcript_hears_no_clip_twice(
+    clips: dict[tuple[str, int], np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ASR agreement's transcripts are memoised per home by the cut's digest and the ASR spec: a
+    re-run after a transcript is fixed transcribes nothing, a rewritten clip is heard again, and
+    the findings equal a fresh home's."""
+    from voxledger.schemas.audit import AsrAgreementPolicy
+    from voxledger.tasks.metrics.asr import AsrModel
+
+    heard: list[int] = []
+    real = AsrModel.transcribe
+
+    def counted(self: AsrModel, wav16k: np.ndarray) -> str:
+        heard.append(len(wav16k))
+        return real(self, wav16k)
+
+    monkeypatch.setattr(AsrModel, "transcribe", counted)
+    (tmp_path / "c" / "wavs").mkdir(parents=True)
+    rows = []
+    for i in range(3):
+        sf.write(tmp_path / "c" / "wavs" / f"u{i}.wav", clips[("spk_a", i)], 16000, subtype="PCM_16")
+        rows.append(
+            {"id": f"u{i}", "audio": f"wavs/u{i}.wav", "text": SENTENCES[i], "speaker": "spk_a", "recording_id": f"r{i}", "split": "train"}
+        )
+    rows[1]["text"] = SENTENCES[4]  # a wrong transcript: the finding to fix
+    manifest = tmp_path / "c" / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    policy = POLICY.model_copy(update={"asr_agreement": AsrAgreementPolicy(enabled=True, max_cer=0.3)})
+    home = Home(tmp_path / "h")
+    first = audit_corpus_fn(home, tmp_path / "c", policy, policy_name="p.yaml").receipt.result
+    flagged = {f.utterance_ids[0] for f in first.findings if f.code == "asr_disagreement"}
+    assert len(heard) == 3 and "u1" in flagged
+    rows[1]["text"] = SENTENCES[1]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fixed = audit_corpus_fn(Home(tmp_path / "h"), tmp_path / "c", policy, policy_name="p.yaml")
+    assert not fixed.cached and len(heard) == 3, "no clip transcribed again"
+    assert {f.utterance_ids[0] for f in fixed.receipt.result.findings if f.code == "asr_disagreement"} == flagged - {"u1"}
+    fresh = audit_corpus_fn(Home(tmp_path / "fresh"), tmp_path / "c", policy, policy_name="p.yaml").receipt.result
+    assert len(heard) == 6 and fresh.findings == fixed.receipt.result.findings
+    sf.write(tmp_path / "c" / "wavs" / "u2.wav", clips[("spk_a", 2)] * 0.5, 16000, subtype="PCM_16")  # new bytes, same words
+    audit_corpus_fn(Home(tmp_path / "h"), tmp_path / "c", policy, policy_name="p.yaml")
+    assert len(heard) == 7, "only the rewritten clip is heard again"

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import soundfile as sf
 from scipy.signal import resample_poly
 
 from voxledger.schemas.audit import AsrAgreementPolicy, Finding, NoiseScreenPolicy
 from voxledger.schemas.manifest import Utterance
+from voxledger.schemas.metrics import AsrSpec
+from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.audit.measure import FileFacts
 
 
@@ -25,23 +33,80 @@ def _wav16k(f: FileFacts) -> np.ndarray:
     return out
 
 
-def asr_agreement(utts: list[Utterance], facts: dict[str, FileFacts], policy: AsrAgreementPolicy) -> list[Finding]:
+ASR_MEMO_KIND = "audit-asr-transcript"
+"""The kind of a home memo entry (`voxledger.stores.memo`) holding the audit's ASR transcript of one cut."""
+ASR_THREADS = 2
+
+
+def asr_memo_key(audio_id: str, spec: AsrSpec) -> dict[str, object]:
+    """What the audit's transcript of one cut is computed from: its audio (or cut) digest, the ASR
+    spec (model digest, engine version, every decoding setting), the thread count, and the code
+    and packages that read and resample the cut."""
+    from importlib import metadata
+
+    return {
+        "audio": audio_id,
+        "asr": spec.model_dump(mode="json"),
+        "cpu_threads": ASR_THREADS,
+        "reader": _reader_digest(),
+        "versions": {p: metadata.version(p) for p in ("soundfile", "scipy", "numpy")},
+    }
+
+
+@cache
+def _reader_digest() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def asr_agreement(
+    utts: list[Utterance],
+    facts: dict[str, FileFacts],
+    policy: AsrAgreementPolicy,
+    audio_ids: dict[str, str] | None = None,
+    memo: DerivedMemo | None = None,
+) -> list[Finding]:
     """CER between each transcript and the bundled Whisper model's transcript of the audio.
 
     A clip above ``max_cer`` is a finding of the policy's severity; with ``fail_chance_ratio`` it is
     an error when its CER is no better than chance: at least that fraction of the median CER of
     its ASR transcript against 25 other transcripts of the corpus (a transcript of another
     recording), which a poorly recognised but right transcript stays well below.
+
+    With ``audio_ids`` (utterance id -> audio or cut digest) and a home's ``memo``, a cut heard
+    before under the same key (`asr_memo_key`) is not transcribed again: an audit re-run after a
+    transcript is fixed transcribes only the clips whose audio it has not heard.
     """
-    from voxledger.schemas.metrics import AsrSpec
     from voxledger.tasks.metrics.asr import load_asr_model
     from voxledger.tasks.metrics.textmetrics import score_text
 
-    model = load_asr_model(AsrSpec(beam_size=policy.beam_size), cpu_threads=2)
+    spec = AsrSpec(beam_size=policy.beam_size)
+    keys = {u.id: asr_memo_key(audio_ids[u.id], spec) for u in utts if audio_ids and u.id in audio_ids} if memo is not None else {}
+    heard = {uid: str(v["text"]) for uid, v in (memo.get_many(ASR_MEMO_KIND, keys) if memo is not None else {}).items()}
+    fresh: dict[str, str] = {}
+    try:
+        out = _agreement(utts, facts, policy, heard, fresh, lambda: load_asr_model(spec, cpu_threads=ASR_THREADS), score_text)
+    finally:  # what was heard before a failure is kept for the next attempt
+        if memo is not None:
+            memo.put_many(ASR_MEMO_KIND, {uid: (keys[uid], {"text": text}) for uid, text in fresh.items() if uid in keys})
+    return out
+
+
+def _agreement(
+    utts: list[Utterance],
+    facts: dict[str, FileFacts],
+    policy: AsrAgreementPolicy,
+    heard: dict[str, str],
+    fresh: dict[str, str],
+    model_of: Callable[[], Any],
+    score_text: Callable[[str, str], Any],
+) -> list[Finding]:
     texts = [u.text for u in utts]
     out = []
     for i, u in enumerate(utts):
-        hyp = model.transcribe(_wav16k(facts[u.id]))
+        if u.id in heard:
+            hyp = heard[u.id]
+        else:
+            hyp = fresh[u.id] = model_of().transcribe(_wav16k(facts[u.id]))
         cer = score_text(u.text, hyp).cer
         if cer <= policy.max_cer:
             continue

@@ -13,6 +13,7 @@ from voxledger.schemas.canonical import canonical_bytes
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.hashing import default_workers
 from voxledger.stores.home import Home
+from voxledger.stores.memo import DerivedMemo
 from voxledger.stores.trees import TREE_MEDIA_TYPE, manifest_bytes
 from voxledger.tasks.audit import checks
 from voxledger.tasks.audit.measure import FileFacts, measure_file
@@ -63,7 +64,7 @@ def audit_corpus_fn(
     store = home.blobs if policy.store_audio else None
     keep_freed_memory()  # per-clip buffers reuse heap pages instead of faulting in new ones
     with home.blobs.deferred_sync():  # every audio object durable at once, before the receipt
-        result = _check(corpus, digests, paths, policy, progress, store)
+        result = _check(corpus, digests, paths, policy, progress, store, home.memo)
         if store is not None:  # recordings that only segments read (whole files were stored while measured)
             by_name = {tree_name(u.audio): paths[u.id] for u in corpus.utterances.utterances if u.id in paths}
             for entry in tree.entries:
@@ -98,6 +99,7 @@ def _check(
     policy: AuditPolicy,
     progress: Callable[[str], None] | None = None,
     store: LocalBlobStore | None = None,
+    memo: DerivedMemo | None = None,
 ) -> AuditResult:
     utts = list(corpus.utterances.utterances)
     done = [0]
@@ -149,7 +151,7 @@ def _check(
     for u in utts:
         findings += checks.transcript(u)
         findings += checks.file_findings(u, facts[u.id], policy)
-    findings += _optional_model_checks(utts, facts, policy)
+    findings += _optional_model_checks(utts, facts, policy, digests, memo)
     by_code: dict[str, int] = {}
     by_sev = {"error": 0, "warning": 0, "info": 0}
     for f in findings:
@@ -165,14 +167,22 @@ def _check(
     )
 
 
-def _optional_model_checks(utts: list, facts: dict[str, FileFacts], policy: AuditPolicy) -> list[Finding]:  # type: ignore[type-arg]
-    """ASR agreement and DNSMOS noise screen: off by default, switched on by the policy."""
+def _optional_model_checks(
+    utts: list,  # type: ignore[type-arg]
+    facts: dict[str, FileFacts],
+    policy: AuditPolicy,
+    audio_ids: dict[str, str] | None = None,
+    memo: DerivedMemo | None = None,
+) -> list[Finding]:
+    """ASR agreement and DNSMOS noise screen: off by default, switched on by the policy. ``audio_ids``
+    (each utterance's audio or cut digest) and the home's ``memo`` let ASR agreement read back the
+    transcript of a cut it heard before with the same model and settings."""
     from voxledger.tasks.audit.model_checks import asr_agreement, noise_screen
 
     out: list[Finding] = []
     readable = [u for u in utts if facts[u.id].stats is not None and facts[u.id].path is not None]
     if policy.asr_agreement.enabled:
-        out += asr_agreement(readable, facts, policy.asr_agreement)
+        out += asr_agreement(readable, facts, policy.asr_agreement, audio_ids, memo)
     if policy.noise_screen.enabled:
         out += noise_screen(readable, facts, policy.noise_screen)
     return out
