@@ -49,14 +49,17 @@ AUDIT = {"audit 300 x 1 s clips, first pass": "utterances/s", "audit first pass:
          "audit 300 clips, cached pass": "utterances/s", "audit cached pass: peak RSS": "MB",
          "audit process RSS after imports": "MB", "audit cached / first pass time": "x",
          "audit ASR agreement, greedy": "s/clip", "audit ASR agreement, beam 5": "s/clip",
-         "audit ASR agreement greedy / beam 5 time": "x"}  # fmt: skip
+         "audit ASR agreement greedy / beam 5 time": "x",
+         "audit re-run after one transcript fix, 4 spoken clips, ASR agreement on: a fresh home": "s",
+         "audit re-run after one transcript fix, 4 spoken clips, ASR agreement on: the same home": "s",
+         "audit re-run: memo / fresh home time": "x"}  # fmt: skip
 
 
 def test_quick_audit_and_an_empty_home(tmp_path: Path) -> None:
     figures = bench_json(tmp_path / "empty-home", "audit,demo")
     audit = [f for f in figures if f["name"].startswith("audit")]
     check_figures(audit, AUDIT)
-    assert len(audit) == len(AUDIT) == 9
+    assert len(audit) == len(AUDIT) == 12
     (demo,) = [f for f in figures if f not in audit]
     assert "none yet" in demo["name"] and demo["value"] == 0 and demo["unit"] == "runs"
     assert not (tmp_path / "empty-home").exists()  # reading a home never creates one

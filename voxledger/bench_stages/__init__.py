@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voxledger.bench_stages.audit import bench_asr_agreement, bench_audit, build_noise_corpus
+from voxledger.bench_stages.audit import bench_asr_agreement, bench_audit, bench_audit_rerun, build_noise_corpus
 from voxledger.bench_stages.common import (
     Figure,
     audit_policy,
@@ -69,6 +69,7 @@ def run_stages(
     if "audit" in sections:
         figures += bench_audit(work, 300 if quick else 10_000)
         figures += bench_asr_agreement(8 if quick else 40)
+        figures += bench_audit_rerun(work, 4 if quick else 40)
     if "train" in sections:
         figures += bench_train(work, quick)
     if "features" in sections:

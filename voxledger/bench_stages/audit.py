@@ -174,3 +174,82 @@ def bench_asr_agreement(clips: int) -> list[Figure]:
         Figure(f"audit ASR agreement, beam 5: per {per_clip:.1f} s clip", got["beam5_s"] / clips, "s/clip"),
         Figure("audit ASR agreement greedy / beam 5 time", got["beam1_s"] / got["beam5_s"], "x"),
     ]
+
+
+def build_spoken_corpus(root: Path, clips: int) -> tuple[Path, list[dict[str, Any]]]:
+    """A JSONL corpus of ``clips`` espeak-ng Harvard sentences (one speaker, 16 kHz), the first
+    row's transcript swapped for another sentence: the finding a user fixes before re-running."""
+    import soundfile as sf
+
+    from voxledger.tasks.corpus.espeak import resample_synthesis, synthesize
+    from voxledger.tasks.corpus.sentences import harvard_sentences
+
+    texts, rows = harvard_sentences()[: clips + 1], []
+    (root / "wavs").mkdir(parents=True, exist_ok=True)
+    for i, text in enumerate(texts[:clips]):
+        sf.write(
+            root / "wavs" / f"u{i}.wav",
+            resample_synthesis(synthesize(text, "en-us+rob"), SAMPLE_RATE_HZ).audio,
+            SAMPLE_RATE_HZ,
+            subtype="PCM_16",
+        )
+        rows.append({"id": f"u{i}", "audio": f"wavs/u{i}.wav", "text": text, "speaker": "s", "recording_id": f"r{i}", "split": "train"})
+    rows[0] = {**rows[0], "text": texts[clips]}
+    (root / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root, rows
+
+
+def _audit_rerun_child(work: str, clips: int) -> dict[str, Any]:
+    """Three audits with ASR agreement on (greedy, as `voxledger init` writes it) in one process,
+    so the Whisper model loads once: the first pass in a home (a swapped transcript to fix), then,
+    after the fix, the re-run in that home and the same audit in a fresh home; each timed."""
+    from voxledger.schemas.audit import AsrAgreementPolicy
+    from voxledger.stores.home import Home
+    from voxledger.tasks.corpus.sentences import harvard_sentences
+    from voxledger.tasks.stages.audit import audit_corpus_fn
+
+    corpus, rows = build_spoken_corpus(Path(work) / "audit-rerun-corpus", clips)
+    policy = audit_policy().model_copy(update={"asr_agreement": AsrAgreementPolicy(enabled=True)})
+
+    def audit(home: Home) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = audit_corpus_fn(home, corpus, policy, policy_name="bench-audit-asr.yaml")
+        return time.perf_counter() - t0, out
+
+    _, first = audit(Home(Path(work) / "audit-rerun-home"))
+    flagged = [list(f.utterance_ids) for f in first.receipt.result.findings if f.code == "asr_disagreement"]
+    rows[0] = {**rows[0], "text": harvard_sentences()[0]}
+    (corpus / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    home = Home(Path(work) / "audit-rerun-home")
+    memo_s, memo = audit(home)
+    fresh_s, fresh = audit(Home(Path(work) / "audit-rerun-fresh-home"))
+    return {
+        "flagged_first": flagged,
+        "memo_s": memo_s,
+        "fresh_s": fresh_s,
+        "memo_cached": memo.cached,
+        "memo_hits": home.memo.stats.hits,
+        "same_findings": memo.receipt.result.findings == fresh.receipt.result.findings,
+        "corpus": str(corpus),
+    }
+
+
+def bench_audit_rerun(work: Path, clips: int) -> list[Figure]:
+    """An audit re-run after one transcript is fixed: in the home that heard every clip (ASR
+    transcripts read back from its memo) against a fresh home (every clip transcribed again), the
+    model loaded in both. The first pass must flag the swapped transcript, the re-run must read
+    every transcript back and both must report the same findings, or the section fails."""
+    got = in_child(_audit_rerun_child, str(work), clips)
+    if ["u0"] not in got["flagged_first"]:
+        raise VoxledgerError(f"the first audit of {got['corpus']} did not flag the swapped transcript of u0: {got['flagged_first']}")
+    if got["memo_cached"] or not got["same_findings"] or got["memo_hits"] != clips:
+        raise VoxledgerError(
+            f"the re-run in the same home (cached={got['memo_cached']}, {got['memo_hits']} of {clips} transcripts from the memo) "
+            f"{'found what a fresh home found' if got['same_findings'] else 'found other findings than a fresh home'}"
+        )
+    label = f"audit re-run after one transcript fix, {clips} spoken clips, ASR agreement on"
+    return [
+        Figure(f"{label}: a fresh home (every clip transcribed)", got["fresh_s"], "s"),
+        Figure(f"{label}: the same home (transcripts from its memo)", got["memo_s"], "s"),
+        Figure("audit re-run: memo / fresh home time", got["memo_s"] / got["fresh_s"], "x"),
+    ]
