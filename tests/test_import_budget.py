@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,28 @@ def test_what_a_flow_returns_unpickles_without_the_heavy_stack() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     heavy = json.loads(out.stdout.rsplit("PROBE ", 1)[1])
     assert heavy == [], f"a flow's result class lives in a module that imports {heavy}: {modules}"
+
+
+def test_binding_a_training_stage_imports_no_model_stack(tmp_path: Path) -> None:
+    """A training stage binds its inputs (the backend's identity, the corpus's hashes, the features
+    tree) before it can know it is cached: for the tiny backend none of that may import
+    transformers or PEFT (3.4 s of imports in a new process, once paid by every cached
+    `train_adapter`); building a model does, so the probe checks it sees them then."""
+    from tests.corpus_factory import build_small_corpus
+
+    corpus = build_small_corpus(tmp_path / "corpus")
+    probe = f"""
+import json, sys
+from voxledger.bench_stages.features import bind_child
+got = bind_child({str(tmp_path / "home")!r}, {str(corpus)!r}, "tiny")
+seen = sorted(m for m in ("transformers", "peft") if m in sys.modules)
+from voxledger.tasks.backends.tiny.config import TinyTTSConfig
+from voxledger.tasks.backends.tiny.model import TinyTTS
+TinyTTS(TinyTTSConfig(phonemes=("a",), speakers=("s",), hidden_size=16, ffn_size=32, postnet_channels=16))
+print("\\nPROBE " + json.dumps({{"clips": got["clips"], "binding": seen, "model": sorted(m for m in ("transformers", "peft") if m in sys.modules)}}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert "PROBE " in done.stdout, done.stderr[-3000:]
+    out = json.loads(done.stdout.rsplit("PROBE ", 1)[1])
+    assert out["clips"] > 0 and out["binding"] == [], out
+    assert out["model"] == ["peft", "transformers"], out

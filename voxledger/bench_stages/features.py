@@ -25,7 +25,7 @@ def bind_child(home: str, corpus: str, backend_name: str) -> dict[str, Any]:
     from voxledger.tasks.corpus.sources import audio_digests
     from voxledger.tasks.stages.train import _features_tree
 
-    backend = get_backend(backend_name)  # type: ignore[arg-type]  # imports (torch, peft) before the clock starts
+    backend = get_backend(backend_name)  # type: ignore[arg-type]  # its imports before the clock starts
     h = Home(home)
     t0 = time.perf_counter()
     loaded = load_corpus(Path(corpus))

@@ -16,8 +16,6 @@ from typing import Any, Literal, cast
 
 import numpy as np
 import torch
-from peft import get_peft_model_state_dict, set_peft_model_state_dict
-from safetensors.torch import load_file
 
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import CorpusError, DigestMismatchError, TrainingError
@@ -25,10 +23,10 @@ from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import TrainingPlan
 from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup, shipped_folder
-from voxledger.tasks.backends.tiny import stages
 from voxledger.tasks.backends.tiny import training as tt
 from voxledger.tasks.backends.tiny.align import durations_path
 from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, compute_norm_stats
+from voxledger.tasks.backends.tiny.config import TinyTTSConfig
 from voxledger.tasks.backends.tiny.data import (
     CorpusExample,
     TinyBatch,
@@ -37,18 +35,13 @@ from voxledger.tasks.backends.tiny.data import (
     load_examples,
     to_utterance,
 )
-from voxledger.tasks.backends.tiny.model import (
-    TinyTTS,
-    TinyTTSConfig,
-    attach_lora,
-    load_tiny,
-    merge_lora,
-    save_tiny,
-)
-from voxledger.tasks.backends.tiny.synth import synthesize as tiny_synthesize
 from voxledger.tasks.corpus.espeak import phoneme_inventory
 from voxledger.tasks.corpus.records import LoadedCorpus
 from voxledger.tasks.tensorio import save_deterministic
+
+# The network (`model`: transformers' Qwen2, PEFT) and what builds on it (`synth`, `stages`) are
+# imported by the methods that build, load or run a model: binding a training stage's inputs, its
+# identity and a cached stage need none of them (about 3.4 s of imports in a new process).
 
 MODEL_FILE = "model.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
@@ -155,11 +148,15 @@ class TinyBackend:
         phonemes = sorted(set(phoneme_inventory()) | {p for e in train for p in e.durations.phonemes})
         speakers = sorted({e.speaker for e in train})
         config = TinyTTSConfig(phonemes=tuple(phonemes), speakers=tuple(speakers), language=languages[0], **plan.model)  # type: ignore[arg-type]
+        from voxledger.tasks.backends.tiny.model import TinyTTS
+
         torch.manual_seed(_init_seed(plan.seed))
         return TinyTTS(config), config
 
     def _lora(self, base_dir: Path, plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
         assert plan.lora is not None and plan.new_speaker is not None
+        from voxledger.tasks.backends.tiny.model import attach_lora, load_tiny
+
         base, norm = load_tiny(base_dir / MODEL_FILE)
         self._norm = norm
         if plan.new_speaker in base.config.speakers:
@@ -188,6 +185,8 @@ class TinyBackend:
 
     def trainable_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if hasattr(model, "peft_config"):
+            from peft import get_peft_model_state_dict
+
             return {k: v.detach().clone().contiguous() for k, v in get_peft_model_state_dict(model).items()}
         return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
 
@@ -200,6 +199,8 @@ class TinyBackend:
 
     def load_trainable_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
         if hasattr(model, "peft_config"):
+            from peft import set_peft_model_state_dict
+
             result = set_peft_model_state_dict(model, state)
             unexpected = list(getattr(result, "unexpected_keys", []) or [])
             if unexpected:
@@ -218,10 +219,16 @@ class TinyBackend:
             config = {"format": "voxledger-tiny-lora/1", "new_speaker": plan.new_speaker, **plan.lora.model_dump(mode="json")}
             (out_dir / ADAPTER_CONFIG).write_bytes(canonical_bytes(config))
         else:
+            from voxledger.tasks.backends.tiny.model import save_tiny
+
             save_tiny(out_dir / MODEL_FILE, model, self._norm)  # type: ignore[arg-type]
 
     def load_for_inference(self, base_dir: Path | None, artifact_dir: Path, runtime: str) -> TinyLoaded:
         """runtime: 'base' (artifact_dir is a model), 'adapter', 'merged' (in memory), 'merged_export'."""
+        from safetensors.torch import load_file
+
+        from voxledger.tasks.backends.tiny.model import attach_lora, load_tiny, merge_lora
+
         if runtime in ("base", "merged_export"):
             model, norm = load_tiny(artifact_dir / MODEL_FILE)
             return TinyLoaded(model.eval(), norm, runtime)
@@ -240,11 +247,15 @@ class TinyBackend:
 
     def export_merged(self, loaded: TinyLoaded, out_dir: Path) -> None:
         """Write a merged model (adapters folded into the weights) as ``model.safetensors``."""
+        from voxledger.tasks.backends.tiny.model import TinyTTS, merge_lora, save_tiny
+
         model = loaded.model if loaded.runtime == "merged" else merge_lora(loaded.model)  # type: ignore[arg-type]
         out_dir.mkdir(parents=True, exist_ok=True)
         save_tiny(out_dir / MODEL_FILE, cast(TinyTTS, model), loaded.norm)
 
     def synthesize(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> tuple[np.ndarray, int]:
+        from voxledger.tasks.backends.tiny.synth import synthesize as tiny_synthesize
+
         torch.manual_seed(seed)
         wav = tiny_synthesize(loaded.model, loaded.norm, text, speaker, seed=seed, durations=settings.get("durations", "predicted"))
         return wav, SAMPLE_RATE_HZ
@@ -282,11 +293,15 @@ class TinyBackend:
             raise DigestMismatchError(f"base folder {base_dir} is tree {base_sha}, the package needs {components.base_model_sha256}")
 
     def synthesis_stages(self) -> tuple[SynthesisStage, ...]:
+        from voxledger.tasks.backends.tiny import stages
+
         return stages.STAGES
 
     def stage_outputs(
         self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any], feed: dict[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
+        from voxledger.tasks.backends.tiny import stages
+
         return stages.stage_outputs(loaded, text, speaker, seed, settings, feed)
 
     def shipped_base(self) -> Path | None:

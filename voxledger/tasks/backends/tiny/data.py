@@ -30,7 +30,7 @@ from voxledger.schemas.manifest import Utterance
 from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.backends.tiny.align import Durations, aligner_identity, durations_by_warp, durations_from_file
 from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, frame_count, log_mel
-from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTSConfig
+from voxledger.tasks.backends.tiny.config import PAD_ID, TinyTTSConfig
 from voxledger.tasks.corpus.audio import DECODE_ERRORS, read_utterance
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path

@@ -24,64 +24,19 @@ from typing import Literal, cast
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from pydantic import BaseModel, ConfigDict, Field
 from safetensors import safe_open
 from torch import nn
 from transformers import AttentionInterface, Qwen2Config, Qwen2Model
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from voxledger.tasks.backends.tiny.audio import NormStats
+from voxledger.tasks.backends.tiny.config import PAD_ID, TinyTTSConfig
 from voxledger.tasks.tensorio import save_deterministic
 
-PAD_ID = 0
 STRESS_MARKS = ("'", ",")
 FORMAT = "voxledger-tiny-tts/1"
 NORM_MEAN_KEY = "norm_stats.mean"
 NORM_STD_KEY = "norm_stats.std"
-
-
-class TinyTTSConfig(BaseModel):
-    """Every hyperparameter of `TinyTTS`; phoneme id ``i + 1`` is ``phonemes[i]``, 0 is padding."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    phonemes: tuple[str, ...] = Field(min_length=1)
-    speakers: tuple[str, ...] = Field(min_length=1)
-    language: str = Field(default="en", description="manifest language code; synthesis phonemizes text with its espeak-ng voice")
-    n_mels: int = 80
-    hidden_size: int = 256
-    encoder_layers: int = 3
-    encoder_kernel: int = 5
-    frame_kernel: int = 5
-    backbone_layers: int = 4
-    attention_heads: int = 4
-    kv_heads: int = 2
-    ffn_size: int = 768
-    bidirectional: bool = True
-    rope_theta: float = 10_000.0
-    max_frames: int = 4096
-    postnet_layers: int = 3
-    postnet_channels: int = 256
-    postnet_kernel: int = 5
-    duration_layers: int = 2
-    duration_kernel: int = 3
-    dropout: float = 0.1
-    duration_loss_weight: float = 0.1
-    shared_stress_embedding: bool = True
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain-dict view; PEFT reads ``model.config`` through this method."""
-        return self.model_dump()
-
-    def phoneme_id(self, phoneme: str) -> int:
-        """Id of ``phoneme``; raises KeyError naming it when it is not in the inventory."""
-        try:
-            return self.phonemes.index(phoneme) + 1
-        except ValueError:
-            raise KeyError(
-                f"phoneme {phoneme!r} is not in the model's inventory of {len(self.phonemes)}; "
-                "rebuild the config from the current espeak phoneme_inventory()"
-            ) from None
 
 
 def split_stress(phoneme: str) -> tuple[str, int]:

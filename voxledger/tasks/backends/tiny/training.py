@@ -17,8 +17,8 @@ from typing import Any, Literal, cast
 import torch
 from torch import nn
 
+from voxledger.tasks.backends.tiny.config import PAD_ID, TinyTTSConfig
 from voxledger.tasks.backends.tiny.data import TinyBatch
-from voxledger.tasks.backends.tiny.model import PAD_ID, TinyTTS, TinyTTSConfig
 
 Precision = Literal["fp32", "bf16"]
 
@@ -163,6 +163,8 @@ def cv_loss(model: nn.Module, batches: Iterable[TinyBatch]) -> float:
 
 def _config(model: nn.Module) -> TinyTTSConfig:
     base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
+    from voxledger.tasks.backends.tiny.model import TinyTTS  # loaded already: ``model`` is one
+
     if not isinstance(base, TinyTTS):
         raise TypeError(f"expected a TinyTTS or its PEFT wrapper, got {type(base).__name__}")
     return base.config
