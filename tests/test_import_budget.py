@@ -116,8 +116,8 @@ def test_what_a_flow_returns_unpickles_without_the_heavy_stack() -> None:
 
 def test_binding_a_training_stage_imports_no_model_stack(tmp_path: Path) -> None:
     """A training stage binds its inputs (the backend's identity, the corpus's hashes, the features
-    tree) before it can know it is cached: for the tiny backend none of that may import
-    transformers or PEFT (3.4 s of imports in a new process, once paid by every cached
+    tree) before it can know it is cached: for the tiny backend none of that may import torch,
+    transformers or PEFT (~5 s of imports in a new process, once paid by every cached
     `train_adapter`); building a model does, so the probe checks it sees them then."""
     from tests.corpus_factory import build_small_corpus
 
@@ -126,14 +126,26 @@ def test_binding_a_training_stage_imports_no_model_stack(tmp_path: Path) -> None
 import json, sys
 from voxledger.bench_stages.features import bind_child
 got = bind_child({str(tmp_path / "home")!r}, {str(corpus)!r}, "tiny")
-seen = sorted(m for m in ("transformers", "peft") if m in sys.modules)
+seen = sorted(m for m in ("torch", "transformers", "peft") if m in sys.modules)
 from voxledger.tasks.backends.tiny.config import TinyTTSConfig
 from voxledger.tasks.backends.tiny.model import TinyTTS
 TinyTTS(TinyTTSConfig(phonemes=("a",), speakers=("s",), hidden_size=16, ffn_size=32, postnet_channels=16))
-print("\\nPROBE " + json.dumps({{"clips": got["clips"], "binding": seen, "model": sorted(m for m in ("transformers", "peft") if m in sys.modules)}}))
+print("\\nPROBE " + json.dumps({{"clips": got["clips"], "binding": seen, "model": sorted(m for m in ("torch", "transformers", "peft") if m in sys.modules)}}))
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert "PROBE " in done.stdout, done.stderr[-3000:]
     out = json.loads(done.stdout.rsplit("PROBE ", 1)[1])
     assert out["clips"] > 0 and out["binding"] == [], out
-    assert out["model"] == ["peft", "transformers"], out
+    assert out["model"] == ["peft", "torch", "transformers"], out
+
+
+def test_the_stage_flows_import_no_model_or_statistics_stack() -> None:
+    """A runner's child imports every stage's flow before the first stage runs, also when each
+    stage is then served from cache: those modules may import Prefect and numpy, but torch,
+    scipy's statistics and signal packages, statsmodels and the model stacks load inside the
+    stage that computes (they once cost every cached `pipeline run` ~3 s before its first stage)."""
+    heavy = ("torch", "scipy", "statsmodels", "transformers", "peft", "speechbrain", "faster_whisper", "ctranslate2", "sklearn", "numba")
+    probe = f"import json, sys\nimport voxledger.flows.pipeline\nprint('\\nPROBE ' + json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "PROBE " in done.stdout, done.stderr[-3000:]
+    assert json.loads(done.stdout.rsplit("PROBE ", 1)[1]) == []

@@ -18,8 +18,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 REL_TOL = 1e-9
 """Spread at or below this fraction of the data's scale is round-off, not variation."""
@@ -40,6 +38,8 @@ def no_spread(units: np.ndarray, scale: float = 0.0) -> bool:
 
 def wilson(successes: float, n: int, confidence: float) -> tuple[float, float]:
     """Wilson score interval for a proportion ``successes / n`` (inside [0, 1] by construction)."""
+    from scipy import stats  # ~0.7 s of imports: here, not in every evaluation command
+
     z = float(stats.norm.ppf(0.5 + confidence / 2))
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -93,6 +93,8 @@ def bounded_t(
     """
     if quantile is None and df is None:
         raise ValueError("bounded_t needs df or quantile")
+    from scipy import stats
+
     q = float(stats.t.ppf(0.5 + confidence / 2, df)) if quantile is None else quantile
     low, high = mean - q * se, mean + q * se
     if inside(low, high, bounds):
@@ -126,6 +128,8 @@ def adjust(p_values: list[float], method: str) -> list[float]:
         return []
     if method == "holm":
         return holm(p_values)
+    from statsmodels.stats.multitest import multipletests  # ~0.4 s of imports, only where a family is adjusted
+
     return [float(x) for x in multipletests(p_values, method=method)[1]]
 
 

@@ -22,7 +22,6 @@ import math
 from collections import defaultdict
 
 import numpy as np
-from scipy import stats
 
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
@@ -77,6 +76,8 @@ def _not_estimable(means: np.ndarray, settings: StatisticsSettings, scale: float
 
 def t_interval(means: np.ndarray, confidence: float) -> tuple[float, float]:
     """t interval on unit means (df = units - 1)."""
+    from scipy import stats  # scipy.stats is ~0.7 s of imports: here, not in every evaluation command
+
     se = float(stats.sem(means))
     low, high = stats.t.interval(confidence, df=means.size - 1, loc=float(means.mean()), scale=se)
     return float(low), float(high)
@@ -88,6 +89,8 @@ def bootstrap_t_interval(means: np.ndarray, confidence: float, resamples: int, s
     Draws in which every unit is the same (se* = 0) carry no pivot and are left out; with 5 units
     that is 5 / 3125 of the draws.
     """
+    from scipy import stats
+
     k, m, se = means.size, float(means.mean()), float(stats.sem(means))
     draws = means[np.random.default_rng(seed).integers(0, k, size=(resamples, k))]
     boot_se = draws.std(axis=1, ddof=1) / math.sqrt(k)
@@ -123,6 +126,8 @@ def interval_of_means(
         low, high = wilson(float(means.sum()), int(means.size), settings.confidence)
         return Interval(**base, method="wilson", low=low, high=high)  # type: ignore[arg-type]
     if settings.interval == "cluster_t":
+        from scipy import stats
+
         low, high, fell_back = bounded_t(mean, float(stats.sem(means)), means.size - 1, settings.confidence, bounds)
         fallback = None
         if fell_back:
@@ -174,6 +179,8 @@ def t_test(means: np.ndarray, settings: StatisticsSettings, scale: float = 0.0) 
         note = f"all {means.size} prompt deltas equal {means[0]:g} up to round-off: no spread, the test is undefined"
     if note is not None:
         return PairedTest(method=settings.test, units=int(means.size), statistic=None, p_value=None, note=note)
+    from scipy import stats
+
     res = stats.ttest_1samp(means, 0.0)
     return PairedTest(method=settings.test, units=int(means.size), statistic=float(res.statistic), p_value=float(res.pvalue))
 

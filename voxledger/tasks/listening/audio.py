@@ -13,7 +13,6 @@ import wave
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import butter, lfilter, sosfiltfilt
 
 from voxledger.schemas.errors import PacketError
 
@@ -58,6 +57,8 @@ def _biquad_high_pass(rate: int, q: float, fc: float) -> tuple[np.ndarray, np.nd
 
 def k_weight(audio: np.ndarray, rate: int) -> np.ndarray:
     """BS.1770 K-weighting: a +4 dB high shelf (1.5 kHz) then a 38 Hz high-pass (RBJ biquads)."""
+    from scipy.signal import lfilter  # scipy.signal: imported where a packet's audio is filtered, not by every packets command
+
     b1, a1 = _biquad_high_shelf(rate, 4.0, 1 / math.sqrt(2), 1500.0)
     b2, a2 = _biquad_high_pass(rate, 0.5, 38.0)
     out: np.ndarray = lfilter(b2, a2, lfilter(b1, a1, audio))
@@ -110,12 +111,16 @@ def low_pass(audio: np.ndarray, rate: int, cutoff_hz: float) -> np.ndarray:
     """Zero-phase 8th-order Butterworth low-pass (the MUSHRA 3.5 kHz anchor)."""
     if cutoff_hz >= rate / 2:
         raise PacketError(f"low-pass cutoff {cutoff_hz} Hz is at or above Nyquist ({rate / 2} Hz); lower it")
+    from scipy.signal import butter, sosfiltfilt
+
     out: np.ndarray = sosfiltfilt(butter(8, cutoff_hz, fs=rate, output="sos"), audio)
     return out
 
 
 def high_pass(audio: np.ndarray, rate: int, cutoff_hz: float) -> np.ndarray:
     """DC removed, then a zero-phase Butterworth high-pass (2nd order run forward and back: 24 dB/octave)."""
+    from scipy.signal import butter, sosfiltfilt
+
     centred = audio - float(np.mean(audio))
     out: np.ndarray = sosfiltfilt(butter(2, cutoff_hz, btype="highpass", fs=rate, output="sos"), centred)
     return out

@@ -6,9 +6,7 @@ import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import InputRef, utc_now
@@ -41,7 +39,9 @@ from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, damaged_outputs, record, reuse
 from voxledger.tasks.threads import torch_threads
-from voxledger.tasks.training.loop import run_loop
+
+if TYPE_CHECKING:
+    import torch
 
 
 def passing_audit(home: Home, audit_rid: str) -> AuditReceipt:
@@ -210,6 +210,8 @@ def train_adapter_fn(
                 ),
             )
             return home.record(receipt)
+
+        from voxledger.tasks.training.loop import run_loop  # torch: only a stage that trains imports it
 
         result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
     st = result.state

@@ -35,8 +35,6 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from scipy.fft import dct
-from scipy.spatial.distance import cdist
 
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import CorpusError
@@ -164,6 +162,8 @@ def cepstra(mel: np.ndarray) -> np.ndarray:
     Normalising each coefficient over the utterance removes most of the channel and speaker
     offset between a recording and espeak's voice (cepstral mean and variance normalisation).
     """
+    from scipy.fft import dct  # scipy's: imported by aligning, not by reading durations back from a memo
+
     c = dct(np.asarray(mel, dtype=np.float64), type=2, norm="ortho", axis=1)[:, :N_CEPSTRA]
     c = (c - c.mean(axis=0)) / (c.std(axis=0) + 1e-6)
     padded = np.pad(c, ((1, 1), (0, 0)), mode="edge")
@@ -192,6 +192,8 @@ def warp(recording: np.ndarray, reference: np.ndarray, max_advance: int = MAX_AD
     n_rec, n_ref = len(recording), len(reference)
     if (n_rec - 1) * max_advance < n_ref - 1:
         raise ValueError(f"recording of {n_rec} frames cannot cover a reference of {n_ref} frames at {max_advance}x")
+    from scipy.spatial.distance import cdist
+
     cost = cdist(recording, reference)
     total = np.full(n_ref, np.inf)
     total[0] = cost[0, 0]

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
-import torch
 
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import CorpusError, DigestMismatchError, TrainingError
@@ -23,10 +22,9 @@ from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import TrainingPlan
 from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup, shipped_folder
-from voxledger.tasks.backends.tiny import training as tt
 from voxledger.tasks.backends.tiny.align import durations_path
 from voxledger.tasks.backends.tiny.audio import SAMPLE_RATE_HZ, NormStats, compute_norm_stats
-from voxledger.tasks.backends.tiny.config import TinyTTSConfig
+from voxledger.tasks.backends.tiny.config import TinyTTSConfig, effective_precision
 from voxledger.tasks.backends.tiny.data import (
     CorpusExample,
     TinyBatch,
@@ -37,11 +35,14 @@ from voxledger.tasks.backends.tiny.data import (
 )
 from voxledger.tasks.corpus.espeak import phoneme_inventory
 from voxledger.tasks.corpus.records import LoadedCorpus
-from voxledger.tasks.tensorio import save_deterministic
 
-# The network (`model`: transformers' Qwen2, PEFT) and what builds on it (`synth`, `stages`) are
-# imported by the methods that build, load or run a model: binding a training stage's inputs, its
-# identity and a cached stage need none of them (about 3.4 s of imports in a new process).
+if TYPE_CHECKING:
+    import torch
+
+# torch, the network (`model`: transformers' Qwen2, PEFT) and what builds on it (`training`,
+# `synth`, `stages`) are imported by the methods that build, load or run a model: binding a
+# training stage's inputs, its identity and a cached stage need none of them (about 5 s of
+# imports in a new process).
 
 MODEL_FILE = "model.safetensors"
 ADAPTER_FILE = "adapter.safetensors"
@@ -86,12 +87,13 @@ class TinyBackend:
         """The libraries whose behaviour shapes tiny's data and model besides our code."""
         from importlib import metadata
 
-        from voxledger.tasks.backends.tiny.training import native_bf16
+        from voxledger.tasks.backends.tiny.config import native_bf16
 
         versions = {p: metadata.version(p) for p in ("espeakng-loader", "transformers", "peft")}
         return {"backend": self.name, **versions, "native_bf16": native_bf16()}
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
+
         self._plan = plan
         train = self._examples(corpus_root, plan.train_splits, plan)
         cv = self._examples(corpus_root, plan.cv_splits, plan)
@@ -114,7 +116,7 @@ class TinyBackend:
             "train_utterances": len(train),
             "cv_utterances": len(cv),
             "duration_sources": sources,
-            "precision_effective": tt.effective_precision(plan.precision),
+            "precision_effective": effective_precision(plan.precision),
         }
         return TrainingSetup(
             model=model, effective_config=effective, n_train_utterances=len(train), cv_batches=cv_set.batches(0, plan.seed)
@@ -148,6 +150,8 @@ class TinyBackend:
         phonemes = sorted(set(phoneme_inventory()) | {p for e in train for p in e.durations.phonemes})
         speakers = sorted({e.speaker for e in train})
         config = TinyTTSConfig(phonemes=tuple(phonemes), speakers=tuple(speakers), language=languages[0], **plan.model)  # type: ignore[arg-type]
+        import torch
+
         from voxledger.tasks.backends.tiny.model import TinyTTS
 
         torch.manual_seed(_init_seed(plan.seed))
@@ -155,6 +159,8 @@ class TinyBackend:
 
     def _lora(self, base_dir: Path, plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
         assert plan.lora is not None and plan.new_speaker is not None
+        import torch
+
         from voxledger.tasks.backends.tiny.model import attach_lora, load_tiny
 
         base, norm = load_tiny(base_dir / MODEL_FILE)
@@ -174,10 +180,14 @@ class TinyBackend:
     def train_step(
         self, model: torch.nn.Module, batch: TinyBatch, optimizer: torch.optim.Optimizer, lr: float, max_grad_norm: float
     ) -> dict[str, float]:
+        from voxledger.tasks.backends.tiny import training as tt
+
         precision = self._plan.precision if self._plan is not None else "fp32"
         return tt.train_step(model, batch, optimizer, lr=lr, max_grad_norm=max_grad_norm, precision=precision)
 
     def cv_loss(self, model: torch.nn.Module, batches: list[TinyBatch]) -> float:
+        from voxledger.tasks.backends.tiny import training as tt
+
         return tt.cv_loss(model, batches)
 
     def batch_frames(self, batch: TinyBatch) -> tuple[int, int]:
@@ -215,6 +225,8 @@ class TinyBackend:
         if hasattr(model, "peft_config"):
             plan = self._plan
             assert plan is not None and plan.lora is not None
+            from voxledger.tasks.tensorio import save_deterministic
+
             save_deterministic(self.trainable_state(model), out_dir / ADAPTER_FILE, metadata={"format": "voxledger-tiny-lora/1"})
             config = {"format": "voxledger-tiny-lora/1", "new_speaker": plan.new_speaker, **plan.lora.model_dump(mode="json")}
             (out_dir / ADAPTER_CONFIG).write_bytes(canonical_bytes(config))
@@ -254,6 +266,8 @@ class TinyBackend:
         save_tiny(out_dir / MODEL_FILE, cast(TinyTTS, model), loaded.norm)
 
     def synthesize(self, loaded: TinyLoaded, text: str, speaker: str, seed: int, settings: dict[str, Any]) -> tuple[np.ndarray, int]:
+        import torch
+
         from voxledger.tasks.backends.tiny.synth import synthesize as tiny_synthesize
 
         torch.manual_seed(seed)
@@ -310,6 +324,8 @@ class TinyBackend:
 
     def plan_recipe(self, mode: Literal["full", "lora"]) -> PlanRecipe:
         """`training.BASE_RECIPE` (full) or `training.LORA_RECIPE` (lora), measured on the demo corpus."""
+        from voxledger.tasks.backends.tiny import training as tt
+
         recipe = tt.BASE_RECIPE if mode == "full" else tt.LORA_RECIPE
         lora = {k: recipe[k] for k in ("r", "alpha", "dropout")} | {"targets": list(tt.LORA_RECIPE_TARGETS)} if mode == "lora" else None
         return PlanRecipe(

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import soundfile as sf
 import soxr
-import torch
 
 from voxledger.schemas.errors import CorpusError
 from voxledger.schemas.manifest import Utterance
@@ -35,6 +35,9 @@ from voxledger.tasks.corpus.audio import DECODE_ERRORS, read_utterance
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path
 from voxledger.tasks.corpus.records import LoadedCorpus
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_FRAMES_PER_BATCH = 3000
 LENGTH_JITTER = 0.1  # log-scale noise on lengths before sorting, so batches vary by epoch
@@ -233,6 +236,8 @@ class TinyDataset:
             )
         self.utterances = utterances
         self.frames_per_batch = frames_per_batch
+        import torch  # here, not at import: reading durations for a stage's features tree needs none
+
         self._speaker_ids = [config.speakers.index(u.speaker) for u in utterances]
         self._mels = [torch.from_numpy(norm_stats.normalize(u.mel)) for u in utterances]
 
@@ -264,6 +269,8 @@ class TinyDataset:
         utts = [self.utterances[i] for i in indices]
         n_ph = max(len(u.phoneme_ids) for u in utts)
         n_fr = max(u.n_frames for u in utts)
+        import torch
+
         phonemes = torch.full((len(utts), n_ph), PAD_ID, dtype=torch.long)
         durations = torch.zeros((len(utts), n_ph), dtype=torch.long)
         mels = torch.zeros((len(utts), n_fr, self._mels[0].shape[1]))

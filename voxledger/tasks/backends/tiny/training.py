@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from voxledger.tasks.backends.tiny.config import PAD_ID, TinyTTSConfig
+from voxledger.tasks.backends.tiny.config import PAD_ID, Precision, TinyTTSConfig, effective_precision
 from voxledger.tasks.backends.tiny.data import TinyBatch
-
-Precision = Literal["fp32", "bf16"]
 
 # Recipes measured on the full demo corpus (1200 train utterances, 4 voices; 100 target
 # utterances) through `voxledger demo run` on an idle 2-core CPU, 2 threads, bf16: the base
@@ -92,23 +89,6 @@ def compute_losses(model: nn.Module, batch: TinyBatch) -> dict[str, torch.Tensor
         "postnet_l1": postnet_l1,
         "duration_mse": duration_mse,
     }
-
-
-def native_bf16() -> bool:
-    """True when this CPU computes bfloat16 natively (AVX512-BF16 or AMX). Without it, PyTorch
-    emulates bf16 autocast on CPU: measured 22.7 s against 1.5 s per fp32 step of the demo's
-    base recipe on a 2-core AMD EPYC without AVX-512, so plans asking for bf16 train in fp32
-    there, and the backend's identity (part of every run key) says which one ran."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def effective_precision(requested: Precision) -> Precision:
-    """The precision a step really uses here: bf16 only where the CPU has it natively."""
-    return "bf16" if requested == "bf16" and native_bf16() else "fp32"
 
 
 def train_step(
