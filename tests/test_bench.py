@@ -230,3 +230,14 @@ def test_the_features_section_aligns_then_reads_the_memo(tmp_path: Path, monkeyp
 @pytest.mark.slow
 def test_quick_features_section(tmp_path: Path) -> None:
     check_figures(bench_json(tmp_path / "home", "features"), FEATURES)
+
+
+@pytest.mark.slow
+def test_quick_pipeline_rerun_section(tmp_path: Path) -> None:
+    figures = bench_json(tmp_path / "home", "pipeline-rerun", timeout_s=900)
+    check_figures(figures, {
+        "pipeline run, 45-clip voice, init's plans cut to a smoke run: first run": "s",
+        "pipeline run, 45-clip voice, init's plans cut to a smoke run: every stage cached, the home's warm runner": "s",
+        "pipeline run, 45-clip voice, init's plans cut to a smoke run: every stage cached, flow in the command's own": "s",
+        "cached pipeline run: runner / own process time": "x", "python -c pass": "s"})  # fmt: skip
+    assert len(figures) == 5 and not any("NOT SERVING" in f["name"] for f in figures)

@@ -18,6 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from tests.flows.conftest import run
+from voxledger.bench_stages.pipeline_rerun import smoke_plans as shrink
 from voxledger.cli import main
 from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import TrainingRunReceipt
@@ -33,36 +34,6 @@ def _init(corpus: Path, *args: str) -> dict:  # type: ignore[type-arg]
     result = CliRunner().invoke(main, ["init", str(corpus), "--json", *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)  # type: ignore[no-any-return]
-
-
-def _first(plan: dict, prompts: int) -> dict:  # type: ignore[type-arg]
-    """``plan`` (an evaluation or gate plan) on its first ``prompts`` prompts and their speaker references."""
-    kept = plan["prompts"][:prompts]
-    ids = {p["id"] for p in kept}
-    refs = {k: v for k, v in plan["speaker_references"].items() if k.split(":")[0] in ids}
-    return plan | {"prompts": kept, "speaker_references": refs}
-
-
-def shrink(plans: Path, prompts: int = 3) -> None:
-    """A smoke run of the adapter: a few steps, no MOS, a lenient gate on the first ``prompts`` gate
-    prompts, an evaluation on the first ``prompts`` test prompts, two raters, no ASR agreement
-    (init's audit policy, with it, has its own test below: no right transcript fails it, swapped ones do)."""
-    audit = yaml.safe_load((plans / "audit.yaml").read_text())
-    (plans / "audit.yaml").write_text(yaml.safe_dump(audit | {"asr_agreement": {"enabled": False}}))
-    steps = {"max_epochs": 2, "steps_per_epoch": 3, "frames_per_batch": 1500, "checkpoint_every_steps": 3, "threads": 1}
-    doc = yaml.safe_load((plans / "train-adapter.yaml").read_text())
-    (plans / "train-adapter.yaml").write_text(yaml.safe_dump(doc | steps | {"precision": "fp32"}))
-    promo = yaml.safe_load((plans / "promote.yaml").read_text())
-    promo["gate_plan"] = _first(promo["gate_plan"], prompts) | {"metrics": {"mos": None}}
-    promo["rules"] = [r | {"threshold": 0.0} for r in promo["rules"] if r["statistic"] == "challenger_mean"]
-    promo["best_k"] = 1
-    (plans / "promote.yaml").write_text(yaml.safe_dump(promo))
-    ev = yaml.safe_load((plans / "eval.yaml").read_text())
-    (plans / "eval.yaml").write_text(yaml.safe_dump(_first(ev, prompts) | {"metrics": {"mos": None}}))
-    listening = yaml.safe_load((plans / "listening.yaml").read_text())
-    listening["design"] |= {"raters": 2, "raters_per_prompt": 2}
-    listening["blinding"] = {"on_leak": "warn"}  # six steps of LoRA are told from recordings by ear and by file
-    (plans / "listening.yaml").write_text(yaml.safe_dump(listening))
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ STAGE_SECTIONS = (
     "store-dvc",
     "sync",
     "listening-server",
+    "pipeline-rerun",
 )
 __all__ = [
     "STAGE_SECTIONS",
@@ -103,6 +104,10 @@ def run_stages(
         from voxledger.bench_stages.listening_server import bench_listening_server
 
         figures += bench_listening_server(work, 10 if quick else 50)
+    if "pipeline-rerun" in sections:
+        from voxledger.bench_stages.pipeline_rerun import bench_pipeline_rerun
+
+        figures += bench_pipeline_rerun(work, 2 if quick else 5)
     if "install" in sections:
         from voxledger.bench_stages.install import bench_install_compile
 

@@ -114,7 +114,7 @@ def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[
         t_first = timed_run(cli)  # audits, starts the home's server and, in the background, its flow runner
         t_seeded = timed_run([*cli[:4], str(second_home), *cli[5:]])  # the same in a second new home, its database from the template
         stop_server(second_home)
-        runner_ready = _wait_for_runner(home)
+        runner_ready = wait_for_runner(home)
         served_before = _log_text(home).count(": returned")
         t_cli = min(timed_run(cli) for _ in range(3))
         runner_ready = runner_ready and _log_text(home).count(": returned") - served_before == 3
@@ -150,7 +150,7 @@ def _log_text(home: Path) -> str:
     return log.read_text(errors="replace") if log.is_file() else ""
 
 
-def _wait_for_runner(home: Path, timeout_s: float = 120.0) -> bool:
+def wait_for_runner(home: Path, timeout_s: float = 120.0) -> bool:
     """Wait until the home's flow runner logs that it serves (it imports Prefect in the background)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -404,7 +404,8 @@ def catalog_migrations(ctx: click.Context) -> None:
     "demo (stage times of the latest pipeline run in --home); stats (simulated error rates of every interval and test), "
     "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server), "
     "listening-server (simulated raters against `packets serve`), install (byte-compiling a package as pip does "
-    "against `voxledger.postinstall`). The last six are not in the default set.",
+    "against `voxledger.postinstall`), pipeline-rerun (a `pipeline run` with every stage cached: the home's runner "
+    "against the command's own process). The last seven are not in the default set.",
 )
 @click.option(
     "--replications",
