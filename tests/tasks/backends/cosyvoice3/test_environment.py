@@ -124,3 +124,21 @@ def test_preflight_fails_naming_the_cause_in_broken_environments(
     block = result.output[result.output.index(lines[0]) :] if lines else ""
     assert lines and all(text in block for text in named), result.output
     assert finding in result.output.splitlines()[-1]  # the summary names it too
+
+
+def test_looking_up_the_backend_imports_no_peft_or_transformers() -> None:
+    """A training stage looks its backend up to build its cache key before it knows it is cached:
+    PEFT (and with it transformers, ~4.5 s of imports) loads only where an adapter is attached,
+    read or merged."""
+    import json
+    import subprocess
+
+    probe = (
+        "import json, sys\nfrom voxledger.tasks.backends.base import get_backend\nget_backend('cosyvoice3')\n"
+        "print('PROBE ' + json.dumps(sorted(m for m in ('peft', 'transformers') if m in sys.modules)))\n"
+        "from voxledger.tasks.backends.cosyvoice3 import lora\n"
+        "print('PROBE ' + json.dumps(sorted(m for m in ('peft', 'transformers') if m in sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    seen = [json.loads(line.removeprefix("PROBE ")) for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert seen == [[], ["peft", "transformers"]], done.stderr[-3000:]

@@ -34,7 +34,7 @@ from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
-from voxledger.tasks.backends.cosyvoice3 import compat, data, lora, rng, stages, synth, upstream
+from voxledger.tasks.backends.cosyvoice3 import compat, data, rng, stages, synth, upstream
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_SYSTEM_PROMPT,
     ENV_PYTHON,
@@ -120,6 +120,8 @@ class CosyVoice3Backend:
         return self.config.model_dir / "llm.pt", self.preflight().files_sha256["llm.pt"]
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+
         if plan.mode != "lora" or plan.lora is None or plan.new_speaker is None:
             raise TrainingError(
                 f"plan {plan.name}: backend cosyvoice3 trains LoRA adapters only; set mode: lora, a lora section and new_speaker"
@@ -242,9 +244,13 @@ class CosyVoice3Backend:
         return data.batch_frames(batch)
 
     def trainable_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+
         return lora.adapter_state(model)
 
     def load_trainable_state(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+
         lora.load_adapter_state(model, state)
 
     def _write_prompt(self, out_dir: Path, meta: dict[str, Any], prompt: tuple[bytes, str]) -> None:
@@ -252,6 +258,8 @@ class CosyVoice3Backend:
         (out_dir / (MERGED_CONFIG if meta["format"] == MERGED_FORMAT else ADAPTER_CONFIG)).write_bytes(canonical_bytes(meta))
 
     def export(self, model: torch.nn.Module, out_dir: Path) -> None:
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+
         if self._meta is None or self._prompt is None:
             raise TrainingError("setup() must run before export()")
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -262,6 +270,8 @@ class CosyVoice3Backend:
         """runtime 'base' (the pretrained LLM; a bundled prompt is used when ``artifact_dir`` has
         one), 'adapter' (LoRA layers live), 'merged' (folded in memory) or 'merged_export'
         (``artifact_dir`` is an `export_merged` folder)."""
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+
         if runtime not in RUNTIMES:
             raise TrainingError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
         meta = None
@@ -311,6 +321,8 @@ class CosyVoice3Backend:
     def export_merged(self, loaded: synth.CosyVoice3Loaded, out_dir: Path) -> None:
         """Write ``llm.safetensors`` (adapters folded in; ``llm.pt``'s keys, tied weights stored once and named in its
         ``tied`` metadata), the prompt and its config."""
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+
         if loaded.meta is None or loaded.prompt_wav is None or loaded.runtime == "base":
             raise TrainingError(
                 f"export_merged needs a model loaded from a cosyvoice3 export with runtime adapter, merged or "
