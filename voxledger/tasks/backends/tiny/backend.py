@@ -93,7 +93,6 @@ class TinyBackend:
         return {"backend": self.name, **versions, "native_bf16": native_bf16()}
 
     def setup(self, corpus_root: Path, plan: TrainingPlan, base_dir: Path | None) -> TrainingSetup:
-
         self._plan = plan
         train = self._examples(corpus_root, plan.train_splits, plan)
         cv = self._examples(corpus_root, plan.cv_splits, plan)
