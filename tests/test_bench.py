@@ -241,3 +241,12 @@ def test_quick_pipeline_rerun_section(tmp_path: Path) -> None:
         "pipeline run, 45-clip voice, init's plans cut to a smoke run: every stage cached, flow in the command's own": "s",
         "cached pipeline run: runner / own process time": "x", "python -c pass": "s"})  # fmt: skip
     assert len(figures) == 5 and not any("NOT SERVING" in f["name"] for f in figures)
+
+
+def test_a_bare_goal_gets_its_verdict_from_the_value() -> None:
+    from voxledger.bench_stages.common import Figure
+
+    cases = [("<= 5", 6.2, "<= 5: SHORT"), ("<= 5", 5.0, "<= 5: ok"), ("< 1", 1.0, "< 1: SHORT"), (">= 1.5", 2.0, ">= 1.5: ok"),
+             ("> 10", 9.0, "> 10: SHORT"), ("3-7", 7.0, "3-7: ok"), ("3-7", 2.9, "3-7: SHORT"), ("< 1: ok", 0.2, "< 1: ok"),
+             ("0: DIFFER", 3.0, "0: DIFFER"), ("", 1.0, "")]  # fmt: skip
+    assert [Figure("x", value, "s", goal).goal for goal, value, _ in cases] == [want for _, _, want in cases]

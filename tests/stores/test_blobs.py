@@ -202,3 +202,22 @@ def test_a_later_process_trusts_only_settled_unchanged_objects(tmp_path: Path, m
     _tamper(later, digests[4], os.urandom(2000))  # same size, new bytes: ctime moves, so it is hashed and caught
     assert LocalBlobStore(tmp_path / "s", verified=cache).damaged(digests) == [digests[4]]
     assert hashed == [1]
+
+
+def test_put_many_bytes_keeps_order_syncs_once_and_heals_a_damaged_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxledger.stores import blobs as blobs_module
+
+    store = LocalBlobStore(tmp_path / "store")
+    old = store.put_bytes(b"already here")
+    _tamper(store, old, b"tampered")  # the same name, other bytes: must be replaced, never trusted
+    datas = [b"obj-%d" % i for i in range(30)] + [b"already here", b"obj-3"]  # a duplicate, too
+    syncs: list[Path] = []
+    monkeypatch.setattr(blobs_module, "_syncfs", lambda path: (syncs.append(path), True)[1])
+    digests = store.put_many_bytes(datas)
+    assert digests == [hashlib.sha256(d).hexdigest() for d in datas]
+    assert syncs == [store.root]  # one durability point for the whole batch
+    assert all(store.get_bytes(d) == data for d, data in zip(digests, datas, strict=True))
+    assert [q.read_bytes() for q in (store.root / "quarantine").iterdir()] == [b"tampered"]
+    # everything present and intact: nothing written, nothing synced
+    syncs.clear()
+    assert store.put_many_bytes(datas) == digests and syncs == []

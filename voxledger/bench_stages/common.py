@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import re
 import resource
 import sys
 import time
@@ -161,14 +162,32 @@ def train_plan(quick: bool, **over: Any) -> Any:
     return TrainingPlan(**fields)
 
 
+_BOUND = re.compile(r"(<=|>=|<|>) ?(-?[0-9.]+)|(-?[0-9.]+)-(-?[0-9.]+)")
+
+
 @dataclass
 class Figure:
-    """One benchmark line: what, value, unit, and how it compares to its goal."""
+    """One benchmark line: what, value, unit, and how it compares to its goal.
+
+    A goal written as a bare bound (``"<= 5"``, ``"> 10"``, ``"3-7"``, inclusive) gets its verdict
+    appended here from the value (``"<= 5: ok"`` or ``"<= 5: SHORT"``), so no row shows a goal
+    without saying whether it was met; a goal that already carries one is left as it is."""
 
     name: str
     value: float
     unit: str
     goal: str = ""
+
+    def __post_init__(self) -> None:
+        m = _BOUND.fullmatch(self.goal.strip())
+        if m is None:
+            return
+        if m.group(1):
+            op, bound = m.group(1), float(m.group(2))
+            met = {"<=": self.value <= bound, ">=": self.value >= bound, "<": self.value < bound, ">": self.value > bound}[op]
+        else:
+            met = float(m.group(3)) <= self.value <= float(m.group(4))
+        self.goal = f"{self.goal.strip()}: {'ok' if met else 'SHORT'}"
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:

@@ -124,11 +124,13 @@ class DerivedMemo(SqliteCache):
                 self._memory[(kind, self.key_digest(kind, key))] = value
             self.stats.stored += len(items)
             return
-        rows: list[tuple[object, ...]] = []
-        with self._blobs.deferred_sync():
-            for key, value in items.values():
-                entry = canonical_bytes({"format": ENTRY_FORMAT, "kind": kind, "key": dict(key), "value": value})
-                rows.append((kind, self.key_digest(kind, key), self._blobs.put_bytes(entry)))
+        entries = [
+            canonical_bytes({"format": ENTRY_FORMAT, "kind": kind, "key": dict(key), "value": value}) for key, value in items.values()
+        ]
+        digests = self._blobs.put_many_bytes(entries)
+        rows: list[tuple[object, ...]] = [
+            (kind, self.key_digest(kind, key), sha) for (key, _), sha in zip(items.values(), digests, strict=True)
+        ]
         try:
             write_rows(self._conn(), "INSERT OR REPLACE INTO derived VALUES (?, ?, ?)", rows)
         except sqlite3.Error as exc:
