@@ -106,9 +106,9 @@ def _features_tree(home: Home, loaded: Any, backend: Any = None, audio_sha256: d
     if derive is not None:
         files = derive(loaded, audio_sha256, home.memo)
         rels = sorted(files)
-        digests = home.blobs.put_many_bytes(files[rel] for rel in rels)
+        shas = home.blobs.put_many_bytes(files[rel] for rel in rels)
         entries = tuple(
-            TreeEntry(path=rel, size_bytes=len(files[rel]), sha256=sha, executable=False) for rel, sha in zip(rels, digests, strict=True)
+            TreeEntry(path=rel, size_bytes=len(files[rel]), sha256=sha, executable=False) for rel, sha in zip(rels, shas, strict=True)
         )
         return home.blobs.put_bytes(manifest_bytes(TreeManifest(entries=entries)))
     rel = sorted({str(u.extra["alignment"]) for u in loaded.utterances.utterances if "alignment" in u.extra})
