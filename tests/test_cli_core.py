@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from voxledger.cli import main
+from voxledger.stores.home import Home
 
 pytestmark = pytest.mark.prefect  # store put runs as a Prefect flow
 
@@ -45,6 +46,16 @@ def test_put_verify_show_lineage_query_export(tmp_path: Path) -> None:
 
 def test_failures_exit_non_zero_with_a_reason(tmp_path: Path) -> None:
     h = tmp_path / "home"
+    # a read command pointed at a home that does not exist (a mistyped --home) is refused, naming
+    # the folder, and creates nothing there
+    for args in (("query", "SELECT 1"), ("receipt", "show", "deadbeefdeadbeef"), ("alias", "history", "champion"),
+                 ("provenance", "speaker", "spk1"), ("lineage", "deadbeefdeadbeef"), ("demo", "report")):  # fmt: skip
+        code, out = run(h, *args)
+        assert code == 1 and out.startswith("Error: HomeNotFoundError: no voxledger home at " + str(h)), (args, out)
+        assert not h.exists(), args
+    Home(h)  # an empty home: the same commands now answer from it
+    code, out = run(h, "query", "SELECT 1")
+    assert code == 0, out
     code, out = run(h, "query", "DROP TABLE receipts")
     assert code != 0 and "read-only" in out
     code, out = run(h, "receipt", "show", "deadbeefdeadbeef")

@@ -32,11 +32,22 @@ def plans_dir() -> Path:
     return Path(str(resources.files("voxledger") / "plans"))
 
 
-def open_home(ctx: click.Context) -> Any:
-    """The Home for this invocation (created on first use)."""
+def open_home(ctx: click.Context, *, existing: bool = False) -> Any:
+    """The Home for this invocation (created on first use). ``existing``: the command only reads
+    the home, so a home folder that does not exist is refused (HomeNotFoundError naming it), not
+    created empty: a mistyped ``--home`` would otherwise answer every question with "nothing"."""
     from voxledger.stores.home import Home
 
     obj = ctx.find_root().obj
+    if existing and "home_obj" not in obj and not Path(obj["home"]).is_dir():
+        from voxledger.schemas.errors import HomeNotFoundError
+
+        where = Path(obj["home"])
+        raise HomeNotFoundError(
+            f"no voxledger home at {where}{'' if where.is_absolute() else f' ({where.absolute()})'}: the folder does not exist, "
+            "so nothing was recorded there. Point --home (or VOXLEDGER_HOME; default ./.voxledger) at the home a pipeline ran "
+            "in; a new home is made by the first command that records work (e.g. `voxledger demo run`, `voxledger audit`)"
+        )
     if "home_obj" not in obj:
         obj["home_obj"] = Home(obj["home"], lock_timeout_s=obj["lock_timeout"])
     return obj["home_obj"]
@@ -167,7 +178,7 @@ def resolve_node(ctx: click.Context, ref: str) -> str:
     """
     from voxledger.stores.lineage import resolve_node as _resolve
 
-    with open_home(ctx).catalog.connect(read_only=True) as con:
+    with open_home(ctx, existing=True).catalog.connect(read_only=True) as con:
         return _resolve(con, ref)
 
 
@@ -181,7 +192,7 @@ def resolve_receipt(ctx: click.Context, ref: str, *kinds: str) -> str:
     from voxledger.stores.lineage import receipt_kind
     from voxledger.stores.lineage import resolve_node as _resolve
 
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     with home.catalog.connect(read_only=True) as con:
         try:
             node = _resolve(con, ref)

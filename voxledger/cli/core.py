@@ -149,7 +149,7 @@ def store_status(ctx: click.Context, offline: bool, as_json: bool) -> None:
     from voxledger.stores.s3 import S3BlobStore
     from voxledger.stores.sync import sync_status
 
-    st = sync_status(open_home(ctx), S3BlobStore.from_env(), ask_remote=not offline)
+    st = sync_status(open_home(ctx, existing=True), S3BlobStore.from_env(), ask_remote=not offline)
     if as_json:
         emit_json(asdict(st))
         return
@@ -167,7 +167,7 @@ def _stored_digest(ctx: click.Context, ref: str) -> str:
         raise VoxledgerError(f"{ref[:80]!r} is not a digest or digest prefix: give 8 to 64 hex characters (0-9, a-f)")
     if len(ref) == 64 or len(ref) < 8:
         return ref if len(ref) == 64 else resolve_node(ctx, ref)  # resolve_node explains what is wrong with it
-    folder = open_home(ctx).blobs.objects / ref[:2]
+    folder = open_home(ctx, existing=True).blobs.objects / ref[:2]
     found = sorted(ref[:2] + p.name for p in folder.glob(ref[2:] + "*")) if folder.is_dir() else []
     if len(found) > 1:
         raise CatalogError(f"prefix {ref!r} is ambiguous ({', '.join(f[:16] for f in found[:3])}...): give more characters")
@@ -187,7 +187,7 @@ def receipt_show(ctx: click.Context, receipt_id: str) -> None:
 
     Example: voxledger receipt show 3fa2...
     """
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     rid = resolve_receipt(ctx, receipt_id)
     emit_json(home.receipts.read_document(rid))
 
@@ -256,7 +256,7 @@ def lineage(ctx: click.Context, ref: str, up: bool, depth: int, fmt: str, as_jso
     from voxledger.stores.verify import check_walked_edges
 
     node = resolve_node(ctx, ref)
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     with home.catalog.connect(read_only=True) as con:
         edges = walk(con, node, "up" if up else "down", depth)
         labels = receipt_labels(con)
@@ -310,7 +310,7 @@ def query(ctx: click.Context, sql: str, as_json: bool) -> None:
 
     if not sql.strip():
         raise click.BadParameter('give a SQL statement, e.g. "SELECT kind, count(*) FROM receipts GROUP BY kind"', param_hint="SQL")
-    cols, rows = run_query(open_home(ctx).catalog, sql)
+    cols, rows = run_query(open_home(ctx, existing=True).catalog, sql)
     if as_json:
         emit_json([dict(zip(cols, r, strict=True)) for r in rows])
         return
@@ -337,7 +337,7 @@ def export_in_toto(ctx: click.Context, receipt_id: str, output: Path | None) -> 
     from voxledger.stores.attest import in_toto_statement
 
     rid = resolve_receipt(ctx, receipt_id)
-    statement = in_toto_statement(rid, open_home(ctx).receipts.read_document(rid))
+    statement = in_toto_statement(rid, open_home(ctx, existing=True).receipts.read_document(rid))
     text = json.dumps(statement, indent=2, sort_keys=True)
     if output is None:
         click.echo(text)

@@ -183,7 +183,7 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     from voxledger.schemas.training import TrainingRunReceipt
     from voxledger.stores.queries import latest_pipeline_run
 
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     rid = resolve_receipt(ctx, pipeline_run, "pipeline_run") if pipeline_run else latest_pipeline_run(home.catalog)
     if rid is None:
         raise click.ClickException("no succeeded pipeline run in this home; run `voxledger demo run` first")
@@ -278,7 +278,7 @@ def dashboard(ctx: click.Context, output: Path) -> None:
     """
     from voxledger.dashboards.report import build_dashboard
 
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     console.print(f"wrote {build_dashboard(home.catalog, output, blobs=home.blobs.get_bytes)}")
 
 

@@ -44,7 +44,7 @@ def downstream_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
     from voxledger.stores.verify import check_walked_edges
 
     node = resolve_node(ctx, ref)
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     with home.catalog.connect(read_only=True) as con:
         # an artifact (a corpus manifest or audio tree) starts at the receipts that recorded it
         starts = [node, *sorted({e.src for e in walk(con, node, "up", 1) if e.direction == "output"})]
@@ -66,7 +66,7 @@ def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
     from voxledger.stores.provenance import packages_with_speaker
     from voxledger.stores.verify import check_walked_edges
 
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     walked: list[tuple[str, str, str, str]] = []
     with home.catalog.connect(read_only=True) as con:
         rows = packages_with_speaker(con, speaker, walked)
@@ -86,7 +86,7 @@ def champion_at_cmd(ctx: click.Context, when: str, alias: str, as_json: bool) ->
     """
     from voxledger.stores.provenance import champion_at
 
-    with open_home(ctx).catalog.connect(read_only=True) as con:
+    with open_home(ctx, existing=True).catalog.connect(read_only=True) as con:
         row = champion_at(con, alias, when)
     _show([row] if row else [], as_json, f"{alias} at {when}")
 
@@ -102,7 +102,7 @@ def normaliser_cmd(ctx: click.Context, version: str, as_json: bool) -> None:
     """
     from voxledger.stores.provenance import evaluations_with_normaliser
 
-    with open_home(ctx).catalog.connect(read_only=True) as con:
+    with open_home(ctx, existing=True).catalog.connect(read_only=True) as con:
         _show(evaluations_with_normaliser(con, version), as_json, f"evaluations with {version}")
 
 
@@ -118,7 +118,7 @@ def reproductions_cmd(ctx: click.Context, receipt: str | None, as_json: bool) ->
     from voxledger.stores.provenance import reproductions
 
     original = resolve_receipt(ctx, receipt) if receipt else None
-    with open_home(ctx).catalog.connect(read_only=True) as con:
+    with open_home(ctx, existing=True).catalog.connect(read_only=True) as con:
         _show(reproductions(con, original), as_json, "reproductions" + (f" of {original[:12]}" if original else ""))
 
 
@@ -135,7 +135,7 @@ def diff_cmd(ctx: click.Context, a: str, b: str, show_all: bool, as_json: bool) 
     """
     from voxledger.stores.provenance import diff_receipts
 
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)
     rows = diff_receipts(home.receipts.read_document(resolve_receipt(ctx, a)), home.receipts.read_document(resolve_receipt(ctx, b)))
     _show([r for r in rows if show_all or not r["volatile"]], as_json, "differences")
 

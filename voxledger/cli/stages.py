@@ -133,7 +133,7 @@ def eval_report(ctx: click.Context, receipt_id: str, as_json: bool) -> None:
 
     Example: voxledger eval report 5d0c...
     """
-    doc = open_home(ctx).receipts.read_document(resolve_receipt(ctx, receipt_id, "evaluation"))
+    doc = open_home(ctx, existing=True).receipts.read_document(resolve_receipt(ctx, receipt_id, "evaluation"))
     if as_json:
         emit_json(doc["result"])
     else:
@@ -222,7 +222,7 @@ def alias_history(ctx: click.Context, alias: str | None, at: str | None, as_json
         at = _iso_time(at)
     from voxledger.stores.queries import alias_moves
 
-    rows, known = alias_moves(open_home(ctx).catalog, alias, at)
+    rows, known = alias_moves(open_home(ctx, existing=True).catalog, alias, at)
     if alias and alias not in known:
         raise click.ClickException(
             f"no alias {alias!r} in this home's history; known aliases: {', '.join(known) or 'none (no promotion recorded yet)'}"

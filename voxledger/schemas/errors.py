@@ -64,6 +64,11 @@ class CatalogLockedError(CatalogError):
     """Another process held the catalog for longer than the caller's ``--lock-timeout``."""
 
 
+class HomeNotFoundError(VoxledgerError):
+    """A command that only reads a home was pointed at a folder that does not exist (a mistyped
+    ``--home``); it is refused rather than created empty."""
+
+
 class HomeBusyError(VoxledgerError):
     """Another pipeline run holds this home: overlapping runs would race on the same stages."""
 
