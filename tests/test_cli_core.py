@@ -70,6 +70,17 @@ def test_failures_exit_non_zero_with_a_reason(tmp_path: Path) -> None:
     assert code != 0 and digest in out and "corrupt" in out
 
 
+def test_a_read_command_names_the_default_home_it_did_not_find(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VOXLEDGER_HOME", raising=False)
+    result = CliRunner().invoke(main, ["query", "SELECT 1"], catch_exceptions=False)
+    assert result.exit_code == 1 and f"no voxledger home at {tmp_path / '.voxledger'}:" in result.output, result.output
+    monkeypatch.setenv("VOXLEDGER_HOME", str(tmp_path / "elsewhere"))
+    result = CliRunner().invoke(main, ["alias", "history", "champion"], catch_exceptions=False)
+    assert result.exit_code == 1 and f"no voxledger home at {tmp_path / 'elsewhere'}:" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
 def test_schemas_are_current() -> None:
     result = CliRunner().invoke(main, ["receipt", "schemas"])
     assert result.exit_code == 0, result.output

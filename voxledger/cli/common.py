@@ -36,15 +36,14 @@ def open_home(ctx: click.Context, *, existing: bool = False) -> Any:
     """The Home for this invocation (created on first use). ``existing``: the command only reads
     the home, so a home folder that does not exist is refused (HomeNotFoundError naming it), not
     created empty: a mistyped ``--home`` would otherwise answer every question with "nothing"."""
-    from voxledger.stores.home import Home
+    from voxledger.stores.home import Home, resolve_home
 
     obj = ctx.find_root().obj
-    if existing and "home_obj" not in obj and not Path(obj["home"]).is_dir():
+    if existing and "home_obj" not in obj and not (where := resolve_home(obj["home"])).is_dir():
         from voxledger.schemas.errors import HomeNotFoundError
 
-        where = Path(obj["home"])
         raise HomeNotFoundError(
-            f"no voxledger home at {where}{'' if where.is_absolute() else f' ({where.absolute()})'}: the folder does not exist, "
+            f"no voxledger home at {where}: the folder does not exist, "
             "so nothing was recorded there. Point --home (or VOXLEDGER_HOME; default ./.voxledger) at the home a pipeline ran "
             "in; a new home is made by the first command that records work (e.g. `voxledger demo run`, `voxledger audit`)"
         )
