@@ -79,6 +79,12 @@ def test_a_read_command_names_the_default_home_it_did_not_find(tmp_path: Path, m
     result = CliRunner().invoke(main, ["alias", "history", "champion"], catch_exceptions=False)
     assert result.exit_code == 1 and f"no voxledger home at {tmp_path / 'elsewhere'}:" in result.output, result.output
     assert list(tmp_path.iterdir()) == []  # nothing created
+    (tmp_path / "afile").write_text("not a home")
+    monkeypatch.setenv("VOXLEDGER_HOME", str(tmp_path / "afile"))  # (--home itself must name a folder: click refuses a file)
+    result = CliRunner().invoke(main, ["query", "SELECT 1"], catch_exceptions=False)
+    assert result.exit_code == 1 and f"no voxledger home at {tmp_path / 'afile'}: it is a file, not a folder" in result.output, (
+        result.output
+    )
 
 
 def test_schemas_are_current() -> None:

@@ -43,7 +43,7 @@ def open_home(ctx: click.Context, *, existing: bool = False) -> Any:
         from voxledger.schemas.errors import HomeNotFoundError
 
         raise HomeNotFoundError(
-            f"no voxledger home at {where}: the folder does not exist, "
+            f"no voxledger home at {where}: {'it is a file, not a folder' if where.exists() else 'the folder does not exist'}, "
             "so nothing was recorded there. Point --home (or VOXLEDGER_HOME; default ./.voxledger) at the home a pipeline ran "
             "in; a new home is made by the first command that records work (e.g. `voxledger demo run`, `voxledger audit`)"
         )
