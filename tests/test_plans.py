@@ -22,7 +22,7 @@ MODELS = {"audit_policy": AuditPolicy, "training_plan": TrainingPlan, "promotion
 
 def test_every_plan_validates_and_names_its_command() -> None:
     files = sorted(PLANS.glob("*.yaml"))
-    assert len(files) == 11, f"found {[f.name for f in files]}: update this count deliberately"
+    assert len(files) == 12, f"found {[f.name for f in files]}: update this count deliberately"
     for f in files:
         assert f.read_text().startswith("# voxledger "), f"{f.name} must start with a comment giving the command that runs it"
         kind = yaml.safe_load(f.read_text()).get("kind")
@@ -55,7 +55,7 @@ def test_a_gate_rule_on_an_unknown_metric_is_refused_when_the_plan_loads(tmp_pat
 
     valid = rule_metric_ids()
     # 15 registered metrics; the 4 text families have one member per normaliser (3): 11 + 4 x 3
-    assert len(valid) == 23 and {"wer:whisper_en", "cer:basic", "speaker_sim", "content_gate_pass"} <= set(valid)
+    assert len(valid) == 39 and {"wer:whisper_en", "cer:basic", "speaker_sim", "content_gate_pass"} <= set(valid)
     doc = yaml.safe_load((PLANS / "promote-demo.yaml").read_text())
     doc["rules"][1]["metric"] = "wer"  # a family without its normaliser
     doc["rules"][2]["metric"] = "speaker_similarity"

@@ -242,9 +242,13 @@ def test_asr_agreement_hears_each_segment_not_its_whole_recording(clips: dict[tu
     loaded = load_corpus(tmp_path)
     utts = list(loaded.utterances.utterances)
     facts = {u.id: measure_file(tmp_path, u, POLICY) for u in utts}
-    every = asr_agreement(utts, facts, AsrAgreementPolicy(enabled=True, max_cer=1e-9))  # every clip reported, with its CER
+    every, agreement = asr_agreement(utts, facts, AsrAgreementPolicy(enabled=True, max_cer=1e-9))  # every clip reported, with its CER
     cer = {f.utterance_ids[0]: f.value for f in every}
     assert set(cer) <= {"seg0", "seg1"} and all(v is not None and v < 0.3 for v in cer.values()), every
+    assert {c.utterance_id: c.cer for c in agreement.clips} == {u.id: cer.get(u.id, 0.0) for u in utts if u.id in cer} | {
+        c.utterance_id: c.cer for c in agreement.clips if c.utterance_id not in cer
+    }
+    assert [c.utterance_id for c in agreement.clips] == [u.id for u in utts] and {c.language for c in agreement.clips} == {"en"}
 
 
 def test_an_audit_rerun_after_a_fixed_transcript_hears_no_clip_twice(
@@ -257,13 +261,13 @@ def test_an_audit_rerun_after_a_fixed_transcript_hears_no_clip_twice(
     from voxledger.tasks.metrics.asr import AsrModel
 
     heard: list[int] = []
-    real = AsrModel.transcribe
+    real = AsrModel.hear
 
-    def counted(self: AsrModel, wav16k: np.ndarray) -> str:
+    def counted(self: AsrModel, wav16k: np.ndarray, language: str | None = None) -> object:
         heard.append(len(wav16k))
-        return real(self, wav16k)
+        return real(self, wav16k, language)
 
-    monkeypatch.setattr(AsrModel, "transcribe", counted)
+    monkeypatch.setattr(AsrModel, "hear", counted)
     (tmp_path / "c" / "wavs").mkdir(parents=True)
     rows = []
     for i in range(3):

@@ -190,6 +190,12 @@ def _print_report(doc: dict[str, Any]) -> None:
     console.print(comp)
     if family:
         console.print(family)
+    if result.get("profile"):
+        console.print(f"set beside the {result['profile']} protocol; this run differs from it in:")
+        for line in result.get("deviations", []):
+            console.print(f"  - {line}")
+    if result.get("failures"):
+        console.print(result["failures"])
     for c in result["comparisons"]:
         f = c.get("failures")
         if f and c["metric"] in SHOWN:

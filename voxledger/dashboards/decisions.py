@@ -96,7 +96,18 @@ def evaluation(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) ->
     interval_charts = '<div class="charts">' + "".join(chart(charts.metric_intervals(points, m)) for m in shown) + "</div>"
     metric_table = table(rows, ["metric", *cols], {c: str for c in cols})
     validity_table = table(validity, ["candidate", "rows", "invalid rate", "content gate fail rate"])
-    return head + interval_charts + metric_table + footnotes(notes) + validity_table
+    return head + interval_charts + metric_table + footnotes(notes) + validity_table + _protocol(ev)
+
+
+def _protocol(ev: EvaluationReceipt) -> str:
+    """The published protocol the plan named and every way the run differs from it; how failures counted."""
+    out = ""
+    if ev.result.profile:
+        items = "".join(f"<li>{escape(line)}</li>" for line in ev.result.deviations) or "<li>no difference found</li>"
+        out += f"<h3>Beside the {escape(ev.result.profile)} protocol</h3><p>This run differs from it in:</p><ul>{items}</ul>"
+    if ev.result.failures:
+        out += f"<p class='muted'>{escape(ev.result.failures)}</p>"
+    return out
 
 
 def forest(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) -> str:

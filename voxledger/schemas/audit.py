@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
-from voxledger.schemas.metrics import ValiditySpec
+from voxledger.schemas.metrics import AsrSpec, NormaliserName, ValiditySpec
 
 Severity = Literal["error", "warning", "info"]
 LeakageKey = Literal["speaker", "recording_id", "text_norm"]
@@ -60,7 +60,13 @@ class NearDuplicatePolicy(Frozen):
 
 
 class AsrAgreementPolicy(Frozen):
-    """Transcribe each file with the bundled Whisper model; flag CER above a bound, fail a transcript no better than chance."""
+    """Transcribe each file with a Whisper model; flag CER above a bound, fail a transcript no better than chance.
+
+    ``asr`` names the recogniser and the corpus language (default: the packaged tiny.en, English;
+    a Chinese corpus: ``{model_name: whisper-base-ct2, language: zh}``). CER is computed after
+    ``normaliser`` (default by language: ``whisper_en`` for English, ``zh`` for Chinese and
+    Cantonese, ``basic`` otherwise).
+    """
 
     enabled: bool = False
     max_cer: float = Field(default=0.35, gt=0)
@@ -77,6 +83,28 @@ class AsrAgreementPolicy(Frozen):
     beam_size: int = Field(
         default=5, ge=1, le=16, exclude_if=lambda v: v == 5, description="Whisper beam width for this check (1: greedy, fastest)"
     )
+    asr: AsrSpec | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the recogniser and the corpus language; unset: the packaged Whisper tiny.en, English",
+    )
+    normaliser: NormaliserName | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="text normaliser before CER; unset: whisper_en for English, zh for Chinese or Cantonese, basic otherwise",
+    )
+
+    def asr_spec(self) -> AsrSpec:
+        """The recogniser this check runs (``beam_size`` applies when set away from its default)."""
+        spec = self.asr or AsrSpec()
+        return spec if self.beam_size == 5 else spec.model_copy(update={"beam_size": self.beam_size})
+
+    def normaliser_name(self) -> NormaliserName:
+        """The normaliser CER is computed after (the policy's, else the language's)."""
+        if self.normaliser is not None:
+            return self.normaliser
+        language = self.asr_spec().language
+        return "whisper_en" if language == "en" else "zh" if language in ("zh", "yue") else "basic"
 
 
 class NoiseScreenPolicy(Frozen):
@@ -164,8 +192,27 @@ class CorpusStats(Frozen):
     total_hours: float
 
 
+class ClipAgreement(Frozen):
+    """ASR agreement of one clip: what the recogniser heard and the CER against the transcript."""
+
+    utterance_id: str
+    heard: str
+    cer: float = Field(ge=0)
+    language: str
+    language_probability: float | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class AsrAgreementResult(Frozen):
+    """Every clip's ASR agreement (not only the findings), with the model and text rule that made it."""
+
+    asr: AsrSpec
+    normaliser: NormaliserName
+    clips: tuple[ClipAgreement, ...]
+    median_cer: float | None
+
+
 class AuditResult(Frozen):
-    """What the audit concluded."""
+    """What the audit concluded; ``asr_agreement`` holds every clip's CER when that check ran."""
 
     verdict: Literal["pass", "fail"]
     n_utterances: int
@@ -173,6 +220,7 @@ class AuditResult(Frozen):
     counts_by_severity: dict[str, int]
     findings: tuple[Finding, ...]
     stats: CorpusStats
+    asr_agreement: AsrAgreementResult | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class AuditParameters(Frozen):

@@ -8,13 +8,17 @@ from pydantic import Field, JsonValue, model_validator
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.metrics import (
+    CHARACTER_LANGUAGES,
+    AnySpeakerSpec,
     AsrSpec,
     ContentGateSpec,
     MosSpec,
     SpeakerSpec,
     TextMetricSpec,
     ValiditySpec,
+    WhisperLanguage,
 )
+from voxledger.schemas.profiles import ProfileName
 from voxledger.schemas.training import BackendName
 
 Runtime = Literal["base", "adapter", "merged", "merged_export", "recordings"]
@@ -67,7 +71,11 @@ class Anchor(Frozen):
 
 
 class Prompt(Frozen):
-    """One thing to say; ``recording`` is the held-out ground truth (corpus-relative path)."""
+    """One thing to say; ``recording`` is the held-out ground truth (corpus-relative path).
+
+    ``language`` (a Whisper code) overrides the ASR spec's for this prompt: what the recogniser is
+    told and which unit the content gate counts (``by_language``).
+    """
 
     id: str = Field(min_length=1)
     category: str = Field(min_length=1)
@@ -75,6 +83,7 @@ class Prompt(Frozen):
     instruction: str | None = None
     anchors: tuple[Anchor, ...] = ()
     recording: str | None = None
+    language: WhisperLanguage | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 OWN_BASE = "own"
@@ -115,7 +124,7 @@ class MetricSuite(Frozen):
 
     asr: AsrSpec = AsrSpec()
     text: tuple[TextMetricSpec, ...] = (TextMetricSpec(normaliser="whisper_en"), TextMetricSpec(normaliser="basic"))
-    speaker: SpeakerSpec | None = SpeakerSpec()
+    speaker: AnySpeakerSpec | None = SpeakerSpec()
     mos: MosSpec | None = MosSpec()
     validity: ValiditySpec = ValiditySpec()
     content_gate: ContentGateSpec = ContentGateSpec()
@@ -172,6 +181,8 @@ class EvaluationPlan(Frozen):
     speaker_references: dict[str, str] = Field(default_factory=dict)
     metrics: MetricSuite = MetricSuite()
     statistics: StatisticsSettings = StatisticsSettings()
+    profile: ProfileName | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A published protocol to sit beside (`voxledger.schemas.profiles`): the receipt lists every difference."""
 
     @model_validator(mode="after")
     def _check(self) -> EvaluationPlan:
@@ -188,6 +199,7 @@ class EvaluationPlan(Frozen):
             missing = [p.id for p in self.prompts if p.recording is None]
             if missing:
                 problems.append(f"a 'recordings' candidate needs a recording for every prompt; missing: {missing[:5]}")
+        problems += self._language_problems()
         if self.metrics.speaker is not None:
             need = {f"{p.id}:{s}" for p in self.prompts for s in self.seeds}
             missing_refs = sorted(need - set(self.speaker_references))
@@ -196,6 +208,26 @@ class EvaluationPlan(Frozen):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def prompt_language(self, prompt: Prompt) -> str:
+        """The language the recogniser is told for ``prompt`` (its own, else the ASR spec's; may be ``detect``)."""
+        return prompt.language or self.metrics.asr.language
+
+    def _language_problems(self) -> list[str]:
+        asr, gate = self.metrics.asr, self.metrics.content_gate
+        problems = []
+        foreign = sorted({p.language for p in self.prompts if p.language not in (None, "en")})
+        if asr.english_only and foreign:
+            problems.append(f"prompts in {foreign} need a multilingual ASR model; metrics.asr.model_name {asr.model_name} is English only")
+        languages = {self.prompt_language(p) for p in self.prompts}
+        if gate.unit == "word" and languages & CHARACTER_LANGUAGES:
+            problems.append(
+                f"prompts in {sorted(languages & CHARACTER_LANGUAGES)} have no words to count: "
+                "set metrics.content_gate.unit to by_language (or char) and its text_metric normaliser to zh"
+            )
+        if gate.unit == "by_language" and "detect" in languages:
+            problems.append("content_gate unit by_language needs each prompt's language: give prompts a language or the ASR spec one")
+        return problems
 
 
 class Generation(Frozen):
@@ -310,11 +342,18 @@ class Comparison(Frozen):
 
 
 class EvaluationResult(Frozen):
-    """Summaries and comparisons; no composite score. ``not_compared`` says why a metric is absent."""
+    """Summaries and comparisons; no composite score. ``not_compared`` says why a metric is absent.
+
+    ``profile`` is the published protocol the plan named and ``deviations`` every way this run
+    differs from it (empty with no profile); ``failures`` says how failed generations were counted.
+    """
 
     summaries: tuple[CandidateSummary, ...]
     comparisons: tuple[Comparison, ...]
     not_compared: dict[str, str] = Field(default_factory=dict)
+    profile: ProfileName | None = Field(default=None, exclude_if=lambda v: v is None)
+    deviations: tuple[str, ...] = Field(default=(), exclude_if=lambda v: not v)
+    failures: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ResolvedCandidate(Frozen):

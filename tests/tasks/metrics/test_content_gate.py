@@ -18,7 +18,7 @@ def failed(result: GateResult) -> set[str]:
 def test_faithful_transcript_passes_every_check() -> None:
     result = content_gate(REF, "please call stella and ask her to bring these things with her from the start")
     assert result.passed and failed(result) == set()
-    assert [c.name for c in result.checks] == list(get_args(GateCheckName))
+    assert [c.name for c in result.checks] == [n for n in get_args(GateCheckName) if n != "cer"]  # cer replaces wer for characters
     instruction = result.checks[-1]
     assert instruction.value is None and instruction.detail == "skipped: no instruction given"
 

@@ -16,7 +16,7 @@ from voxledger.tasks.metrics.normalise import NORMALISERS, basic, get_normaliser
 
 def test_registry_is_exactly_the_literal_names() -> None:
     assert sorted(NORMALISERS) == sorted(get_args(NormaliserName))
-    assert len(NORMALISERS) == 3
+    assert len(NORMALISERS) == 7
 
 
 def test_schema_versions_match_the_installed_code() -> None:

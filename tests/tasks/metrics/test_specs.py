@@ -13,38 +13,48 @@ from voxledger.schemas.errors import EvaluationError
 from voxledger.tasks.metrics import verify_engine
 
 SPECS = [cls for _, cls in inspect.getmembers(metrics, inspect.isclass) if issubclass(cls, BaseModel) and cls.__name__.endswith("Spec")]
+REQUIRED: dict[str, dict[str, str]] = {
+    # a folder the user brings has no default: its name, location and digest are the user's
+    "WavLMSpeakerSpec": {"model_name": "wavlm-large-sv", "model_dir": "/models/wavlm", "folder_sha256": "0" * 64},
+}
+
+
+def make(cls: type[BaseModel], **kw: object) -> BaseModel:
+    """A spec with its defaults (and the fields that have none)."""
+    return cls(**REQUIRED.get(cls.__name__, {}), **kw)
 
 
 def test_every_spec_is_discovered_with_a_literal_name_and_version() -> None:
-    names = {cls().name: cls().version for cls in SPECS}
+    names = {make(cls).name: make(cls).version for cls in SPECS}  # type: ignore[attr-defined]
     assert names == {
         "asr_faster_whisper": 1,
         "wer_cer": 1,
         "speaker_ecapa": 1,
+        "speaker_wavlm_xvector": 1,
         "dnsmos_p835": 1,
         "audio_validity": 1,
         "content_gate": 1,
     }
     for cls in SPECS:
         schema = cls.model_json_schema()
-        assert schema["properties"]["name"]["const"] == cls().name, cls.__name__
+        assert schema["properties"]["name"]["const"] == make(cls).name, cls.__name__  # type: ignore[attr-defined]
         assert schema["properties"]["version"]["const"] == 1, cls.__name__
 
 
 @pytest.mark.parametrize("cls", SPECS, ids=lambda c: c.__name__)
 def test_specs_are_frozen_closed_and_round_trip(cls: type[BaseModel]) -> None:
-    spec = cls()
+    spec = make(cls)
     with pytest.raises(ValidationError):
         spec.name = "other"  # type: ignore[attr-defined]
     with pytest.raises(ValidationError, match="extra"):
-        cls(unexpected_setting=1)
+        make(cls, unexpected_setting=1)
     assert cls.model_validate_json(spec.model_dump_json()) == spec
     assert hash(spec) == hash(cls.model_validate(json.loads(spec.model_dump_json())))
 
 
 def test_json_schema_lists_every_normaliser() -> None:
     schema = metrics.TextMetricSpec.model_json_schema()
-    assert schema["properties"]["normaliser"]["enum"] == ["whisper_en", "basic", "none"]
+    assert schema["properties"]["normaliser"]["enum"] == ["whisper_en", "basic", "none", "zh", "zh_digits", "seedtts_en", "seedtts_zh"]
 
 
 def test_pinned_defaults() -> None:
@@ -78,7 +88,7 @@ def test_bad_digest_is_rejected() -> None:
 
 @pytest.mark.parametrize("cls", SPECS, ids=lambda c: c.__name__)
 def test_engine_pins_match_the_installed_packages(cls: type[BaseModel]) -> None:
-    engine = getattr(cls(), "engine", None)
+    engine = getattr(make(cls), "engine", None)
     if engine is not None:
         verify_engine(engine)
 

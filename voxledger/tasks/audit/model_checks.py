@@ -12,9 +12,9 @@ import numpy as np
 import soundfile as sf
 from scipy.signal import resample_poly
 
-from voxledger.schemas.audit import AsrAgreementPolicy, Finding, NoiseScreenPolicy
+from voxledger.schemas.audit import AsrAgreementPolicy, AsrAgreementResult, ClipAgreement, Finding, NoiseScreenPolicy
 from voxledger.schemas.manifest import Utterance
-from voxledger.schemas.metrics import AsrSpec
+from voxledger.schemas.metrics import AsrSpec, TextMetricSpec
 from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.audit.measure import FileFacts
 
@@ -64,13 +64,16 @@ def asr_agreement(
     policy: AsrAgreementPolicy,
     audio_ids: dict[str, str] | None = None,
     memo: DerivedMemo | None = None,
-) -> list[Finding]:
-    """CER between each transcript and the bundled Whisper model's transcript of the audio.
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Finding], AsrAgreementResult]:
+    """CER between each transcript and what the policy's Whisper model hears in the audio.
 
     A clip above ``max_cer`` is a finding of the policy's severity; with ``fail_chance_ratio`` it is
     an error when its CER is no better than chance: at least that fraction of the median CER of
     its ASR transcript against 25 other transcripts of the corpus (a transcript of another
-    recording), which a poorly recognised but right transcript stays well below.
+    recording), which a poorly recognised but right transcript stays well below. The model and its
+    language are the policy's (`AsrAgreementPolicy.asr_spec`), CER follows its normaliser, and every
+    clip's CER comes back in the result, not only the findings.
 
     With ``audio_ids`` (utterance id -> audio or cut digest) and a home's ``memo``, a cut heard
     before under the same key (`asr_memo_key`) is not transcribed again: an audit re-run after a
@@ -79,38 +82,63 @@ def asr_agreement(
     from voxledger.tasks.metrics.asr import load_asr_model
     from voxledger.tasks.metrics.textmetrics import score_text
 
-    spec = AsrSpec(beam_size=policy.beam_size)
+    spec = policy.asr_spec()
+    text_spec = TextMetricSpec(normaliser=policy.normaliser_name())
     keys = {u.id: asr_memo_key(audio_ids[u.id], spec) for u in utts if audio_ids and u.id in audio_ids} if memo is not None else {}
-    heard = {uid: str(v["text"]) for uid, v in (memo.get_many(ASR_MEMO_KIND, keys) if memo is not None else {}).items()}
-    fresh: dict[str, str] = {}
+    heard = {uid: dict(v) for uid, v in (memo.get_many(ASR_MEMO_KIND, keys) if memo is not None else {}).items()}
+    fresh: dict[str, dict[str, Any]] = {}
     try:
-        out = _agreement(utts, facts, policy, heard, fresh, lambda: load_asr_model(spec, cpu_threads=ASR_THREADS), score_text)
+        findings, clips = _agreement(
+            utts,
+            facts,
+            policy,
+            heard,
+            fresh,
+            lambda: load_asr_model(spec, cpu_threads=ASR_THREADS),
+            lambda r, h: score_text(r, h, text_spec),
+            progress,
+        )
     finally:  # what was heard before a failure is kept for the next attempt
         if memo is not None:
-            memo.put_many(ASR_MEMO_KIND, {uid: (keys[uid], {"text": text}) for uid, text in fresh.items() if uid in keys})
-    return out
+            memo.put_many(ASR_MEMO_KIND, {uid: (keys[uid], doc) for uid, doc in fresh.items() if uid in keys})
+    median = float(np.median([c.cer for c in clips])) if clips else None
+    return findings, AsrAgreementResult(asr=spec, normaliser=text_spec.normaliser, clips=tuple(clips), median_cer=median)
 
 
 def _agreement(
     utts: list[Utterance],
     facts: dict[str, FileFacts],
     policy: AsrAgreementPolicy,
-    heard: dict[str, str],
-    fresh: dict[str, str],
+    heard: dict[str, dict[str, Any]],
+    fresh: dict[str, dict[str, Any]],
     model_of: Callable[[], Any],
     score_text: Callable[[str, str], Any],
-) -> list[Finding]:
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Finding], list[ClipAgreement]]:
     texts = [u.text for u in utts]
-    out = []
+    out, clips = [], []
     for i, u in enumerate(utts):
         if u.id in heard:
-            hyp = heard[u.id]
+            doc = heard[u.id]
         else:
-            hyp = fresh[u.id] = model_of().transcribe(_wav16k(facts[u.id]))
+            t = model_of().hear(_wav16k(facts[u.id]))
+            doc = fresh[u.id] = {"text": t.text, "language": t.language, "language_probability": t.language_probability}
+            if progress is not None and (len(fresh) % 10 == 0):
+                progress(f"audit: ASR agreement {i + 1}/{len(utts)} clips")
+        hyp = str(doc["text"])
         cer = score_text(u.text, hyp).cer
+        clips.append(
+            ClipAgreement(
+                utterance_id=u.id,
+                heard=hyp,
+                cer=cer,
+                language=str(doc.get("language") or policy.asr_spec().language),
+                language_probability=doc.get("language_probability"),
+            )
+        )
         if cer <= policy.max_cer:
             continue
-        chance = _chance_cer(texts, i, hyp) if policy.fail_chance_ratio is not None else None
+        chance = _chance_cer(texts, i, hyp, score_text) if policy.fail_chance_ratio is not None else None
         wrong = chance is not None and policy.fail_chance_ratio is not None and cer >= policy.fail_chance_ratio * chance
         note = f"; no better than another recording's transcript (chance CER {chance:.2f}): fix the manifest line" if wrong else ""
         out.append(
@@ -124,13 +152,11 @@ def _agreement(
                 bound=policy.max_cer,
             )
         )
-    return out
+    return out, clips
 
 
-def _chance_cer(texts: list[str], i: int, hyp: str) -> float | None:
+def _chance_cer(texts: list[str], i: int, hyp: str, score_text: Callable[[str, str], Any]) -> float | None:
     """Median CER of ``hyp`` against 25 other transcripts, spread evenly over the corpus (None: fewer than 5 others)."""
-    from voxledger.tasks.metrics.textmetrics import score_text
-
     others = [t for j, t in enumerate(texts) if j != i]
     if len(others) < 5:
         return None

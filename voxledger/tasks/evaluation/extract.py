@@ -121,8 +121,12 @@ def extract_all(
     journal: Journal,
     progress: Callable[[str], None] | None = None,
     overlap: bool | None = None,
+    transcripts: dict[tuple[str, str, int], dict[str, Any]] | None = None,
 ) -> list[Observation]:
     """Observations for every valid generation; rows already journaled are not recomputed.
+
+    ``transcripts``, when given, receives what the ASR model heard for each measured generation
+    (``text``, ``language`` and, when detected, ``language_probability``), keyed like the rows.
 
     With ``overlap`` (the default on two or more cores) two worker threads read the clips and run the
     ungated extractors (ASR, on its own model replica per thread, and what reads its transcript) up to
@@ -137,6 +141,8 @@ def extract_all(
         key = (row["candidate"], row["prompt_id"], row["seed"])
         seen[key] = [Observation.model_validate(o) for o in row["observations"]]
         measured[key] = row.get("audio_sha256")
+        if transcripts is not None and row.get("transcript") is not None:
+            transcripts[key] = row["transcript"]
     overlapped = overlap_default() if overlap is None else overlap
     ex = Extractors(plan, corpus, asr_workers=ASR_WORKERS if overlapped else 1)
     todo = [
@@ -157,15 +163,19 @@ def extract_all(
     try:
         for (i, g), (m, ungated) in zip(todo, halves, strict=True):
             obs = ex.ordered(ungated | ex.measure(m, gated=True))
-            journal.append(
-                {
-                    "candidate": g.candidate,
-                    "prompt_id": g.prompt_id,
-                    "seed": g.seed,
-                    "audio_sha256": g.audio_sha256,
-                    "observations": [o.model_dump(mode="json") for o in obs],
-                }
-            )
+            heard = m.cache.get("asr")
+            row = {
+                "candidate": g.candidate,
+                "prompt_id": g.prompt_id,
+                "seed": g.seed,
+                "audio_sha256": g.audio_sha256,
+                "observations": [o.model_dump(mode="json") for o in obs],
+            }
+            if heard is not None:
+                row["transcript"] = {"text": heard.text, "language": heard.language, "language_probability": heard.language_probability}
+                if transcripts is not None:
+                    transcripts[(g.candidate, g.prompt_id, g.seed)] = row["transcript"]
+            journal.append(row)
             seen[(g.candidate, g.prompt_id, g.seed)] = obs
             if progress:
                 progress(f"measuring {i}/{len(gens)}: {g.candidate} {g.prompt_id} seed {g.seed}")

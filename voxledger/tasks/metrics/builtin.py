@@ -14,15 +14,27 @@ from voxledger.schemas.evaluation import MetricSuite
 from voxledger.tasks.metrics.registry import ExtractorDef, Measurement, MetricDef, Values, register
 
 
+def _language(m: Measurement) -> str:
+    """The language the recogniser is told for this prompt (its own, else the ASR spec's)."""
+    return str(m.prompt.language or m.suite.asr.language)
+
+
+def transcript(m: Measurement) -> Any:
+    """What the ASR model heard for this generation, and in which language (computed once)."""
+    return m.shared("asr", lambda: m.models.asr.hear(m.wav, _language(m)))
+
+
 def _hypothesis(m: Measurement) -> str:
-    return str(m.shared("asr", lambda: m.models.asr.transcribe(m.wav)))
+    return str(transcript(m).text)
 
 
 def gate(m: Measurement) -> Any:
     """The content-gate result of this generation (computed once)."""
     from voxledger.tasks.metrics.content_gate import content_gate
 
-    return m.shared("gate", lambda: content_gate(m.text, _hypothesis(m), m.prompt.instruction, m.suite.content_gate))
+    language = _language(m)
+    heard = transcript(m).language if language == "detect" else language
+    return m.shared("gate", lambda: content_gate(m.text, _hypothesis(m), m.prompt.instruction, m.suite.content_gate, heard))
 
 
 def _validity(m: Measurement, key: str, spec: BaseModel) -> Values:

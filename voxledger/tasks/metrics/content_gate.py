@@ -1,9 +1,11 @@
 """Content gate: does the transcript of a synthesised clip say the text, and nothing else?
 
-Four checks on normalised words (the spec's text normaliser), each reported with its value,
-bound and verdict, so a failure says which way the audio went wrong:
+Four checks on normalised units (the spec's text normaliser), each reported with its value,
+bound and verdict, so a failure says which way the audio went wrong. The unit is a word, or a
+character for Chinese, Cantonese, Japanese and Korean (``unit: char``, or ``by_language`` with the
+prompt's language); with characters the error check is ``cer`` and n-grams are character n-grams:
 
-- ``wer``: word error rate against the reference, at most ``max_wer``.
+- ``wer`` (``cer``): word (character) error rate against the reference, at most ``max_wer`` (``max_cer``).
 - ``repeated_ngrams``: for every n-gram the hypothesis says more than once, the occurrences
   beyond those in the reference (at least one is allowed), summed; catches looping/stuttering
   output, at most ``max_repeated_ngram_excess``.
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from voxledger.schemas.metrics import ContentGateSpec, GateCheck, GateResult
+from voxledger.schemas.metrics import ContentGateSpec, ContentUnit, GateCheck, GateResult, TextScore, content_unit
 from voxledger.tasks.metrics.normalise import normaliser_for
 from voxledger.tasks.metrics.textmetrics import score_text
 
@@ -55,11 +57,22 @@ def instruction_fraction(instruction_words: list[str], ref_words: list[str], hyp
     return heard / len(grams)
 
 
+def gate_unit(spec: ContentGateSpec, language: str | None) -> ContentUnit:
+    """The unit the gate counts for a prompt in ``language`` (None: the plan's, or English)."""
+    return content_unit(language or "en") if spec.unit == "by_language" else spec.unit
+
+
+def units(normalised: str, unit: ContentUnit) -> list[str]:
+    """Words (split on spaces) or characters (spaces left out) of a normalised text."""
+    return normalised.split() if unit == "word" else [c for c in normalised if not c.isspace()]
+
+
 def content_gate(
     ref_text: str,
     hyp_text: str,
     instruction: str | None = None,
     spec: ContentGateSpec | None = None,
+    language: str | None = None,
 ) -> GateResult:
     """Run every content check of ``spec`` on one reference/transcript pair.
 
@@ -67,49 +80,65 @@ def content_gate(
         ref_text: the text the clip should say.
         hyp_text: the ASR transcript of the clip.
         instruction: the style/voice instruction given to the model, if any.
-        spec: bounds and the text normaliser; defaults to ``ContentGateSpec()``.
+        spec: bounds, unit and the text normaliser; defaults to ``ContentGateSpec()``.
+        language: the prompt's language (Whisper code), read when ``spec.unit`` is ``by_language``.
 
     Returns:
-        GateResult with the WER score and one GateCheck per check, in a fixed order.
+        GateResult with the text score and one GateCheck per check, in a fixed order.
 
     Raises:
         EvaluationError: the normaliser version in the spec is not the installed one.
     """
     spec = spec or ContentGateSpec()
+    unit = gate_unit(spec, language)
     score = score_text(ref_text, hyp_text, spec.text_metric)
-    ref_words, hyp_words = score.normalised_ref.split(), score.normalised_hyp.split()
+    ref_words, hyp_words = units(score.normalised_ref, unit), units(score.normalised_hyp, unit)
     excess = repeated_ngram_excess(ref_words, hyp_words, spec.ngram_n)
     overlap = reference_overlap(ref_words, hyp_words)
     checks = [
-        GateCheck(
-            name="wer",
-            value=score.wer,
-            bound=spec.max_wer,
-            passed=score.wer <= spec.max_wer,
-            detail=f"{score.word_edits} edits over {score.ref_words} reference words",
-        ),
+        _error_check(score, unit, spec),
         GateCheck(
             name="repeated_ngrams",
             value=float(excess),
             bound=float(spec.max_repeated_ngram_excess),
             passed=excess <= spec.max_repeated_ngram_excess,
-            detail=f"extra repeats of {spec.ngram_n}-grams beyond the reference",
+            detail=f"extra repeats of {spec.ngram_n}-{'gram' if unit == 'word' else 'character gram'}s beyond the reference",
         ),
         GateCheck(
             name="reference_overlap",
             value=overlap,
             bound=spec.min_reference_overlap,
             passed=overlap >= spec.min_reference_overlap,
-            detail="fraction of reference words present in the transcript",
+            detail=f"fraction of reference {'words' if unit == 'word' else 'characters'} present in the transcript",
         ),
-        _instruction_check(instruction, ref_words, hyp_words, spec),
+        _instruction_check(instruction, ref_words, hyp_words, spec, unit),
     ]
     return GateResult(passed=all(c.passed for c in checks), checks=tuple(checks), text_score=score)
 
 
-def _instruction_check(instruction: str | None, ref_words: list[str], hyp_words: list[str], spec: ContentGateSpec) -> GateCheck:
+def _error_check(score: TextScore, unit: ContentUnit, spec: ContentGateSpec) -> GateCheck:
+    if unit == "char":
+        return GateCheck(
+            name="cer",
+            value=score.cer,
+            bound=spec.max_cer,
+            passed=score.cer <= spec.max_cer,
+            detail=f"{score.char_edits} edits over {score.ref_chars} reference characters",
+        )
+    return GateCheck(
+        name="wer",
+        value=score.wer,
+        bound=spec.max_wer,
+        passed=score.wer <= spec.max_wer,
+        detail=f"{score.word_edits} edits over {score.ref_words} reference words",
+    )
+
+
+def _instruction_check(
+    instruction: str | None, ref_words: list[str], hyp_words: list[str], spec: ContentGateSpec, unit: ContentUnit
+) -> GateCheck:
     bound = spec.max_instruction_ngram_fraction
-    words = normaliser_for(spec.text_metric)(instruction or "").split()
+    words = units(normaliser_for(spec.text_metric)(instruction or ""), unit)
     if not spec.check_spoken_instruction or not words:
         reason = "no instruction given" if spec.check_spoken_instruction else "disabled by spec"
         return GateCheck(
@@ -125,5 +154,5 @@ def _instruction_check(instruction: str | None, ref_words: list[str], hyp_words:
         value=fraction,
         bound=bound,
         passed=fraction <= bound,
-        detail=f"fraction of instruction {min(spec.ngram_n, len(words))}-grams heard, not in text",
+        detail=f"fraction of instruction {min(spec.ngram_n, len(words))}-{'gram' if unit == 'word' else 'character gram'}s heard, not in text",
     )

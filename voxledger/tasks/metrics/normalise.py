@@ -8,6 +8,22 @@
   symbol or control character becomes a space except an apostrophe between two letters or
   digits ("don't" stays), whitespace collapsed. No number handling.
 - ``none``: the text unchanged (only whitespace is ever used to split words).
+- ``zh``: Chinese, and Chinese mixed with English. NFKC (full-width letters, digits and
+  punctuation become their ASCII forms), traditional characters to simplified (zhconv,
+  ``zh-hans``: script only, no regional vocabulary), lowercase, every punctuation mark of both
+  scripts (zhon's CJK punctuation, Unicode categories P and S) becomes a space, an apostrophe
+  between two letters stays. Tokens: every Han character, kana or Hangul syllable is its own
+  token; a run of Latin letters or digits is one token. Joined by single spaces, so a "word" error
+  rate over this text is the mixed error rate (Han characters plus English words), and CER
+  (spaces ignored, `NORMALISER_SPACES`) counts characters only. Digits stay digits.
+- ``zh_digits``: ``zh`` after Arabic numerals are read out as Chinese numerals (cn2an's
+  ``an2cn`` transform: "2024年" -> "二零二四年", "3.5" -> "三点五"), for references written in
+  digits that an ASR model spells out, or the reverse.
+- ``seedtts_en`` / ``seedtts_zh``: Seed-TTS-eval's ``run_wer.py`` (BytedanceSpeech/seed-tts-eval,
+  commit 95003fe) exactly: every character of zhon's CJK punctuation and ``string.punctuation``
+  except the apostrophe is deleted (not replaced by a space), one double space becomes one; ``en``
+  then lowercases, ``zh`` splits into characters (zhconv ``zh-cn`` first, which that script applies
+  to the ASR output; here to both sides, a no-op for simplified references).
 
 The version of each entry is recorded in ``TextMetricSpec.normaliser_version``; for
 ``whisper_en`` it is read from the installed distribution, so an upgrade is visible in every spec.
@@ -16,6 +32,7 @@ The version of each entry is recorded in ``TextMetricSpec.normaliser_version``; 
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +54,80 @@ class Normaliser:
     name: NormaliserName
     version: str
     apply: Callable[[str], str]
+
+
+@cache
+def _zh() -> tuple[Callable[[str, str], str], str]:
+    """zhconv's converter and zhon's CJK punctuation, imported once (zhconv warns about pkg_resources)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import zhconv
+    from zhon.hanzi import punctuation
+
+    return zhconv.convert, punctuation
+
+
+_CJK_TOKEN = re.compile(
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\s\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+"
+)
+
+
+@lru_cache(maxsize=1 << 16)
+def zh(text: str) -> str:
+    """Chinese (and mixed Chinese-English) text as space-separated tokens: Han characters one by
+    one, Latin or digit runs whole; simplified, lowercase, no punctuation of either script."""
+    convert, cjk_punctuation = _zh()
+    text = convert(unicodedata.normalize("NFKC", text), "zh-hans").translate(_APOSTROPHES).lower()
+    last = len(text) - 1
+    kept = [
+        c if _inner_apostrophe(text, i, last) or not (c in cjk_punctuation or unicodedata.category(c)[0] in "PSCZ") else " "
+        for i, c in enumerate(text)
+    ]
+    return " ".join(_CJK_TOKEN.findall("".join(kept)))
+
+
+def _inner_apostrophe(text: str, i: int, last: int) -> bool:
+    return text[i] == "'" and 0 < i < last and text[i - 1].isalnum() and text[i + 1].isalnum()
+
+
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+
+
+@lru_cache(maxsize=1 << 16)
+def zh_digits(text: str) -> str:
+    """``zh`` after Arabic numerals become Chinese numerals (cn2an ``an2cn``; a run cn2an's whole-text
+    transform refuses is read number by number)."""
+    import cn2an
+
+    text = unicodedata.normalize("NFKC", text)
+    try:
+        spoken = cn2an.transform(text, "an2cn")
+    except (ValueError, KeyError, IndexError):
+        spoken = _DIGITS.sub(lambda m: cn2an.an2cn(m.group(0), "low"), text)
+    return zh(spoken)
+
+
+def _seedtts_strip(text: str) -> str:
+    """Seed-TTS-eval's punctuation rule: delete each punctuation character except ``'``, then one
+    pass of double space -> single space."""
+    _, cjk_punctuation = _zh()
+    for x in cjk_punctuation + string.punctuation:
+        if x != "'":
+            text = text.replace(x, "")
+    return text.replace("  ", " ")
+
+
+def seedtts_en(text: str) -> str:
+    """Seed-TTS-eval's English rule: punctuation deleted (apostrophes kept), lowercase."""
+    return _seedtts_strip(text).lower()
+
+
+def seedtts_zh(text: str) -> str:
+    """Seed-TTS-eval's Chinese rule: zhconv ``zh-cn``, punctuation deleted, one token per character."""
+    convert, _ = _zh()
+    return " ".join(_seedtts_strip(convert(text, "zh-cn")))
 
 
 @cache
@@ -79,6 +170,10 @@ NORMALISERS: dict[str, Normaliser] = {
     "whisper_en": Normaliser("whisper_en", _whisper_en_version(), whisper_en),
     "basic": Normaliser("basic", NORMALISER_VERSIONS["basic"], basic),
     "none": Normaliser("none", NORMALISER_VERSIONS["none"], identity),
+    "zh": Normaliser("zh", NORMALISER_VERSIONS["zh"], zh),
+    "zh_digits": Normaliser("zh_digits", NORMALISER_VERSIONS["zh_digits"], zh_digits),
+    "seedtts_en": Normaliser("seedtts_en", NORMALISER_VERSIONS["seedtts_en"], seedtts_en),
+    "seedtts_zh": Normaliser("seedtts_zh", NORMALISER_VERSIONS["seedtts_zh"], seedtts_zh),
 }
 if set(NORMALISERS) != set(get_args(NormaliserName)):  # pragma: no cover - import-time guard
     raise ImportError(f"normaliser registry {sorted(NORMALISERS)} != {get_args(NormaliserName)}")

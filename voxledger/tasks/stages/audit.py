@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from voxledger.schemas.audit import AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
+from voxledger.schemas.audit import AsrAgreementResult, AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.stores.blobs import LocalBlobStore
@@ -151,7 +151,8 @@ def _check(
     for u in utts:
         findings += checks.transcript(u)
         findings += checks.file_findings(u, facts[u.id], policy)
-    findings += _optional_model_checks(utts, facts, policy, digests, memo)
+    model_findings, agreement = _optional_model_checks(utts, facts, policy, digests, memo, progress)
+    findings += model_findings
     by_code: dict[str, int] = {}
     by_sev = {"error": 0, "warning": 0, "info": 0}
     for f in findings:
@@ -164,6 +165,7 @@ def _check(
         counts_by_severity=by_sev,
         findings=tuple(findings),
         stats=checks.corpus_stats(utts, facts),
+        asr_agreement=agreement,
     )
 
 
@@ -173,19 +175,23 @@ def _optional_model_checks(
     policy: AuditPolicy,
     audio_ids: dict[str, str] | None = None,
     memo: DerivedMemo | None = None,
-) -> list[Finding]:
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Finding], AsrAgreementResult | None]:
     """ASR agreement and DNSMOS noise screen: off by default, switched on by the policy. ``audio_ids``
     (each utterance's audio or cut digest) and the home's ``memo`` let ASR agreement read back the
-    transcript of a cut it heard before with the same model and settings."""
+    transcript of a cut it heard before with the same model and settings. Returns the findings and
+    every clip's ASR agreement (None when that check is off)."""
     from voxledger.tasks.audit.model_checks import asr_agreement, noise_screen
 
     out: list[Finding] = []
+    agreement = None
     readable = [u for u in utts if facts[u.id].stats is not None and facts[u.id].path is not None]
     if policy.asr_agreement.enabled:
-        out += asr_agreement(readable, facts, policy.asr_agreement, audio_ids, memo)
+        found, agreement = asr_agreement(readable, facts, policy.asr_agreement, audio_ids, memo, progress)
+        out += found
     if policy.noise_screen.enabled:
         out += noise_screen(readable, facts, policy.noise_screen)
-    return out
+    return out, agreement
 
 
 def _line_count(files: tuple[Path, ...]) -> int:

@@ -26,6 +26,7 @@ from voxledger.stores.queries import alias_target
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
 from voxledger.tasks.evaluation.generate import generate_all
 from voxledger.tasks.evaluation.journal import Journal
+from voxledger.tasks.evaluation.profiles import deviations, failures_statement
 from voxledger.tasks.evaluation.stats import ERROR_RATES, adjust_family, clustered_interval, failure_split, paired_delta
 from voxledger.tasks.metrics.registry import is_count, lower_is_better
 from voxledger.tasks.plans import register_plan
@@ -105,10 +106,14 @@ def evaluate_plan_fn(
         return hit
     work = home.root / "evals" / key[:16]
     gens = generate_all(home, plan, resolved, corpus, Journal(work / "generations.jsonl"), progress)
-    obs = extract_all(home, plan, gens, corpus, Journal(work / "observations.jsonl"), progress)
+    heard: dict[tuple[str, str, int], dict[str, object]] = {}
+    obs = extract_all(home, plan, gens, corpus, Journal(work / "observations.jsonl"), progress, transcripts=heard)
     result = summarise(plan, gens, obs)
     gen_sha = home.blobs.put_bytes(canonical_bytes([g.model_dump(mode="json") for g in gens]))
     obs_sha = home.blobs.put_bytes(canonical_bytes([o.model_dump(mode="json") for o in obs]))
+    transcripts_sha = home.blobs.put_bytes(
+        canonical_bytes([{"candidate": c, "prompt_id": p, "seed": s, **heard[(c, p, s)]} for c, p, s in sorted(heard)])
+    )
     inputs = [InputRef(role="plan", sha256=plan_rid, ref="receipt"), *parents]
     for r in resolved.values():
         for role, sha in (("candidate_artifact", r.artifact_sha256), ("candidate_base", r.base_sha256)):
@@ -125,6 +130,7 @@ def evaluate_plan_fn(
         subjects=[
             artifact(home.blobs, "generations", gen_sha, "application/json"),
             artifact(home.blobs, "observations", obs_sha, "application/json"),
+            artifact(home.blobs, "transcripts", transcripts_sha, "application/json"),
             *_audio_subjects(home, gens),
         ],
         parameters=EvaluationParameters(
@@ -220,4 +226,11 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
             )
     tests = adjust_family([c.test for c in comparisons], f"evaluation {plan.name}: every comparison", st.multiplicity)
     comparisons = [c.model_copy(update={"test": t}) for c, t in zip(comparisons, tests, strict=True)]
-    return EvaluationResult(summaries=tuple(summaries), comparisons=tuple(comparisons), not_compared=not_compared)
+    return EvaluationResult(
+        summaries=tuple(summaries),
+        comparisons=tuple(comparisons),
+        not_compared=not_compared,
+        profile=plan.profile,
+        deviations=deviations(plan),
+        failures=failures_statement(gens),
+    )
