@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -173,7 +174,8 @@ class WavLMEncoder:
         previous = torch.get_num_threads()
         torch.set_num_threads(self.cpu_threads)
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # torch's note on WavLM's mixed attention masks
                 inputs = self._extractor(np.array(audio, copy=True), sampling_rate=self.spec.sample_rate_hz, return_tensors="pt")
                 out = self._model(**{k: v.to(self.spec.device) for k, v in inputs.items()}).embeddings
         finally:
