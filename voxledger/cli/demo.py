@@ -29,16 +29,30 @@ def demo() -> None:
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--size", type=click.Choice(["tiny", "small", "full"]), default="full", show_default=True)
 @click.option("--flawed", is_flag=True, help="Plant one problem of each kind the audit must catch (listed in planted.json).")
+@click.option(
+    "--language",
+    type=click.Choice(["en", "zh"]),
+    default="en",
+    show_default=True,
+    help="en: English voices reading Harvard sentences; zh: Mandarin voices (espeak-ng cmn) reading everyday sentences.",
+)
 @json_option("what was written")
-def demo_corpus(out: Path, size: str, flawed: bool, as_json: bool) -> None:
+def demo_corpus(out: Path, size: str, flawed: bool, language: str, as_json: bool) -> None:
     """Synthesise the multi-speaker espeak-ng demo corpus (deterministic: identical bytes every run).
 
     Example: voxledger demo corpus ./demo/corpus --size small
+    Example: voxledger demo corpus ./demo/corpus-zh --language zh
     """
     from voxledger.tasks.corpus.demo import build_demo_corpus
+    from voxledger.tasks.corpus.demo_zh import build_mandarin_corpus
 
-    with console.status(f"synthesising the {size} demo corpus") if not as_json else nullcontext():
-        info = build_demo_corpus(out, size=size, flawed=flawed)  # type: ignore[arg-type]
+    # per language: the builder, what it makes, and the audit policy the next step names
+    build, what, policy = {
+        "en": (build_demo_corpus, "demo corpus", ""),
+        "zh": (build_mandarin_corpus, "Mandarin demo corpus", " --policy plans/audit-demo-zh.yaml"),
+    }[language]
+    with console.status(f"synthesising the {size} {what}") if not as_json else nullcontext():
+        info = build(out, size=size, flawed=flawed)  # type: ignore[arg-type]
     summary = {
         "out": str(info.out_dir),
         "manifest": str(info.manifest_path),
@@ -57,7 +71,7 @@ def demo_corpus(out: Path, size: str, flawed: bool, as_json: bool) -> None:
     click.echo("speakers: " + ", ".join(f"{v.speaker} ({v.role}, {v.espeak_voice})" for v in info.voices))
     if info.flawed:
         click.echo(f"planted problems: {len(info.planted)} (listed in {info.out_dir / 'planted.json'})")
-    click.echo(f"next: voxledger audit {info.out_dir}")
+    click.echo(f"next: voxledger audit {info.out_dir}{policy}")
 
 
 @demo.command("voice")

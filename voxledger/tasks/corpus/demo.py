@@ -18,6 +18,8 @@ import json
 import secrets
 import shutil
 import wave
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -49,12 +51,14 @@ _CODE_FILES = ("demo.py", "demo_flaws.py", "espeak.py", "_espeak_native.py", "se
 
 @dataclass(frozen=True)
 class DemoVoice:
-    """One corpus speaker: an espeak-ng voice (language + variant) at a pitch (0-99)."""
+    """One corpus speaker: an espeak-ng voice (language + variant) at a pitch (0-99); ``language``
+    is what its manifest rows say."""
 
     speaker: str
     espeak_voice: str
     pitch: int
     role: Role
+    language: str = "en"
 
 
 # Measured, not assumed: ECAPA cosine (speechbrain spkrec-ecapa-voxceleb from the files of
@@ -119,9 +123,13 @@ def utterance_id(speaker: str, sentence_index: int) -> str:
     return f"{speaker}_s{sentence_index:04d}"
 
 
-def assign_sentences(size: CorpusSize) -> tuple[dict[str, list[int]], list[int]]:
-    """Sentence indices per split (disjoint, sorted) and the unused rest, in demo order."""
-    order, counts, cut = demo_order(), SPLIT_SENTENCES[size], 0
+def assign_sentences(
+    size: CorpusSize, order: list[int] | None = None, table: dict[str, dict[str, int]] = SPLIT_SENTENCES
+) -> tuple[dict[str, list[int]], list[int]]:
+    """Sentence indices per split (disjoint, sorted) and the unused rest, in demo order.
+
+    ``order`` (default: the Harvard demo order) is cut into splits of ``table[size]`` sentences."""
+    order, counts, cut = demo_order() if order is None else order, table[size], 0
     splits: dict[str, list[int]] = {}
     for split in CUT_ORDER:
         splits[split] = sorted(order[cut : cut + counts[split]])
@@ -129,12 +137,14 @@ def assign_sentences(size: CorpusSize) -> tuple[dict[str, list[int]], list[int]]
     return {split: splits[split] for split in SPLITS}, order[cut:]
 
 
-def plan_utterances(splits: dict[str, list[int]]) -> list[Utterance]:
-    """Every clean utterance, ordered by voice, split, sentence index."""
-    sentences = harvard_sentences()
+def plan_utterances(
+    splits: dict[str, list[int]], voices: tuple[DemoVoice, ...] = VOICES, sentences: tuple[str, ...] | None = None
+) -> list[Utterance]:
+    """Every clean utterance, ordered by voice, split, sentence index (default: the English demo)."""
+    sentences = harvard_sentences() if sentences is None else sentences
     return [
         Utterance(utterance_id(v.speaker, i), i, sentences[i], v, split)
-        for v in VOICES
+        for v in voices
         for split in (BASE_SPLITS if v.role == "base" else TARGET_SPLITS)
         for i in splits[split]
     ]
@@ -184,7 +194,7 @@ def manifest_row(utt: Utterance, n_samples: int, *, text: str | None = None) -> 
         "speaker": utt.voice.speaker,
         "recording_id": utt.id,
         "split": utt.split,
-        "language": "en",
+        "language": utt.voice.language,
         "instruction": None,
         "duration_s": n_samples / SAMPLE_RATE_HZ,
         "sample_rate_hz": SAMPLE_RATE_HZ,
@@ -211,10 +221,11 @@ def write_utterances(root: Path, utts: list[Utterance]) -> list[dict[str, object
         return list(pool.map(lambda utt: write_utterance(root, utt), utts))
 
 
-def generator_sha256() -> str:
-    """sha256 over the generator's code and sentence file: changes whenever the output may."""
+def generator_sha256(code_files: tuple[str, ...] = _CODE_FILES) -> str:
+    """sha256 over the generator's code and sentence file (paths relative to this package):
+    changes whenever the output may."""
     here, h = Path(__file__).parent, hashlib.sha256()
-    for name in _CODE_FILES:
+    for name in code_files:
         h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -248,6 +259,26 @@ def _check_destination(out_dir: Path) -> None:
         raise CorpusError(f"{out_dir} exists and is not empty; remove it or choose another path")
 
 
+@contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """A fresh temporary sibling of ``out_dir`` to write into, renamed to ``out_dir`` when the block
+    ends and removed if it raises, so ``out_dir`` appears whole or not at all.
+
+    Raises CorpusError if ``out_dir`` exists and is not an empty directory (checked before and
+    again just before the rename).
+    """
+    _check_destination(out_dir)
+    tmp = out_dir.parent / f"{out_dir.name}.tmp-{secrets.token_hex(6)}"
+    try:
+        tmp.mkdir(parents=True)
+        yield tmp
+        _check_destination(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool = False) -> DemoCorpusInfo:
     """Build the demo corpus into ``out_dir`` atomically (a temporary sibling, then rename).
 
@@ -259,11 +290,9 @@ def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool 
     if size not in SPLIT_SENTENCES:
         raise ValueError(f"size must be one of {sorted(SPLIT_SENTENCES)}, got {size!r}")
     out_dir = Path(out_dir)
-    _check_destination(out_dir)
     splits, unused = assign_sentences(size)
-    tmp = out_dir.parent / f"{out_dir.name}.tmp-{secrets.token_hex(6)}"
-    try:
-        (tmp / "wavs").mkdir(parents=True)
+    with staged_directory(out_dir) as tmp:
+        (tmp / "wavs").mkdir()
         (tmp / "alignments").mkdir()
         rows = write_utterances(tmp, plan_utterances(splits))
         planted = plant_problems(tmp, rows, unused) if flawed else ()
@@ -271,11 +300,6 @@ def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool 
             f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         doc = corpus_document(size, flawed, rows, splits)
         (tmp / "corpus.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        _check_destination(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, tuple(planted))
 
 
@@ -290,14 +314,12 @@ def build_voice_corpus(out_dir: Path, *, size: CorpusSize = "full") -> tuple[Pat
     if size not in SPLIT_SENTENCES:
         raise ValueError(f"size must be one of {sorted(SPLIT_SENTENCES)}, got {size!r}")
     out_dir = Path(out_dir)
-    _check_destination(out_dir)
     splits, _ = assign_sentences(size)
     voice = next(v for v in VOICES if v.role == "target")
     sentences = harvard_sentences()
     indices = sorted(i for split in TARGET_SPLITS for i in splits[split])
-    tmp = out_dir.parent / f"{out_dir.name}.tmp-{secrets.token_hex(6)}"
-    try:
-        (tmp / "wavs").mkdir(parents=True)
+    with staged_directory(out_dir) as tmp:
+        (tmp / "wavs").mkdir()
         lines = []
         for i in indices:
             uid = f"VOICE-{i:04d}"
@@ -305,9 +327,4 @@ def build_voice_corpus(out_dir: Path, *, size: CorpusSize = "full") -> tuple[Pat
             write_wav(tmp / "wavs" / f"{uid}.wav", to_pcm16(normalise(spoken.audio)), spoken.sample_rate_hz)
             lines.append(f"{uid}|{sentences[i]}|{sentences[i]}\n")
         (tmp / "metadata.csv").write_text("".join(lines), encoding="utf-8")
-        _check_destination(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir, len(indices)
