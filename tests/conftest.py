@@ -38,7 +38,7 @@ LONGEST_GROUPS = (
     "tests/tasks/test_promotion.py",
     "tests/test_bench.py",
     "tests/tasks/test_evaluation.py",
-    "tests/flows/test_server.py",
+    "tests/hosting/test_server.py",
     "tests/flows/test_deploy.py",
     "tests/flows/test_workers.py",
     "tests/tasks/test_training.py",

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ def prefect_child(n_tasks: int) -> dict[str, float]:
     from prefect import flow, task
 
     from voxledger.flows.common import STAGE_TASK
-    from voxledger.flows.runtime import prefect_session
+    from voxledger.hosting.runtime import prefect_session
 
     @task(name="bench_noop", **STAGE_TASK)
     def noop(i: int) -> int:
@@ -87,14 +88,12 @@ logging configuration it parses), as one process."""
 def bench_cli_audit(work: Path, size: Literal["tiny", "small", "full"]) -> list[Figure]:
     """A cached ``voxledger audit`` (a flow on this home's long-lived server) against the plain
     audit function, each as a whole process on the same corpus and home."""
-    from voxledger.flows.server import stop_server
+    from voxledger.hosting.server import stop_server
     from voxledger.tasks.corpus.demo import build_demo_corpus
 
     corpus, home = work / "cli-corpus", work / "cli-home"
     build_demo_corpus(corpus, size=size)
-    from voxledger.cli.common import plans_dir
-
-    policy = plans_dir() / "audit-demo.yaml"
+    policy = Path(str(resources.files("voxledger") / "plans" / "audit-demo.yaml"))  # the bundled plan, wherever installed
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "VOXLEDGER_PREFECT")}
     env["VOXLEDGER_CACHE_DIR"] = str(work / "cli-cache")  # empty: the first home migrates its database, the second starts from it
     second_home = work / "cli-home-2"

@@ -64,7 +64,7 @@ def bench_pipeline_rerun(work: Path, repeats: int) -> list[Figure]:
     """A cached `pipeline run` through the warm runner and in the command's own process, each the
     best of ``repeats`` whole processes, beside ``python -c pass``."""
     from voxledger.bench_stages.orchestration import wait_for_runner
-    from voxledger.flows.server import stop_server
+    from voxledger.hosting.server import stop_server
     from voxledger.tasks.corpus.demo import build_voice_corpus
 
     corpus, _ = build_voice_corpus(work / "rerun-voice", size="small")

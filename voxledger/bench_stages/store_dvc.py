@@ -40,7 +40,8 @@ def _run(cmd: list[str], cwd: Path) -> float:
 
 
 def _voxledger(home: Path, data: Path) -> list[str]:
-    # what the ``voxledger`` script runs (``-m voxledger.cli`` would register commands on a second copy of ``main``)
+    # the CLI's ``main`` in a process of its own; unlike the ``voxledger`` script (``program``) it never hands
+    # ``store put``'s flow to a resident runner, so no runner starts in the background while a pass is timed
     return [sys.executable, "-c", "from voxledger.cli import main; main()", "--home", str(home), "store", "put", str(data)]
 
 

@@ -182,7 +182,7 @@ def main(ctx: click.Context, home: str | None, lock_timeout: float) -> None:
 
 def program() -> None:
     """The ``voxledger`` program (console script and ``python -m voxledger.cli``): ``main``, with flows
-    handed to the home's resident runner when one is warm (``flows.runner``)."""
+    handed to the home's resident runner when one is warm (``hosting.runner``)."""
     from voxledger.cli import common
 
     common.flows_may_use_runner = True

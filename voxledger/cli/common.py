@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from voxledger.schemas.errors import InterruptedRunError
-
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -60,15 +58,17 @@ def home_ref(ctx: click.Context) -> Any:
 
 
 def run_flow(ctx: click.Context, flow: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
-    """Run a Prefect flow (``"voxledger.flows.<module>:<name>"``) for this home (see ``flows.runtime``)
-    with a live progress line.
+    """Run a Prefect flow (``"voxledger.flows.<module>:<name>"``) for this home with a live
+    progress line.
 
     The flow's first argument is this invocation's ``HomeRef`` (given here, never by the caller),
     so ``--home``, ``--lock-timeout`` and the read-only setting reach every stage (and a worker).
     Every command that does work goes through here, so all of it shows in Prefect's run history.
-    The flow runs in the home's resident runner when one is warm (``flows.runner``: Prefect and
-    the flow's modules already imported), else in this process.
+    The flow runs in the home's resident runner when one is warm (``hosting.runner``: Prefect and
+    the flow's modules already imported), else in this process (``hosting.runtime.run_here``).
     """
+    from voxledger.hosting.runtime import run_here
+
     home = open_home(ctx)
     console = cli_console(stderr=True)
     live = console.is_terminal and not quiet
@@ -82,38 +82,13 @@ def run_flow(ctx: click.Context, flow: str, *args: Any, quiet: bool = False, **k
 
         show("connecting to the Prefect server")
         if flows_may_use_runner:
-            from voxledger.flows import runner
+            from voxledger.hosting import runner
 
             if runner.usable(home.root):
                 served, out = runner.delegate(home.root, flow, (home_ref(ctx), *args), kwargs, show)
                 if served:
-                    show("finishing")
                     return out
-        return _run_here(home, flow, (home_ref(ctx), *args), kwargs, show)
-
-
-def _run_here(home: Any, flow: str, args: tuple[Any, ...], kwargs: dict[str, Any], show: Callable[[str], None]) -> Any:
-    """Run the flow in this process (no warm runner, or the runner turned off)."""
-    import importlib
-
-    from voxledger.flows.progress import reporting
-    from voxledger.flows.server import start_in_background
-
-    start_in_background(home.root)  # the home's server (when it is the one used) comes up while Prefect and the flow import here
-    from voxledger.flows.runtime import prefect_session
-
-    module, _, name = flow.partition(":")
-    fn = getattr(importlib.import_module(module), name)
-    with prefect_session(home.root), reporting(show):
-        drain_s = 5.0
-        try:
-            return fn(*args, **kwargs)
-        except (KeyboardInterrupt, InterruptedRunError):
-            drain_s = 0.5  # Ctrl-C: the failed receipt is recorded; do not keep the user waiting on log shipping
-            raise
-        finally:
-            show("finishing")
-            _drain_prefect_workers(drain_s)
+        return run_here(home.root, flow, (home_ref(ctx), *args), kwargs, show)
 
 
 def cli_console(stderr: bool = False) -> Console:
@@ -150,19 +125,6 @@ class ProgressLines:
             return
         self.last, self.phase = now, phase
         click.echo(f"[{now - self.t0:7.1f} s] {message}", err=True)
-
-
-def _drain_prefect_workers(timeout_s: float = 5.0) -> None:
-    """Send Prefect's queued events and logs while its console is still quiet, so its exit-time
-    drain has nothing left to warn about after the command's own output."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (EventsWorker, APILogWorker):
-        try:
-            worker.drain_all(timeout=timeout_s, at_exit=False)
-        except Exception:  # noqa: BLE001  (best effort: the atexit drain retries)
-            pass
 
 
 def emit_json(value: Any) -> None:

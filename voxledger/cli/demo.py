@@ -129,7 +129,7 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path | None, train_base: 
     corpus = out / "corpus"
     t0 = time.perf_counter()
     if not (corpus / "manifest.jsonl").is_file():
-        from voxledger.flows.server import start_in_background
+        from voxledger.hosting.server import start_in_background
 
         server = start_in_background(home.root)  # the home's Prefect server starts while the corpus is synthesised
         with console.status("synthesising the demo corpus (espeak-ng, 5 voices, 1,460 utterances)") if not as_json else nullcontext():
@@ -313,7 +313,7 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
     Example: voxledger serve --corpus ./demo/corpus --cron "0 3 * * *"
     """
     from voxledger.flows.pipeline import pipeline
-    from voxledger.flows.runtime import prefect_session
+    from voxledger.hosting.runtime import prefect_session
     from voxledger.schemas.pipeline import PipelinePlan
     from voxledger.tasks.plans import load_plan
 
@@ -359,7 +359,7 @@ def _stop_serving(home_root: Path) -> None:
     """
     import psutil
 
-    from voxledger.flows.server import read_state
+    from voxledger.hosting.server import read_state
 
     server = read_state(home_root)
     keep = {server.pid} if server is not None else set()  # the home's Prefect server outlives serve

@@ -33,7 +33,7 @@ def deploy(ctx: click.Context, plan_file: Path, corpus: Path, dry_run: bool, sha
     Example: voxledger deploy plans/pipeline-demo.yaml --corpus ./demo/corpus
     """
     from voxledger.flows.deploy import deployment_specs, ensure_pools, register
-    from voxledger.flows.runtime import prefect_session
+    from voxledger.hosting.runtime import prefect_session
     from voxledger.schemas.pipeline import PipelinePlan
     from voxledger.tasks.plans import load_plan
 

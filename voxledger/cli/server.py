@@ -20,8 +20,8 @@ def server_start(ctx: click.Context, as_json: bool) -> None:
 
     Example: voxledger server start
     """
-    from voxledger.flows.runtime import offline_defaults
-    from voxledger.flows.server import ensure_server, read_state
+    from voxledger.hosting.runtime import offline_defaults
+    from voxledger.hosting.server import ensure_server, read_state
 
     offline_defaults()
     root = open_home(ctx).root
@@ -41,7 +41,7 @@ def server_status(ctx: click.Context, as_json: bool) -> None:
 
     Example: voxledger server status --json
     """
-    from voxledger.flows.server import healthy, read_state
+    from voxledger.hosting.server import healthy, read_state
 
     state = read_state(open_home(ctx).root)
     ok = state is not None and healthy(state.api_url)
@@ -60,7 +60,7 @@ def server_stop(ctx: click.Context) -> None:
 
     Example: voxledger server stop
     """
-    from voxledger.flows.server import stop_server
+    from voxledger.hosting.server import stop_server
 
     click.echo("stopped" if stop_server(open_home(ctx).root) else "no server was running")
 

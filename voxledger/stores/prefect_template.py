@@ -1,4 +1,4 @@
-"""SQLite reads of a Prefect server's database, for the template new homes start from (``flows/server.py``).
+"""SQLite reads of a Prefect server's database, for the template new homes start from (``hosting/server.py``).
 
 Only two questions are asked of such a file: a consistent copy of it (``VACUUM INTO``, from a
 read-only connection that never creates a database), and whether it holds anything beyond
