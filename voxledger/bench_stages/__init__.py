@@ -78,7 +78,10 @@ def run_stages(
 
         figures += bench_features(work, quick)
     if "eval" in sections:
+        from voxledger.bench_stages.asr_models import bench_asr_models
+
         figures += bench_eval(work, quick)
+        figures += bench_asr_models(4 if quick else 16)
     if "prefect" in sections:
         figures += bench_prefect(work, 20 if quick else 200)
         figures += bench_cli_audit(work, "tiny" if quick else "full")

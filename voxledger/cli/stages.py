@@ -124,6 +124,41 @@ def _binding(text: str) -> tuple[str, str]:
     return name.strip(), digest.strip()
 
 
+@eval_group.command("model-digest")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--kind", type=click.Choice(["asr", "speaker"]), default="asr", show_default=True, help="Which spec the lines are for.")
+@json_option("the digests")
+def eval_model_digest(folder: Path, kind: str, as_json: bool) -> None:
+    """Print the digests that pin an evaluator model folder you bring, as the plan lines that name it.
+
+    ``folder_sha256`` covers every file of the folder (path and content); an ASR folder's
+    ``model.bin`` is pinned on its own too. Paste the lines under ``metrics.asr`` (a CTranslate2
+    Whisper folder) or ``metrics.speaker`` (a WavLMForXVector folder).
+
+    Example: voxledger eval model-digest ~/models/whisper-large-v3-ct2
+    """
+    from voxledger.stores.hashing import sha256_file
+    from voxledger.tasks.metrics.models import folder_sha256
+
+    folder = folder.absolute()
+    doc: dict[str, Any] = {"model_name": folder.name, "model_dir": str(folder), "folder_sha256": folder_sha256(folder)}
+    if kind == "asr":
+        if not (folder / "model.bin").is_file():
+            raise click.ClickException(
+                f"{folder} has no model.bin: an ASR folder is a CTranslate2 Whisper model (ct2-transformers-converter)"
+            )
+        doc |= {"model_package": None, "model_sha256": sha256_file(folder / "model.bin")}
+    else:
+        doc = {"name": "speaker_wavlm_xvector", **doc}
+    if as_json:
+        emit_json(doc)
+        return
+    import yaml
+
+    click.echo(f"# metrics.{kind} of an evaluation plan (add language, device, compute_type as you need)")
+    click.echo(yaml.safe_dump({kind: doc}, sort_keys=False, allow_unicode=True).rstrip())
+
+
 @eval_group.command("report")
 @click.argument("receipt_id")
 @json_option("the evaluation result")

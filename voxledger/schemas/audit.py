@@ -83,6 +83,15 @@ class AsrAgreementPolicy(Frozen):
     beam_size: int = Field(
         default=5, ge=1, le=16, exclude_if=lambda v: v == 5, description="Whisper beam width for this check (1: greedy, fastest)"
     )
+    better_fit_margin: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        exclude_if=lambda v: v is None,
+        description="a clip above max_cer is an error when another transcript of the corpus fits what ASR heard better than "
+        "its own by at least this margin (edit distance over the longer text, 0-1): its line belongs to another clip. "
+        "Unlike fail_chance_ratio it holds when the recogniser hears the corpus poorly",
+    )
     asr: AsrSpec | None = Field(
         default=None,
         exclude_if=lambda v: v is None,

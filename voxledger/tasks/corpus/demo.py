@@ -51,14 +51,15 @@ _CODE_FILES = ("demo.py", "demo_flaws.py", "espeak.py", "_espeak_native.py", "se
 
 @dataclass(frozen=True)
 class DemoVoice:
-    """One corpus speaker: an espeak-ng voice (language + variant) at a pitch (0-99); ``language``
-    is what its manifest rows say."""
+    """One corpus speaker: an espeak-ng voice (language + variant) at a pitch (0-99) and a rate
+    (words per minute, espeak's default 175); ``language`` is what its manifest rows say."""
 
     speaker: str
     espeak_voice: str
     pitch: int
     role: Role
     language: str = "en"
+    rate_wpm: int = 175
 
 
 # Measured, not assumed: ECAPA cosine (speechbrain spkrec-ecapa-voxceleb from the files of
@@ -152,7 +153,7 @@ def plan_utterances(
 
 def render(utt: Utterance) -> tuple[np.ndarray, list[espeak.PhonemeSegment]]:
     """16 kHz float audio peak-normalised to ``PEAK`` and its phoneme segments."""
-    spoken = espeak.synthesize(utt.text, utt.voice.espeak_voice, utt.voice.pitch)
+    spoken = espeak.synthesize(utt.text, utt.voice.espeak_voice, utt.voice.pitch, utt.voice.rate_wpm)
     resampled = espeak.resample_synthesis(spoken, SAMPLE_RATE_HZ)
     return normalise(resampled.audio), resampled.phonemes
 

@@ -89,7 +89,7 @@ def _silence(root: Path, row: dict[str, object]) -> None:
 
 def _native_rate(root: Path, row: dict[str, object]) -> None:
     utt = _spoken(row)
-    spoken = espeak.synthesize(utt.text, utt.voice.espeak_voice, utt.voice.pitch)
+    spoken = espeak.synthesize(utt.text, utt.voice.espeak_voice, utt.voice.pitch, utt.voice.rate_wpm)
     write_wav(root / str(row["audio"]), to_pcm16(normalise(spoken.audio)), spoken.sample_rate_hz)
 
 

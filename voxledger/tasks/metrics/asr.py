@@ -97,6 +97,7 @@ class AsrModel:
             "no_speech_threshold": s.no_speech_threshold,
             "log_prob_threshold": s.log_prob_threshold,
             "compression_ratio_threshold": s.compression_ratio_threshold,
+            "no_repeat_ngram_size": s.no_repeat_ngram_size,
         }
 
     def transcribe(self, wav16k: np.ndarray, language: str | None = None) -> str:
