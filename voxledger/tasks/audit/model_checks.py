@@ -181,7 +181,8 @@ class _BetterFit:
     def distance(self, text: str, hyp: str) -> float:
         s = self.score_text(text, hyp)
         longer = max(s.ref_chars, len(s.normalised_hyp.replace(" ", "")), 1)
-        return min(1.0, float(s.char_edits) / longer)
+        edits: int = s.char_edits
+        return min(1.0, edits / longer)
 
     def better(self, u: Utterance, hyp: str, margin: float) -> str | None:
         """A sentence naming the transcript that fits ``hyp`` better than ``u``'s own by ``margin``, or None."""
