@@ -14,7 +14,7 @@ from scipy.signal import resample_poly
 
 from voxledger.schemas.audit import AsrAgreementPolicy, AsrAgreementResult, ClipAgreement, Finding, NoiseScreenPolicy
 from voxledger.schemas.manifest import Utterance
-from voxledger.schemas.metrics import AsrSpec, TextMetricSpec
+from voxledger.schemas.metrics import AsrSpec, TextMetricSpec, TextScore
 from voxledger.stores.memo import DerivedMemo
 from voxledger.tasks.audit.measure import FileFacts
 
@@ -179,10 +179,9 @@ class _BetterFit:
         self.score_text = score_text
 
     def distance(self, text: str, hyp: str) -> float:
-        s = self.score_text(text, hyp)
+        s: TextScore = self.score_text(text, hyp)
         longer = max(s.ref_chars, len(s.normalised_hyp.replace(" ", "")), 1)
-        edits: int = s.char_edits
-        return min(1.0, edits / longer)
+        return min(1.0, s.char_edits / longer)
 
     def better(self, u: Utterance, hyp: str, margin: float) -> str | None:
         """A sentence naming the transcript that fits ``hyp`` better than ``u``'s own by ``margin``, or None."""
