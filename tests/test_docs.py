@@ -30,7 +30,7 @@ def test_every_command_has_an_example() -> None:
 
 def test_demo_plans_match_their_generator() -> None:
     texts = demo_plans.render()
-    assert len(texts) == 2
+    assert len(texts) == 4  # eval and promote, English and Mandarin
     for name, text in texts.items():
         assert (docgen.OUT.parent.parent / "plans" / name).read_text() == text, (
             f"plans/{name} is stale: python -m voxledger.tasks.corpus.demo_plans --write"
