@@ -165,3 +165,18 @@ def _plan(metrics: MetricSuite, prompts: tuple[Prompt, ...] | None = None) -> Ev
         baseline="recordings",
         metrics=metrics,
     )
+
+
+@pytest.mark.gpu
+def test_ecapa_runs_on_cuda_and_agrees_with_the_cpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from tests.tasks.metrics.conftest import speak16k
+    from voxledger.schemas.metrics import SpeakerSpec
+    from voxledger.tasks.metrics.speaker import SpeakerEncoder, cosine
+
+    wav = speak16k("The birch canoe slid on the smooth planks.")
+    cpu, gpu = SpeakerEncoder(SpeakerSpec()).embed(wav), SpeakerEncoder(SpeakerSpec(device="cuda")).embed(wav)
+    assert cosine(cpu, gpu) > 0.999
