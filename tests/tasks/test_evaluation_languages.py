@@ -59,6 +59,10 @@ def test_mandarin_prompts_are_measured_by_cer_beside_seed_tts_eval(tmp_path: Pat
     assert r.result.failures is not None and "recordings 0/" in r.result.failures
     heard = _transcripts(home, r)
     assert len(heard) == len(prompts) and {t["language"] for t in heard} == {"zh"} and all(t["text"] for t in heard)
+    from voxledger.dashboards.report import build_dashboard
+
+    page = build_dashboard(home.catalog, tmp_path / "dashboard.html", blobs=home.blobs.get_bytes).read_text()
+    assert "Beside the seed-tts-eval protocol" in page and "ASR for zh: whisper-base-ct2 instead of paraformer-zh" in page
 
 
 def test_the_multilingual_model_on_english_prompts_says_which_model_it_used(tmp_path: Path) -> None:
