@@ -76,13 +76,14 @@ def render_settings() -> str:
 
 
 def render_stages() -> str:
-    """Markdown for the stage table (``voxledger.flows.stages.STAGES``), in run order."""
+    """Markdown for the stage table (``voxledger.schemas.stages.STAGE_ROWS``): the pipeline's stages in run order, then the others."""
     from voxledger.flows.stages import describe, stage_table
+    from voxledger.schemas.stages import STAGE_ROWS
 
     lines = [
         "# Pipeline stages",
         "",
-        "Generated from the stage table (`voxledger/flows/stages.py`) by `python -m voxledger.docgen --write`; do not edit by hand.",
+        "Generated from the stage table (`voxledger/schemas/stages.py`) by `python -m voxledger.docgen --write`; do not edit by hand.",
         "`voxledger pipeline stages [PLAN]` prints the same table, and with a plan, whether and on which work pool each stage runs.",
         "",
         "| stage | flow (entrypoint) | receipt-writing task | receipt | plan field (kind) | stops the run when |",
@@ -97,6 +98,17 @@ def render_stages() -> str:
     for spec in stage_table():
         given = _prose(spec.inputs.__doc__).removeprefix("Inputs: ") or "see flows/stages.py"
         lines.append(f"- `{spec.name}`: {given}")
+    lines += [
+        "",
+        "Each stage's command, and how `voxledger reproduce` compares a re-run of its receipt with the original:",
+        "",
+        "| stage | command | stage module | reproduced by |",
+        "|---|---|---|---|",
+    ]
+    for r in STAGE_ROWS:
+        compared = f"`{r.comparison}` comparison" if r.comparison else (_prose(r.not_rerun) if r.not_rerun else "not re-run yet")
+        runs = "" if r.inputs is not None else " (not a pipeline stage)"
+        lines.append(f"| `{r.name}`{runs} | `voxledger {r.cli}` | `{r.module}` | {compared} |")
     return "\n".join(lines) + "\n"
 
 

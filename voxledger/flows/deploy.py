@@ -65,7 +65,7 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
         named = stage.plan_file(plan)
         if named:
             parameters["plan"] = str(plans_dir / named)
-        specs.append(DeploymentSpec(f"{plan.name}-{stage.name}", stage.entrypoint(), plan.pool_of(stage.name), None, parameters, env))
+        specs.append(DeploymentSpec(f"{plan.name}-{stage.name}", stage.entrypoint(), stage.work_pool(plan), None, parameters, env))
     unused = sorted(set(plan.stage_pools) - {s.name.removeprefix(f"{plan.name}-") for s in specs})
     if unused:
         raise PlanError(

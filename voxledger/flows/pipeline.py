@@ -1,4 +1,4 @@
-"""Flow ``pipeline``: every stage of the stage table (``flows/stages.py``), in order.
+"""Flow ``pipeline``: every pipeline stage of the stage table (``schemas/stages.py``), in order.
 
 The pipeline reads and validates every plan once, registers the pipeline plan, and hands each
 stage its validated plan as a ``PlanRef`` (document + digest): what the pipeline receipt records
@@ -22,10 +22,11 @@ from prefect import flow
 
 from voxledger.flows.common import announced_receipt, register_plan_task, shared_store, sync_enabled
 from voxledger.flows.progress import report
-from voxledger.flows.stages import StageContext, StageSpec, stage_names, stage_table
+from voxledger.flows.stages import StageContext, StageSpec, pool_of, stage_names, stage_table
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import InterruptedRunError, PlanError, VoxledgerError
 from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, PipelineSummary, StageRecord
+from voxledger.schemas.stages import PIPELINE
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef, load_plan
 from voxledger.tasks.receipting import build_receipt
@@ -310,7 +311,7 @@ class _Dispatch:
     def remote(self, stage: str) -> bool:
         """Whether ``stage`` is started on another work pool."""
         plan = self.ctx.plan
-        return self.enabled and plan.pool_of(stage) != plan.pool_of("pipeline")
+        return self.enabled and pool_of(plan, stage) != pool_of(plan, PIPELINE)
 
     def run(self, spec: StageSpec, arguments: dict[str, Any]) -> StageOutcome[Any]:
         if not self.remote(spec.name):
@@ -325,7 +326,7 @@ class _Dispatch:
 
         from voxledger.flows.sync import pull_task, push_task
 
-        home, pool, name = self.ctx.home, self.ctx.plan.pool_of(spec.name), spec.deployment(self.ctx.plan)
+        home, pool, name = self.ctx.home, spec.work_pool(self.ctx.plan), spec.deployment(self.ctx.plan)
         push_task(home)  # what this stage needs from the stages run here so far
         report(f"stage {spec.name}: dispatched to work pool {pool} ({name})")
         # the deployment carries the worker's own home; everything else is what a local call gets

@@ -1,10 +1,11 @@
-"""The stage table: every pipeline stage, once.
+"""The pipeline's stages, built from the stage table (``schemas/stages.py``) with its paths resolved.
 
 The pipeline (run here or dispatched to a work pool), ``voxledger deploy``, the CLI's
-``pipeline stages`` listing and docs/pipeline-stages.md are all derived from ``STAGES``. A stage
-names its flow (what ``deploy`` registers and a worker runs), its task (what writes its one
-receipt), the pipeline plan field naming its plan file and that plan's model, and how its inputs
-follow from the stages before it. Adding a stage or a backend's stage is one entry here.
+``pipeline stages`` listing and docs/pipeline-stages.md are all derived from ``STAGES``: one
+``StageSpec`` per pipeline row, holding its flow (what ``deploy`` registers and a worker runs), its
+task (what writes its one receipt), the pipeline plan field naming its plan file and that plan's
+model, and how its inputs follow from the stages before it (the ``*_inputs`` functions here, which
+the rows name). Adding a stage is one row in the table.
 """
 
 from __future__ import annotations
@@ -17,23 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from voxledger.flows.audit import audit, audit_corpus, require_pass
-from voxledger.flows.base import base, import_base
-from voxledger.flows.evaluate import evaluate, evaluate_plan
-from voxledger.flows.package import package, package_adapter
-from voxledger.flows.packets import export_packets, packets
-from voxledger.flows.promote import promote, promote_adapter, require_promoted
-from voxledger.flows.train import train, train_adapter, train_base
-from voxledger.schemas.audit import AuditPolicy, AuditReceipt
 from voxledger.schemas.base import ReceiptBase
-from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
-from voxledger.schemas.listening import ListeningProtocol
-from voxledger.schemas.listening_receipts import PacketSetReceipt
-from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelinePlan
-from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
-from voxledger.schemas.shipped import BaseImportReceipt
-from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
+from voxledger.schemas.registry import RECEIPT_TYPES
+from voxledger.schemas.stages import STAGE_ROWS, StageRow, pipeline_rows, resolve
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
@@ -76,6 +64,16 @@ class StageContext:
 
 
 Inputs = Callable[[StageContext], dict[str, Any] | None]
+RECEIPT_MODELS: dict[str, type[ReceiptBase]] = {t.model_fields["kind"].default: t for t in RECEIPT_TYPES}
+
+
+def _switched_on(field_name: str) -> Callable[[PipelinePlan], bool]:
+    """Whether a pipeline plan sets ``field_name`` (``package: true``, ``shipped_base: cosyvoice3``)."""
+
+    def switched_on(plan: PipelinePlan) -> bool:
+        return bool(getattr(plan, field_name))
+
+    return switched_on
 
 
 @dataclass(frozen=True)
@@ -98,6 +96,26 @@ class StageSpec:
     verdict: Callable[[StageOutcome[Any]], None] | None = None
     when: Callable[[PipelinePlan], bool] | None = None
     """A switch in the pipeline plan besides naming a plan file (``package: false``)."""
+    pool: str | None = None
+    """The work pool the stage is deployed to unless the plan's ``stage_pools`` names one (None: the plan's)."""
+
+    @classmethod
+    def of(cls, row: StageRow) -> StageSpec:
+        """The row's stage, its dotted paths resolved (its flow and its plan model imported)."""
+        if row.inputs is None:
+            raise ValueError(f"stage {row.name} has no pipeline inputs: it is not a pipeline stage")
+        return cls(
+            name=row.name,
+            flow=resolve(row.flow),
+            task=resolve(row.task),
+            receipt=RECEIPT_MODELS[row.receipt],
+            inputs=resolve(row.inputs),
+            plan_field=row.plan_field,
+            plan_model=resolve(row.plan_model) if row.plan_model is not None else None,
+            verdict=resolve(row.verdict) if row.verdict is not None else None,
+            when=_switched_on(row.switch) if row.switch is not None else None,
+            pool=row.pool,
+        )
 
     def entrypoint(self) -> str:
         """The flow's ``path:function`` relative to the source directory (what a worker loads);
@@ -121,32 +139,36 @@ class StageSpec:
         named = self.plan_field is None or bool(self.plan_file(plan))
         return named and (self.when is None or self.when(plan))
 
+    def work_pool(self, plan: PipelinePlan) -> str:
+        """The work pool this stage runs on under ``plan``: its ``stage_pools`` entry, else the row's pool, else the plan's."""
+        return plan.stage_pools.get(self.name) or self.pool or plan.pool_of(self.name)
+
     def deployment(self, plan: PipelinePlan) -> str:
         """``<flow>/<plan>-<stage>``: the deployment ``voxledger deploy`` registers for this stage."""
         return f"{self.flow.name}/{plan.name}-{self.name}"
 
 
-def _corpus(ctx: StageContext) -> dict[str, Any]:
+def corpus_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the corpus."""
     return {"corpus": ctx.corpus}
 
 
-def _import_base(ctx: StageContext) -> dict[str, Any]:
+def import_base_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the backend whose shipped base the plan adapts."""
     return {"backend": ctx.plan.shipped_base}
 
 
-def _train_base(ctx: StageContext) -> dict[str, Any]:
+def train_base_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the corpus and the audit's receipt; no base (it trains one from scratch)."""
     return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": None}
 
 
-def _train_adapter(ctx: StageContext) -> dict[str, Any]:
+def train_adapter_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the corpus, the audit's receipt and the base (trained here, or the imported shipped base)."""
     return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": ctx.base()}
 
 
-def _promote(ctx: StageContext) -> dict[str, Any]:
+def promote_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the corpus and the adapter training run's receipt."""
     return {"corpus": ctx.corpus, "run_rid": ctx.rid("train_adapter")}
 
@@ -156,34 +178,25 @@ def _bindings(ctx: StageContext) -> dict[str, str]:
     return {"adapter": ctx.winner()[1], **({"base": base} if base else {})}
 
 
-def _evaluate(ctx: StageContext) -> dict[str, Any]:
+def evaluate_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the corpus and bindings: `adapter` is the promoted checkpoint, `base` the trained or imported base."""
     return {"corpus": ctx.corpus, "bindings": _bindings(ctx)}
 
 
-def _package(ctx: StageContext) -> dict[str, Any]:
+def package_inputs(ctx: StageContext) -> dict[str, Any]:
     """Inputs: the adapter training run, the promoted checkpoint, the promotion and the evaluation receipts."""
     promotion_rid, tree = ctx.winner()
     return {"run_rid": ctx.rid("train_adapter"), "tree_sha": tree, "promotion_rid": promotion_rid, "eval_rids": (ctx.rid("evaluate"),)}
 
 
-def _packets(ctx: StageContext) -> dict[str, Any] | None:
+def export_packets_inputs(ctx: StageContext) -> dict[str, Any] | None:
     """Inputs: the evaluation receipt and the packets folder; runs only when the pipeline is given `--packets`."""
     if not ctx.packets_dir:
         return None
     return {"out_dir": ctx.packets_dir, "evaluation_rid": ctx.rid("evaluate")}
 
 
-STAGES: tuple[StageSpec, ...] = (
-    StageSpec("audit", audit, audit_corpus, AuditReceipt, _corpus, "audit_policy", AuditPolicy, require_pass),
-    StageSpec("import_base", base, import_base, BaseImportReceipt, _import_base, when=lambda plan: plan.shipped_base is not None),
-    StageSpec("train_base", train, train_base, TrainingRunReceipt, _train_base, "base_training", TrainingPlan),
-    StageSpec("train_adapter", train, train_adapter, TrainingRunReceipt, _train_adapter, "adapter_training", TrainingPlan),
-    StageSpec("promote", promote, promote_adapter, PromotionReceipt, _promote, "promotion_policy", PromotionPolicy, require_promoted),
-    StageSpec("evaluate", evaluate, evaluate_plan, EvaluationReceipt, _evaluate, "evaluation", EvaluationPlan),
-    StageSpec("package", package, package_adapter, PackageReceipt, _package, when=lambda plan: plan.package),
-    StageSpec("export_packets", packets, export_packets, PacketSetReceipt, _packets, "listening_protocol", ListeningProtocol),
-)
+STAGES: tuple[StageSpec, ...] = tuple(StageSpec.of(row) for row in pipeline_rows(STAGE_ROWS))
 """In run order. Tests extend this tuple (monkeypatched) to show a stage is one entry."""
 
 
@@ -195,6 +208,12 @@ def stage_table() -> tuple[StageSpec, ...]:
 def stage_names() -> tuple[str, ...]:
     """Every stage name, in run order."""
     return tuple(s.name for s in stage_table())
+
+
+def pool_of(plan: PipelinePlan, stage: str) -> str:
+    """The work pool ``stage`` (a stage of the table in force, or the pipeline itself) runs on under ``plan``."""
+    spec = next((s for s in stage_table() if s.name == stage), None)
+    return spec.work_pool(plan) if spec is not None else plan.pool_of(stage)
 
 
 def describe(plan: PipelinePlan | None = None) -> list[dict[str, Any]]:
@@ -212,6 +231,6 @@ def describe(plan: PipelinePlan | None = None) -> list[dict[str, Any]]:
             "verdict": s.verdict.__name__ if s.verdict is not None else None,
         }
         if plan is not None:
-            row |= {"plan_file": s.plan_file(plan), "enabled": s.enabled(plan), "pool": plan.pool_of(s.name)}
+            row |= {"plan_file": s.plan_file(plan), "enabled": s.enabled(plan), "pool": s.work_pool(plan)}
         rows.append(row)
     return rows

@@ -11,7 +11,7 @@ from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.training import BackendName
 
 StageName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-"""A stage's name. The stages themselves are listed once, in the stage table (``flows/stages.py``):
+"""A stage's name. The stages themselves are listed once, in the stage table (``schemas/stages.py``):
 the pipeline and ``voxledger deploy`` refuse a name the table does not hold."""
 
 

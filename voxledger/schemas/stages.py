@@ -1,0 +1,203 @@
+"""The stage table: every stage, once, as pure data.
+
+One frozen row per stage names everything that must agree about it: the receipt kind it writes,
+the pipeline plan field naming its plan file and that plan's model, its flow, the task writing its
+receipt and its module under ``tasks/stages/`` (dotted ``module:attribute`` paths, resolved only
+by the layer they belong to: ``flows/stages.py`` resolves flows, reproduction resolves plan
+models), the work pool it is deployed to, its CLI noun, and how ``voxledger reproduce`` compares a
+re-run with the original (a name from the closed ``Comparison`` registry). This module imports
+nothing beyond pydantic, the standard library and other schemas, so anything may read it without
+importing Prefect or a single stage.
+
+The pipeline, ``voxledger deploy``, ``voxledger pipeline stages``, docs/pipeline-stages.md and
+``voxledger reproduce`` all read this table. Adding a stage is one row here plus its module, its
+flow and its CLI noun (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from voxledger.schemas.base import Frozen
+
+Comparison = Literal["audit", "training", "promotion", "evaluation", "package", "equivalence"]
+"""How a re-run is compared with its original, each name mapped to its re-run arguments and
+comparison in ``tasks/reproduction/registry.py``."""
+
+PIPELINE = "pipeline"
+"""What the pipeline itself is called where stages are named: its work pool, its reproduction."""
+
+PIPELINE_RECEIPT = "pipeline_run"
+"""The receipt kind of a pipeline run (reproduced stage by stage)."""
+
+
+class StageRow(Frozen):
+    """One stage. Dotted paths are ``module:attribute``; a stage that shares its receipt kind with
+    another shares its module too, and that module's ``stage_of(receipt)`` tells them apart."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="the stage name: pipeline records, stage_pools, deployments")
+    receipt: str = Field(description="the kind of the one receipt the stage writes")
+    flow: str = Field(description="the stage's flow (what `voxledger deploy` registers and a worker runs)")
+    task: str = Field(description="the Prefect task that writes the stage's receipt")
+    module: str = Field(description="the stage's module under tasks/stages/ (its work, without Prefect)")
+    cli: str = Field(description="the command that runs the stage on its own, words separated by spaces")
+    inputs: str | None = Field(
+        default=None, description="what the pipeline gives the stage besides home and plan; None: not a pipeline stage"
+    )
+    plan_field: str | None = Field(default=None, description="the pipeline plan field naming the stage's plan file")
+    plan_model: str | None = Field(default=None, description="the model the stage's plan validates into")
+    verdict: str | None = Field(default=None, description="raises when the recorded receipt says the pipeline must stop")
+    switch: str | None = Field(
+        default=None, description="a pipeline plan field that must be set for the stage to run (`package: false` turns it off)"
+    )
+    pool: str | None = Field(
+        default=None, description="the work pool the stage is deployed to unless the plan's stage_pools names one; None: the plan's"
+    )
+    comparison: Comparison | None = Field(default=None, description="how `voxledger reproduce` compares a re-run; None: not re-run")
+    not_rerun: str | None = Field(default=None, description="why the stage's receipts are not re-run, where a reason is known")
+
+
+STAGE_ROWS: tuple[StageRow, ...] = (
+    StageRow(
+        name="audit",
+        receipt="audit",
+        flow="voxledger.flows.audit:audit",
+        task="voxledger.flows.audit:audit_corpus",
+        module="voxledger.tasks.stages.audit",
+        cli="audit",
+        inputs="voxledger.flows.stages:corpus_inputs",
+        plan_field="audit_policy",
+        plan_model="voxledger.schemas.audit:AuditPolicy",
+        verdict="voxledger.flows.audit:require_pass",
+        comparison="audit",
+    ),
+    StageRow(
+        name="import_base",
+        receipt="base_import",
+        flow="voxledger.flows.base:base",
+        task="voxledger.flows.base:import_base",
+        module="voxledger.tasks.stages.base_import",
+        cli="base import",
+        inputs="voxledger.flows.stages:import_base_inputs",
+        switch="shipped_base",
+    ),
+    StageRow(
+        name="train_base",
+        receipt="training_run",
+        flow="voxledger.flows.train:train",
+        task="voxledger.flows.train:train_base",
+        module="voxledger.tasks.stages.train",
+        cli="train",
+        inputs="voxledger.flows.stages:train_base_inputs",
+        plan_field="base_training",
+        plan_model="voxledger.schemas.training:TrainingPlan",
+        comparison="training",
+    ),
+    StageRow(
+        name="train_adapter",
+        receipt="training_run",
+        flow="voxledger.flows.train:train",
+        task="voxledger.flows.train:train_adapter",
+        module="voxledger.tasks.stages.train",
+        cli="train",
+        inputs="voxledger.flows.stages:train_adapter_inputs",
+        plan_field="adapter_training",
+        plan_model="voxledger.schemas.training:TrainingPlan",
+        comparison="training",
+    ),
+    StageRow(
+        name="promote",
+        receipt="promotion",
+        flow="voxledger.flows.promote:promote",
+        task="voxledger.flows.promote:promote_adapter",
+        module="voxledger.tasks.stages.promote",
+        cli="promote",
+        inputs="voxledger.flows.stages:promote_inputs",
+        plan_field="promotion_policy",
+        plan_model="voxledger.schemas.promotion:PromotionPolicy",
+        verdict="voxledger.flows.promote:require_promoted",
+        comparison="promotion",
+    ),
+    StageRow(
+        name="evaluate",
+        receipt="evaluation",
+        flow="voxledger.flows.evaluate:evaluate",
+        task="voxledger.flows.evaluate:evaluate_plan",
+        module="voxledger.tasks.stages.evaluate",
+        cli="eval run",
+        inputs="voxledger.flows.stages:evaluate_inputs",
+        plan_field="evaluation",
+        plan_model="voxledger.schemas.evaluation:EvaluationPlan",
+        comparison="evaluation",
+    ),
+    StageRow(
+        name="package",
+        receipt="package",
+        flow="voxledger.flows.package:package",
+        task="voxledger.flows.package:package_adapter",
+        module="voxledger.tasks.stages.package",
+        cli="package build",
+        inputs="voxledger.flows.stages:package_inputs",
+        switch="package",
+        comparison="package",
+    ),
+    StageRow(
+        name="export_packets",
+        receipt="packet_set",
+        flow="voxledger.flows.packets:packets",
+        task="voxledger.flows.packets:export_packets",
+        module="voxledger.tasks.stages.packets",
+        cli="packets export",
+        inputs="voxledger.flows.stages:export_packets_inputs",
+        plan_field="listening_protocol",
+        plan_model="voxledger.schemas.listening:ListeningProtocol",
+        not_rerun="packet sets are blinded with a fresh secret key and set id by design (tasks/stages/packets.py), "
+        "so a re-run can never be identical and has no band to be judged by",
+    ),
+    StageRow(
+        name="equivalence",
+        receipt="equivalence",
+        flow="voxledger.flows.equivalence:equivalence",
+        task="voxledger.flows.equivalence:compare_runtimes",
+        module="voxledger.tasks.stages.equivalence",
+        cli="equivalence compare",
+        plan_model="voxledger.schemas.equivalence:EquivalencePlan",
+        comparison="equivalence",
+    ),
+)
+"""Pipeline stages in run order (those with ``inputs``), then the stages run only on their own."""
+
+
+def pipeline_rows(rows: tuple[StageRow, ...] = STAGE_ROWS) -> tuple[StageRow, ...]:
+    """The rows the pipeline runs, in run order."""
+    return tuple(r for r in rows if r.inputs is not None)
+
+
+def stage_row(name: str) -> StageRow | None:
+    """The row of stage ``name`` (None: no such stage)."""
+    return next((r for r in STAGE_ROWS if r.name == name), None)
+
+
+def rows_writing(kind: str) -> tuple[StageRow, ...]:
+    """The rows whose stage writes receipts of ``kind``."""
+    return tuple(r for r in STAGE_ROWS if r.receipt == kind)
+
+
+def reproducible_kinds() -> tuple[str, ...]:
+    """Receipt kinds ``voxledger reproduce`` re-runs: each stage's with a comparison, then the pipeline run's."""
+    return (*dict.fromkeys(r.receipt for r in STAGE_ROWS if r.comparison is not None), PIPELINE_RECEIPT)
+
+
+def resolve(path: str) -> Any:
+    """The attribute a dotted ``module:attribute`` path names (imported on first use)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def plan_models() -> dict[str, type[BaseModel]]:
+    """Every stage plan model by the plan kind its registration records (its ``kind``, else its class name)."""
+    models = [resolve(r.plan_model) for r in STAGE_ROWS if r.plan_model is not None]
+    return {str(getattr(m.model_fields.get("kind"), "default", None) or m.__name__): m for m in models}
