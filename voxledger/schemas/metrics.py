@@ -9,6 +9,7 @@ Results are plain frozen records; predicted MOS is labelled as a prediction, nev
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
@@ -65,6 +66,10 @@ NORMALISER_SPACES: dict[str, Literal["counted", "ignored"]] = {
 }
 """Whether CER counts spaces after each normaliser: the Chinese ones count characters only (a space
 between two Han characters, or between a Han character and a Latin word, is not something spoken)."""
+
+
+_ENGLISH_ONLY = re.compile(r"\.en($|[-_.])")
+"""Whisper's English-only checkpoints are named ``*.en`` (tiny.en, base.en, ...), also inside a longer name."""
 
 
 class PackagedAsrModel(Frozen):
@@ -188,7 +193,7 @@ class AsrSpec(Frozen):
     def english_only(self) -> bool:
         """True for Whisper's English-only models (``*.en``), which cannot transcribe or detect other languages."""
         packaged = PACKAGED_ASR_MODELS.get(self.model_name)
-        return (self.model_dir is None and packaged is not None and not packaged.multilingual) or ".en" in self.model_name
+        return (self.model_dir is None and packaged is not None and not packaged.multilingual) or bool(_ENGLISH_ONLY.search(self.model_name))
 
 
 class TextMetricSpec(Frozen):
