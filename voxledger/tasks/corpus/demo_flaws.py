@@ -116,6 +116,11 @@ def plant_problems(root: Path, rows: list[dict[str, object]], unused: list[int])
         PlantedProblem("sample_rate_mismatch", (str(resampled["id"]),), "error"),
         PlantedProblem("empty_transcript", (str(emptied["id"]),), "error"),
     ]
+    return write_planted(root, planted)
+
+
+def write_planted(root: Path, planted: list[PlantedProblem]) -> list[PlantedProblem]:
+    """Write ``planted.json`` (what the audit must find) and return ``planted``."""
     doc = [{"code": p.code, "utterance_ids": list(p.utterance_ids), "expected_severity": p.expected_severity} for p in planted]
     (root / "planted.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return planted

@@ -55,7 +55,7 @@ from voxledger.tasks.corpus.demo import (
     write_utterances,
     write_wav,
 )
-from voxledger.tasks.corpus.demo_flaws import CLIP_GAIN
+from voxledger.tasks.corpus.demo_flaws import CLIP_GAIN, write_planted
 
 LANGUAGE = "zh"
 SENTENCES_FILE = "data/mandarin_sentences.txt"
@@ -202,9 +202,7 @@ def plant_problems(root: Path, rows: list[dict[str, object]], unused: list[int])
         PlantedProblem("sample_rate_mismatch", (str(resampled["id"]),), "error"),
         PlantedProblem("empty_transcript", (str(emptied["id"]),), "error"),
     ]
-    doc = [{"code": p.code, "utterance_ids": list(p.utterance_ids), "expected_severity": p.expected_severity} for p in planted]
-    (root / "planted.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    return planted
+    return write_planted(root, planted)
 
 
 def _copy_audio(root: Path, source: dict[str, object], copy: Utterance) -> dict[str, object]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from voxledger.schemas.metrics import ContentGateSpec, ContentUnit, GateCheck, GateResult, TextScore, content_unit
+from voxledger.schemas.metrics import ContentGateSpec, ContentUnit, GateCheck, GateCheckName, GateResult, TextScore, content_unit
 from voxledger.tasks.metrics.normalise import normaliser_for
 from voxledger.tasks.metrics.textmetrics import score_text
 
@@ -117,21 +117,13 @@ def content_gate(
 
 
 def _error_check(score: TextScore, unit: ContentUnit, spec: ContentGateSpec) -> GateCheck:
+    """``wer`` over words, or ``cer`` over characters, against its bound."""
+    name: GateCheckName
     if unit == "char":
-        return GateCheck(
-            name="cer",
-            value=score.cer,
-            bound=spec.max_cer,
-            passed=score.cer <= spec.max_cer,
-            detail=f"{score.char_edits} edits over {score.ref_chars} reference characters",
-        )
-    return GateCheck(
-        name="wer",
-        value=score.wer,
-        bound=spec.max_wer,
-        passed=score.wer <= spec.max_wer,
-        detail=f"{score.word_edits} edits over {score.ref_words} reference words",
-    )
+        name, value, bound, edits, ref, what = "cer", score.cer, spec.max_cer, score.char_edits, score.ref_chars, "characters"
+    else:
+        name, value, bound, edits, ref, what = "wer", score.wer, spec.max_wer, score.word_edits, score.ref_words, "words"
+    return GateCheck(name=name, value=value, bound=bound, passed=value <= bound, detail=f"{edits} edits over {ref} reference {what}")
 
 
 def _instruction_check(
