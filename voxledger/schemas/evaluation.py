@@ -37,7 +37,10 @@ MetricName = Literal[
     "anchor_hit_rate",
     "rtf",
 ]
-LOWER_IS_BETTER: frozenset[str] = frozenset({"wer", "cer", "silence_fraction", "clipping_fraction", "rtf"})
+INVALID_RATE = "invalid_rate"
+"""One observation per generation row, 1 when the generation failed (no valid audio), else 0: measured by
+the evaluation itself, not an extractor, so a failed generation is a gate metric like any other."""
+LOWER_IS_BETTER: frozenset[str] = frozenset({"wer", "cer", "silence_fraction", "clipping_fraction", "rtf", INVALID_RATE})
 METRIC_RANGES: dict[str, tuple[float | None, float | None]] = {
     "wer": (0.0, None),
     "cer": (0.0, None),
@@ -52,9 +55,10 @@ METRIC_RANGES: dict[str, tuple[float | None, float | None]] = {
     "content_gate_pass": (0.0, 1.0),
     "anchor_hit_rate": (0.0, 1.0),
     "rtf": (0.0, None),
+    INVALID_RATE: (0.0, 1.0),
 }
 """The range each metric's values can take (None: unbounded on that side); no interval leaves it."""
-PROPORTION_METRICS: frozenset[str] = frozenset({"content_gate_pass"})
+PROPORTION_METRICS: frozenset[str] = frozenset({"content_gate_pass", INVALID_RATE})
 """0/1 outcomes per row: Wilson intervals for their rates, Newcombe for paired differences."""
 
 

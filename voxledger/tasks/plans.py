@@ -29,9 +29,10 @@ PLAN_MEDIA_TYPE = "application/vnd.voxledger.plan+json"
 
 
 def _gate_rule_problems(policy: PromotionPolicy) -> list[str]:
+    from voxledger.schemas.evaluation import INVALID_RATE
     from voxledger.tasks.metrics.registry import rule_metric_ids
 
-    valid = rule_metric_ids()
+    valid = (*rule_metric_ids(), INVALID_RATE)  # invalid_rate is read from the generation rows, not an extractor
     return [
         f"rules.{i}.metric: {r.metric!r} is not a registered metric id (valid: {', '.join(valid)})"
         for i, r in enumerate(policy.rules)

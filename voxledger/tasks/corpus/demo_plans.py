@@ -144,6 +144,16 @@ def plans() -> dict[str, dict[str, Any]]:
                 "threshold": 0.05,
                 "why": "the lower end of the interval (at the round's confidence) shows the voice moved toward the target by at least 0.05",
             },
+            {
+                "metric": "invalid_rate",
+                "statistic": "challenger_mean",
+                "op": "<=",
+                "threshold": 0.1,
+                "why": (
+                    "at most 1 generation in 10 may fail outright (no audio); a failed generation also counts as 100% WER and a "
+                    "content-gate failure on its prompt in every other rule"
+                ),
+            },
         ],
     }
     return {"eval-demo.yaml": evaluation, "promote-demo.yaml": promotion, **mandarin_plans(evaluation, promotion)}

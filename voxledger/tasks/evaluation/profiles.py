@@ -58,6 +58,7 @@ def failures_statement(gens: list[Generation]) -> str:
     counts = ", ".join(f"{c} {failed[c]}/{total[c]}" for c in sorted(total))
     return (
         f"failed generations per candidate: {counts}. A failed generation stays a row: it counts in invalid_rate and "
-        "in n_rows; it has no transcript, so WER/CER, the content gate and the quality metrics are computed over the "
-        "valid generations"
+        "in n_rows, and as a failure of its candidate on its prompt in every content metric (WER/CER 1.0, content gate "
+        "failed, no anchor heard), so their means, minimum counts and comparisons include it; speaker similarity and "
+        "predicted MOS, measured only on audio that passed the content gate, rest on the prompts that have it"
     )

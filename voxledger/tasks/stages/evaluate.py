@@ -10,6 +10,7 @@ from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
+    INVALID_RATE,
     OWN_BASE,
     CandidateSummary,
     Comparison,
@@ -24,6 +25,7 @@ from voxledger.schemas.evaluation import (
 from voxledger.stores.home import Home
 from voxledger.stores.queries import alias_target
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
+from voxledger.tasks.evaluation.failed import with_failures
 from voxledger.tasks.evaluation.generate import generate_all
 from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.profiles import deviations, failures_statement
@@ -154,11 +156,15 @@ def _audio_subjects(home: Home, gens: list[Generation]) -> list:  # type: ignore
 
 
 def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observation]) -> EvaluationResult:
-    """Per-candidate intervals (overall and by category) and paired deltas vs the baseline."""
+    """Per-candidate intervals (overall and by category) and paired deltas vs the baseline.
+
+    A failed generation counts as a failure of its candidate on its prompt (``failed.with_failures``):
+    100% WER/CER, content gate failed, and 1 in ``invalid_rate``, which is summarised and compared
+    like any metric."""
     st = plan.statistics
     ci = dict(settings=st)
     by: dict[str, dict[str, list[Observation]]] = defaultdict(lambda: defaultdict(list))
-    for o in obs:
+    for o in with_failures(plan, gens, obs):
         by[o.candidate][o.metric].append(o)
     summaries = []
     for c in plan.candidates:
@@ -220,7 +226,7 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
                     delta=delta,
                     test=test,
                     n_pairs=n,
-                    lower_is_better=lower_is_better(metric),
+                    lower_is_better=lower_is_better(metric) or metric == INVALID_RATE,
                     failures=split,
                 )
             )
