@@ -177,3 +177,21 @@ def test_two_threads_synthesise_on_two_helpers_and_get_the_serial_bytes() -> Non
         finally:
             espeak._POOL.put(busy)  # releases a blocked caller too, so the pool can shut down
     assert served == serial[0]
+
+
+def test_the_mandarin_inventory_covers_every_sentence_of_the_mandarin_corpus_and_matches_a_rebuild() -> None:
+    """A Mandarin base knows every phoneme its adapters and prompts will need (the target's and test
+    sentences hold finals the base voices' sentences lack), and the file is what the builder writes."""
+    import json
+    from importlib import resources
+
+    from voxledger.tasks.corpus.demo_zh import mandarin_sentences
+    from voxledger.tasks.corpus.inventory import ZH_INVENTORY_FILE, mandarin_inventory_document
+
+    inventory = set(phoneme_inventory("zh"))
+    assert set(phoneme_inventory()) < inventory and set(phoneme_inventory("en-us")) == set(phoneme_inventory())
+    for text in mandarin_sentences():
+        spoken = {s.phoneme for s in synthesize(text, "cmn").phonemes}
+        assert spoken <= inventory, (text, spoken - inventory)
+    stored = json.loads(resources.files("voxledger.tasks.corpus").joinpath(ZH_INVENTORY_FILE).read_text(encoding="utf-8"))
+    assert stored == mandarin_inventory_document() and len(stored["phonemes"]) == 133  # as built by inventory.main()

@@ -210,18 +210,24 @@ def resample_synthesis(s: Synthesis, sample_rate_hz: int) -> Synthesis:
     return Synthesis(audio.astype(np.float32), sample_rate_hz, phonemes)
 
 
-def phoneme_inventory() -> list[str]:
-    """Sorted espeak-ng phoneme names seen for English voices: a closed TTS vocabulary.
+LANGUAGE_INVENTORIES: dict[str, str] = {"zh": "data/phoneme_inventory_zh.json"}
+"""Languages with a phoneme inventory of their own beside the English one (Whisper/ISO code -> data file)."""
 
-    Read from ``data/phoneme_inventory.json``, built by ``python -m
-    voxledger.tasks.corpus.inventory``: all eight English espeak-ng languages read the 720
-    Harvard sentences plus coverage texts, every reported phoneme is kept, and every stressable
-    vowel is added in all three stress forms (see ``inventory``). Includes ``"_"``.
+
+def phoneme_inventory(language: str = "en") -> list[str]:
+    """Sorted espeak-ng phoneme names: a closed TTS vocabulary.
+
+    English: ``data/phoneme_inventory.json``, built by ``python -m voxledger.tasks.corpus.inventory``:
+    all eight English espeak-ng languages read the 720 Harvard sentences plus coverage texts, every
+    reported phoneme is kept, and every stressable vowel is added in all three stress forms (see
+    ``inventory``). Includes ``"_"``. A language in `LANGUAGE_INVENTORIES` (Mandarin) adds its own
+    set, built the same way from its voices and texts; any other language gets the English set.
     """
-    return list(_inventory())
+    extra = LANGUAGE_INVENTORIES.get(language.lower().split("-")[0])
+    return sorted(set(_inventory("data/phoneme_inventory.json")) | set(_inventory(extra) if extra else ()))
 
 
 @cache
-def _inventory() -> tuple[str, ...]:
-    path = resources.files("voxledger.tasks.corpus").joinpath("data/phoneme_inventory.json")
+def _inventory(name: str) -> tuple[str, ...]:
+    path = resources.files("voxledger.tasks.corpus").joinpath(name)
     return tuple(json.loads(path.read_text(encoding="utf-8"))["phonemes"])

@@ -97,7 +97,7 @@ class TinyBackend:
         train = self._examples(corpus_root, plan.train_splits, plan)
         cv = self._examples(corpus_root, plan.cv_splits, plan)
         if plan.mode == "full":
-            model, config = self._fresh(train, plan)
+            model, config = self._fresh(train, cv, plan)
         else:
             if base_dir is None:
                 raise TrainingError(f"plan {plan.name}: LoRA mode needs a base model (give the base run's model digest)")
@@ -139,14 +139,15 @@ class TinyBackend:
         except CorpusError as exc:
             raise TrainingError(f"plan {plan.name}: {exc}") from None
 
-    def _fresh(self, train: list[CorpusExample], plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
+    def _fresh(self, train: list[CorpusExample], cv: list[CorpusExample], plan: TrainingPlan) -> tuple[torch.nn.Module, TinyTTSConfig]:
         languages = sorted({e.language for e in train})
         if len(languages) != 1:
             raise TrainingError(
                 f"plan {plan.name}: training utterances mix languages {languages}; train one language per model (select speakers or splits)"
             )
-        # the espeak English inventory keeps demo models comparable; other languages add their own phonemes
-        phonemes = sorted(set(phoneme_inventory()) | {p for e in train for p in e.durations.phonemes})
+        # the espeak English inventory keeps demo models comparable; a language with an inventory of its own (Mandarin)
+        # adds it, so its adapters and prompts find every phoneme; the corpus's own phonemes (CV split too) join any other
+        phonemes = sorted(set(phoneme_inventory(languages[0])) | {p for e in (*train, *cv) for p in e.durations.phonemes})
         speakers = sorted({e.speaker for e in train})
         config = TinyTTSConfig(phonemes=tuple(phonemes), speakers=tuple(speakers), language=languages[0], **plan.model)  # type: ignore[arg-type]
         import torch
