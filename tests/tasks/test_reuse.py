@@ -151,3 +151,30 @@ def test_a_source_tree_whose_files_were_never_stored_is_bound_by_its_manifest(ho
     home.blobs.path_of(tree_sha).unlink()  # the manifest itself is still required
     with pytest.raises(BlobMissingError, match=tree_sha):
         reuse(home, key, IngestReceipt)
+
+
+def test_a_damaged_output_of_a_receipt_it_read_is_not_vouched_for(home: Home, tmp_path: Path) -> None:
+    """A promotion reads its gate evaluation (a receipt input); one flipped byte in a clip that evaluation
+    produced must not be certified by serving the promotion from cache: the clip is quarantined and the
+    stage runs again, so the evaluation regenerates it."""
+    clip = home.blobs.put_bytes(b"RIFF a gate evaluation clip " * 32)
+    evaluation = build_receipt(
+        IngestReceipt, flow="test", task="gate-evaluation", started_at=utc_now(),
+        subjects=[artifact(home.blobs, "audio:incumbent", clip, "audio/wav")],
+        parameters=IngestParameters(source="bytes", name="gate", file_count=1, total_bytes=1),
+    )  # fmt: skip
+    evaluation_rid = home.record(evaluation)
+    key = cache_key("test", {"promote": 1}, None, {})
+    promotion = build_receipt(
+        IngestReceipt, flow="test", task="promote", started_at=utc_now(), key=key,
+        subjects=[artifact(home.blobs, "decision", home.blobs.put_bytes(b"epoch47 promoted"), "application/json")],
+        inputs=[InputRef(role="evaluation", sha256=evaluation_rid, ref="receipt")],
+        parameters=IngestParameters(source="bytes", name="promote", file_count=1, total_bytes=1),
+    )  # fmt: skip
+    rid = home.record(promotion)
+    hit = reuse(home, key, IngestReceipt)
+    assert hit is not None and hit.receipt_id == rid and hit.verified is not None and hit.verified.evidence_objects == 1
+    _flip_byte(home.blobs.path_of(clip))
+    heard: list[str] = []
+    assert reuse(home, key, IngestReceipt, report=heard.append) is None
+    assert not home.blobs.has(clip) and "evidence it read (evaluation/audio:incumbent)" in heard[0]

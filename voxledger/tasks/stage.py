@@ -8,8 +8,11 @@ input whole when some receipt recorded it as its tree output (a source tree that
 on disk, say a corpus's audio before it was stored, is bound by its manifest's digest alone). A damaged
 output is moved to quarantine and the stage runs again, so its producer regenerates the bytes (a
 put of the right bytes heals the store); a missing or damaged input is quarantined and the stage
-refuses with a clear error, since running again could not bring it back. The same receipt id
-comes back whether the stage ran or not, so lineage is identical either way. ``record`` commits
+refuses with a clear error, since running again could not bring it back. The outputs of the
+receipts it read (a promotion's gate evaluation and its clips, a run's checkpoints) are the
+evidence it certified, and are checked too: a damaged one is quarantined and the stage runs
+again, so the receipt that produced it regenerates it instead of being vouched for. The same
+receipt id comes back whether the stage ran or not, so lineage is identical either way. ``record`` commits
 a new receipt, and ``Home.record`` refuses one that names a missing or damaged output.
 """
 
@@ -38,8 +41,9 @@ class ReuseCheck:
     """What a cache hit verified before it was served.
 
     ``objects``: distinct stored objects found intact (the receipt, its outputs and its inputs,
-    trees whole); ``passed_over``: catalog rows for the key that were not served (a receipt
-    recording another key, failed, damaged or of another kind).
+    trees whole, and the outputs of the receipts it read: ``evidence_objects``); ``passed_over``:
+    catalog rows for the key that were not served (a receipt recording another key, failed,
+    damaged or of another kind).
     """
 
     cache_key: str
@@ -47,6 +51,7 @@ class ReuseCheck:
     input_objects: int
     objects: int
     passed_over: int = 0
+    evidence_objects: int = 0
 
 
 @dataclass(frozen=True)
@@ -114,16 +119,18 @@ def reuse(home: Home, key: str | None, kind: type[R], *, report: Callable[[str],
         outputs = _objects(home, [(s.role, s.sha256, s.media_type) for s in receipt.subjects])
         trees = output_trees(home.catalog, [i.sha256 for i in receipt.inputs if i.ref == "artifact"])
         inputs = _objects(home, [(i.role, i.sha256, TREE_MEDIA_TYPE if i.sha256 in trees else "") for i in receipt.inputs])
-        bad = home.blobs.damaged([*outputs, *inputs])
+        evidence = {sha: role for sha, role in _evidence(home, receipt).items() if sha not in inputs and sha not in outputs}
+        bad = home.blobs.damaged([*outputs, *inputs, *evidence])
         bad_inputs = [d for d in bad if d in inputs]
         for sha in bad:
             home.blobs.quarantine(sha)
         if bad_inputs:
             raise _input_error(receipt, rid, bad_inputs, inputs)
         if bad:
-            _say(report, f"{len(bad)} damaged output(s) of receipt {rid[:12]} quarantined (e.g. {bad[0][:12]}); regenerating")
+            where = "output(s)" if bad[0] in outputs else f"object(s) of the evidence it read ({evidence[bad[0]]})"
+            _say(report, f"{len(bad)} damaged {where} of receipt {rid[:12]} quarantined (e.g. {bad[0][:12]}); regenerating")
             return None
-        check = ReuseCheck(key, len(outputs), len(inputs), len({rid, *outputs, *inputs}), passed)
+        check = ReuseCheck(key, len(outputs), len(inputs), len({rid, *outputs, *inputs, *evidence}), passed, len(evidence))
         logging.getLogger("voxledger.stage").info("reused %s receipt %s: %d object(s) verified", receipt.kind, rid[:12], check.objects)  # type: ignore[attr-defined]
         return StageOutcome(rid, receipt, cached=True, verified=check)
     return None
@@ -150,6 +157,21 @@ def _trusted(home: Home, rid: str, key: str, kind: type[R], report: Callable[[st
         )
         return None
     return receipt
+
+
+def _evidence(home: Home, receipt: ReceiptBase) -> dict[str, str]:
+    """Every object behind the outputs of the receipts ``receipt`` read (its ``ref: receipt`` inputs), each mapped to
+    ``input role/output role``. A receipt input that cannot be read is left to the input check, which refuses it."""
+    refs: list[tuple[str, str, str]] = []
+    for i in receipt.inputs:
+        if i.ref != "receipt":
+            continue
+        try:
+            doc = home.receipts.read_document(i.sha256)
+        except (BlobMissingError, DigestMismatchError, ReceiptError):
+            continue
+        refs += [(f"{i.role}/{s['role']}", s["sha256"], s["media_type"]) for s in doc.get("subjects", [])]
+    return _objects(home, refs)
 
 
 def _objects(home: Home, refs: list[tuple[str, str, str]]) -> dict[str, str]:
