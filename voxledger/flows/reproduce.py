@@ -5,7 +5,9 @@ covered, its inputs verify, the code is the recorded code unless drift is allowe
 ``seed_scratch_home`` (the original home's receipts from before the stage started, and the
 objects they name), the stage's own flow from the stage table run on the scratch home (a subflow,
 so the re-run goes through exactly the code path the original did), and ``record_reproduction``
-(outputs compared under the stage's bands; the one write to the original home).
+(outputs compared under the stage's bands; the one write to the original home). What the flow is
+given and how its outputs are compared come from the registry entry the stage row names
+(``tasks/stages/reproduce_registry.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,6 @@ from prefect import flow, task
 
 from voxledger.flows.common import STAGE_TASK, flow_name, open_home, shared_store
 from voxledger.flows.progress import report
-from voxledger.flows.stages import stage_table
-from voxledger.schemas.base import ReceiptBase
-from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.errors import (
     AuditFailedError,
     EquivalenceError,
@@ -35,17 +34,14 @@ from voxledger.schemas.errors import (
     SynthesisError,
     TrainingError,
 )
-from voxledger.schemas.evaluation import EvaluationReceipt
-from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelineRunReceipt
-from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.reproduction import OutputComparison, ReproductionBands, ReproductionReceipt
-from voxledger.schemas.training import TrainingRunReceipt
-from voxledger.stores.home import Home, HomeRef
+from voxledger.schemas.stages import resolve, stage_row
+from voxledger.stores.home import HomeRef
 from voxledger.stores.scratch import SeedReport, seed_home
-from voxledger.tasks.reproduction import compare as cmp
 from voxledger.tasks.stage import StageOutcome
 from voxledger.tasks.stages import reproduce as rp
+from voxledger.tasks.stages import reproduce_registry as reproductions
 
 THREADS_VARIABLE = "VOXLEDGER_REPRODUCE_THREADS"
 STAGE_FAILURES = (AuditFailedError, GateFailedError, EquivalenceError, TrainingError, EvaluationError, SynthesisError)
@@ -85,7 +81,7 @@ def record_reproduction(
     if rerun is None:
         comparisons = [OutputComparison(name="rerun", verdict="differs", reason=f"the re-run failed before recording a receipt: {failure}")]
     else:
-        comparisons = _compare(h, s, prep.receipt, rerun, bands)
+        comparisons = reproductions.compare(h, s, prep, rerun, bands)
     return rp.record_reproduction(
         h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name()
     )
@@ -102,46 +98,6 @@ def record_pipeline_reproduction(
 ) -> StageOutcome[ReproductionReceipt]:
     """Record the pipeline run's verdict: the worst of its stages' reproductions."""
     return rp.record_pipeline_reproduction(open_home(home), prep, stages, not_rerun, wall_s=wall_s, started=started, flow=flow_name())
-
-
-def _read_either(h: Home, s: Home) -> Any:
-    return lambda sha: (s.blobs if s.blobs.has(sha) else h.blobs).get_bytes(sha)
-
-
-def _compare(h: Home, s: Home, original: ReceiptBase, rerun: ReceiptBase, bands: ReproductionBands) -> list[OutputComparison]:
-    read = _read_either(h, s)
-    if isinstance(original, TrainingRunReceipt) and isinstance(rerun, TrainingRunReceipt):
-        from voxledger.tasks.reproduction.probe import probe_adapters
-
-        backend, base_sha = original.parameters.backend, original.parameters.bound.base_sha256
-        base = (h.blobs, base_sha) if original.parameters.mode == "lora" and base_sha is not None else None
-        model = original.parameters.effective_config.get("model")
-        listed = model.get("speakers") if isinstance(model, dict) else None
-        speaker = str(listed[0]) if isinstance(listed, list) and listed else None
-
-        def probe(a: str, b: str) -> tuple[str, str]:
-            return probe_adapters(backend, base, (h.blobs, a), (s.blobs, b), bands, speaker=speaker)
-
-        return cmp.compare_training(original, rerun, bands, probe)
-    if isinstance(original, PromotionReceipt) and isinstance(rerun, PromotionReceipt):
-        gate = (
-            h.receipts.read(original.parameters.evaluation, EvaluationReceipt),
-            s.receipts.read(rerun.parameters.evaluation, EvaluationReceipt),
-        )
-        return cmp.compare_promotion(original, rerun, read, gate, bands)
-    if isinstance(original, EvaluationReceipt) and isinstance(rerun, EvaluationReceipt):
-        return cmp.compare_evaluation(original, rerun, read, bands)
-    if isinstance(original, PackageReceipt) and isinstance(rerun, PackageReceipt):
-        from voxledger.tasks.reproduction.packaging import compare_package
-
-        ea, eb = original.result.equivalence_receipt, rerun.result.equivalence_receipt
-        pair = (h.receipts.read(ea, EquivalenceReceipt), s.receipts.read(eb, EquivalenceReceipt)) if ea and eb else None
-        return compare_package(original, rerun, (h.blobs.path_of, s.blobs.path_of), pair)
-    if isinstance(original, EquivalenceReceipt) and isinstance(rerun, EquivalenceReceipt):
-        from voxledger.tasks.reproduction.packaging import compare_equivalence
-
-        return compare_equivalence(original, rerun)
-    return cmp.compare_audit(original, rerun)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -165,32 +121,16 @@ def forced_threads(threads: int | None) -> Iterator[None]:
 
 
 def _rerun(scratch: HomeRef, stage: str, arguments: dict[str, Any]) -> str:
-    """Run the stage's own flow on the scratch home; the receipt id it recorded (also when its verdict failed the run)."""
-    if stage == "equivalence":
-        return _rerun_equivalence(scratch, **arguments)
-    spec = next(s for s in stage_table() if s.name == stage)
+    """Run the stage's own flow (its row's) on the scratch home; the receipt id it recorded (also when its verdict failed the run)."""
+    row = stage_row(stage)
+    if row is None:
+        raise ReproductionError(f"stage {stage} is not in the stage table (schemas/stages.py): nothing to re-run it with")
     try:
-        return str(spec.flow(scratch, **arguments).receipt_id)
+        return str(resolve(row.flow)(scratch, **arguments).receipt_id)
     except (AuditFailedError, GateFailedError, EquivalenceError) as exc:  # recorded, then judged: the receipt is the result
         if exc.receipt_id is None:
             raise
         return str(exc.receipt_id)
-
-
-def _rerun_equivalence(
-    scratch: HomeRef, plan_document: dict[str, Any], plan_name: str, reference: str, candidate: str, **runtimes: dict[str, Any]
-) -> str:
-    """The ``equivalence`` flow's comparison of the recorded dump trees (given to the scratch home) under the recorded plan,
-    written to a file of the recorded name (the flow reads plans from files)."""
-    import json
-
-    from voxledger.flows.equivalence import equivalence
-
-    with tempfile.TemporaryDirectory(prefix="voxledger-reproduce-plan-") as tmp:
-        plan_file = Path(tmp) / Path(plan_name).name
-        plan_file.write_text(json.dumps(plan_document), encoding="utf-8")
-        out = equivalence(scratch, "compare", reference, candidate, str(plan_file), runtimes["ref_runtime"], runtimes["cand_runtime"])
-    return str(out.receipt_id)
 
 
 @flow(name="reproduce")
@@ -213,7 +153,7 @@ def _reproduce(
 ) -> StageOutcome[ReproductionReceipt]:
     started = rp.now()
     prep = prepare_reproduction(ref, receipt_id, allow_code_drift, threads)
-    arguments = rp.stage_arguments(open_home(ref), prep, Path(corpus) if corpus else None)
+    arguments = reproductions.stage_arguments(open_home(ref), prep, Path(corpus) if corpus else None)
     if scratch and Path(scratch).exists() and any(Path(scratch).iterdir()):
         raise ReproductionError(f"--scratch {scratch} is not empty: give a new or empty folder (the re-run's home is made there)")
     if isinstance(prep.receipt, PipelineRunReceipt):

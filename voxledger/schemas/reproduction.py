@@ -14,12 +14,14 @@ from pydantic import Field
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.equivalence import EquivalenceBands
+from voxledger.schemas.stages import reproducible_kinds
 
 Verdict = Literal["exact", "within_bands", "differs"]
 """exact: bit for bit under the recorded environment; within_bands: inside the stated bands; differs: outside."""
 
-REPRODUCIBLE_KINDS = ("audit", "training_run", "promotion", "evaluation", "package", "equivalence", "pipeline_run")
-"""Receipt kinds ``voxledger reproduce`` re-runs (a pipeline run by re-running each stage receipt it chains)."""
+REPRODUCIBLE_KINDS: tuple[str, ...] = reproducible_kinds()
+"""Receipt kinds ``voxledger reproduce`` re-runs: those of the stage table's stages with a comparison, and a
+pipeline run (by re-running each stage receipt it chains)."""
 
 
 class ReproductionBands(Frozen):

@@ -25,7 +25,7 @@ from voxledger.schemas.base import Frozen
 
 Comparison = Literal["audit", "training", "promotion", "evaluation", "package", "equivalence"]
 """How a re-run is compared with its original, each name mapped to its re-run arguments and
-comparison in ``tasks/reproduction/registry.py``."""
+comparison in ``tasks/stages/reproduce_registry.py``."""
 
 PIPELINE = "pipeline"
 """What the pipeline itself is called where stages are named: its work pool, its reproduction."""

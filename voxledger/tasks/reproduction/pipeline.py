@@ -12,13 +12,11 @@ from dataclasses import dataclass
 
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.reproduction import REPRODUCIBLE_KINDS, OutputComparison, ReproductionReceipt
+from voxledger.schemas.stages import PIPELINE_RECEIPT, STAGE_ROWS
 from voxledger.stores.home import Home
 
-NOT_RERUN = {
-    "packet_set": "packet sets are blinded with a fresh secret key and set id by design (tasks/stages/packets.py), "
-    "so a re-run can never be identical and has no band to be judged by",
-}
-"""Why a stage receipt of this kind is not re-run (any other kind outside REPRODUCIBLE_KINDS: not covered yet)."""
+NOT_RERUN: dict[str, str] = {r.receipt: r.not_rerun for r in STAGE_ROWS if r.not_rerun is not None}
+"""Why a stage receipt of this kind is not re-run, as its stage row says (any other kind outside REPRODUCIBLE_KINDS: not covered yet)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,7 @@ def plan_stages(home: Home, receipt: PipelineRunReceipt) -> StagePlan:
                 skipped.append(f"{s.stage}: no receipt recorded ({s.status})")
             continue
         kind = home.receipts.read(s.receipt_id).kind  # type: ignore[attr-defined]
-        if kind == "pipeline_run" or kind not in REPRODUCIBLE_KINDS:
+        if kind == PIPELINE_RECEIPT or kind not in REPRODUCIBLE_KINDS:
             skipped.append(f"{s.stage}: {NOT_RERUN.get(kind, f'{kind} receipts are not re-run by `voxledger reproduce`')}")
         else:
             rerun.append((s.stage, s.receipt_id))

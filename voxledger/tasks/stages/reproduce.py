@@ -1,7 +1,8 @@
 """``reproduce`` as plain functions: check a receipt can be re-run here, compare, record the verdict.
 
 The flow (``flows/reproduce.py``) calls ``prepare``, seeds a scratch home, re-runs the stage there
-through the stage's own flow, then calls ``compare`` and ``record_reproduction``. Nothing here
+through the stage's own flow (its arguments and comparison from ``tasks/stages/reproduce_registry.py``,
+by the stage row's ``comparison``), then calls ``record_reproduction``. Nothing here
 writes to the original home except the reproduction receipt (and the re-run's receipt document,
 stored as that receipt's subject).
 """
@@ -15,17 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from voxledger.schemas.audit import AuditPolicy, AuditReceipt
+from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import Environment, InputRef, ReceiptBase, utc_now
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.core import PlanReceipt
-from voxledger.schemas.equivalence import EquivalencePlan
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.schemas.errors import ReceiptError, ReproductionError
-from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
+from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.package import PackageReceipt
-from voxledger.schemas.pipeline import PipelineRunReceipt
-from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
 from voxledger.schemas.reproduction import (
     REPRODUCIBLE_KINDS,
     EnvironmentDifference,
@@ -35,6 +33,7 @@ from voxledger.schemas.reproduction import (
     ReproductionReceipt,
     ReproductionResult,
 )
+from voxledger.schemas.stages import PIPELINE, PIPELINE_RECEIPT, plan_models, resolve, rows_writing
 from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.identity import environment
@@ -45,12 +44,8 @@ from voxledger.tasks.receipting import artifact, build_receipt
 from voxledger.tasks.reproduction import compare as cmp
 from voxledger.tasks.stage import StageOutcome, record
 
-PLAN_MODELS: dict[str, type[BaseModel]] = {
-    "audit_policy": AuditPolicy,
-    "training_plan": TrainingPlan,
-    "promotion_policy": PromotionPolicy,
-    "evaluation_plan": EvaluationPlan,
-}
+PLAN_MODELS: dict[str, type[BaseModel]] = plan_models()
+"""Every stage plan model by its plan kind (what a plan receipt records), from the stage table."""
 RECEIPT_MEDIA_TYPE = "application/json"
 
 
@@ -68,18 +63,20 @@ class Preparation:
 
 
 def stage_of(receipt: ReceiptBase) -> str:
-    """The stage-table name of the stage that wrote ``receipt``."""
-    if receipt.kind == "training_run":  # type: ignore[attr-defined]
-        return "train_adapter" if receipt.parameters.mode == "lora" else "train_base"  # type: ignore[attr-defined]
-    stages = {
-        "audit": "audit",
-        "promotion": "promote",
-        "evaluation": "evaluate",
-        "package": "package",
-        "equivalence": "equivalence",
-        "pipeline_run": "pipeline",
-    }
-    return stages[receipt.kind]  # type: ignore[attr-defined]
+    """The stage-table name of the stage that wrote ``receipt`` (``pipeline`` for a pipeline run).
+
+    Stages writing the same receipt kind share a module, whose ``stage_of(receipt)`` tells them apart.
+    """
+    kind = receipt.kind  # type: ignore[attr-defined]
+    if kind == PIPELINE_RECEIPT:
+        return PIPELINE
+    rows = rows_writing(kind)
+    if not rows:
+        raise ReproductionError(f"no stage writes {kind} receipts; the stage table (schemas/stages.py) lists every stage")
+    if len(rows) == 1:
+        return rows[0].name
+    name: str = resolve(f"{rows[0].module}:stage_of")(receipt)
+    return name
 
 
 def environment_differences(recorded: Environment, here: Environment) -> list[EnvironmentDifference]:
@@ -159,114 +156,6 @@ def plan_ref(home: Home, receipt: ReceiptBase, role: str) -> PlanRef:
     ref = PlanRef(source_name=p.source_name, kind=p.plan_kind, document=document, sha256=p.plan_sha256)
     ref.validated(PLAN_MODELS[p.plan_kind])  # the stored plan still validates and hashes to its digest
     return ref
-
-
-def stage_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
-    """The stage flow's arguments besides ``home``, recovered from the receipt and its parents.
-
-    Raises ReproductionError when the stage reads a corpus and ``corpus`` is not given or is not
-    the corpus the original read (naming what differs).
-    """
-    r = prep.receipt
-    if isinstance(r, AuditReceipt):
-        _check_manifest_files(r, prep.rid, _need(corpus, prep))
-        return {"corpus": str(corpus), "plan": plan_ref(home, r, "policy")}
-    if isinstance(r, TrainingRunReceipt):
-        audit_rid = r.parameters.bound.audit_receipt
-        check_corpus(home, home.receipts.read(audit_rid, AuditReceipt), _need(corpus, prep))
-        return {
-            "corpus": str(corpus),
-            "audit_rid": audit_rid,
-            "plan": plan_ref(home, r, "plan"),
-            "base_sha": r.parameters.bound.base_sha256,
-        }
-    if isinstance(r, PromotionReceipt):
-        run = home.receipts.read(r.parameters.training_run, TrainingRunReceipt)
-        check_corpus(home, home.receipts.read(run.parameters.bound.audit_receipt, AuditReceipt), _need(corpus, prep))
-        return {"corpus": str(corpus), "run_rid": r.parameters.training_run, "plan": plan_ref(home, r, "policy")}
-    if isinstance(r, EvaluationReceipt):
-        ref = plan_ref(home, r, "plan")
-        return {"corpus": str(_need(corpus, prep)), "plan": ref, "bindings": bindings_of(r, ref.validated(EvaluationPlan))}
-    if isinstance(r, PackageReceipt):
-        return package_arguments(r, prep.rid)
-    if isinstance(r, EquivalenceReceipt):
-        return equivalence_arguments(home, r)
-    if isinstance(r, PipelineRunReceipt):
-        _need(corpus, prep)  # its audit, training, promotion and evaluation stages read it
-        return {}
-    raise ReproductionError(f"receipt {prep.rid[:12]}: no re-run for kind {r.kind}")  # type: ignore[attr-defined]
-
-
-def package_arguments(r: PackageReceipt, rid: str) -> dict[str, Any]:
-    """The ``package`` flow's arguments: the recorded run, checkpoint, bound receipts and probe seed (never published)."""
-    from voxledger.tasks.stages.package import PROBE_TEXT
-
-    p = r.parameters
-    if p.probe_text != PROBE_TEXT:
-        raise ReproductionError(
-            f"package receipt {rid[:12]} probed with text {p.probe_text!r}; the package flow probes with {PROBE_TEXT!r} "
-            "and takes no other, so a re-run could not compare its checks: reproduce it with the code that wrote it"
-        )
-    return {
-        "run_rid": p.training_run,
-        "tree_sha": p.checkpoint_tree_sha256,
-        "promotion_rid": p.promotion_receipt,
-        "eval_rids": p.evaluation_receipts,
-        "retention": None,
-        "probe_seed": p.probe_seed,
-    }
-
-
-def equivalence_arguments(home: Home, r: EquivalenceReceipt) -> dict[str, Any]:
-    """The ``equivalence`` flow's compare arguments: the recorded dump trees, runtimes and plan (its document and file name)."""
-    plan_receipt = home.receipts.read(r.input("plan").sha256, PlanReceipt)
-    document = json.loads(home.blobs.get_bytes(plan_receipt.parameters.plan_sha256))
-    EquivalencePlan.model_validate(document)  # the stored plan still validates
-    p = r.parameters
-    return {
-        "reference": p.reference_tree_sha256,
-        "candidate": p.candidate_tree_sha256,
-        "plan_document": document,
-        "plan_name": plan_receipt.parameters.source_name,
-        "ref_runtime": p.reference.model_dump(mode="json"),
-        "cand_runtime": p.candidate.model_dump(mode="json"),
-    }
-
-
-def bindings_of(receipt: EvaluationReceipt, plan: EvaluationPlan) -> dict[str, str]:
-    """The ``--bind NAME=DIGEST`` pairs the evaluation ran with, from its resolved candidates."""
-    resolved = {c.name: c for c in receipt.parameters.candidates}
-    out: dict[str, str] = {}
-    for c in plan.candidates:
-        got = resolved.get(c.name)
-        for ref, sha in ((c.artifact, got.artifact_sha256 if got else None), (c.base, got.base_sha256 if got else None)):
-            if ref and ref.startswith("input:") and sha:
-                out[ref.removeprefix("input:")] = sha
-    return out
-
-
-def _need(corpus: Path | None, prep: Preparation) -> Path:
-    if corpus is None:
-        raise ReproductionError(
-            f"receipt {prep.rid[:12]} ({prep.stage}) read a corpus, and receipts record corpora by digest, never by path: "
-            "give the corpus folder with --corpus (it is checked against the recorded digests)"
-        )
-    return corpus
-
-
-def _check_manifest_files(audit: AuditReceipt, rid: str, corpus: Path) -> None:
-    from voxledger.stores.hashing import sha256_file
-    from voxledger.tasks.corpus.manifests import load_corpus
-
-    loaded = load_corpus(corpus)
-    recorded = {i.sha256 for i in audit.inputs if i.role == "manifest_file"}
-    now = {f.relative_to(loaded.root).as_posix(): sha256_file(f) for f in loaded.manifest_files}
-    changed = sorted(name for name, sha in now.items() if sha not in recorded)
-    if changed or len(set(now.values())) != len(recorded):
-        raise ReproductionError(
-            f"corpus {corpus}: manifest file(s) {changed or sorted(now)} differ from the ones the audit read "
-            f"({len(recorded)} recorded by digest): this is not the corpus of receipt {rid[:12]}; give the original corpus"
-        )
 
 
 def check_corpus(home: Home, audit: AuditReceipt, corpus: Path) -> None:

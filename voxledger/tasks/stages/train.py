@@ -134,6 +134,12 @@ def training_task_name(plan: TrainingPlan) -> str:
     return "train_base" if plan.mode == "full" else "train_adapter"
 
 
+def stage_of(receipt: TrainingRunReceipt) -> str:
+    """Which of the two training stages wrote a training-run receipt (the stage table's name): a
+    LoRA run is ``train_adapter``, any other ``train_base``."""
+    return "train_adapter" if receipt.parameters.mode == "lora" else "train_base"
+
+
 def train_adapter_fn(
     home: Home,
     corpus: Path,
