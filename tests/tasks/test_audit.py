@@ -293,3 +293,25 @@ def test_an_audit_rerun_after_a_fixed_transcript_hears_no_clip_twice(
     sf.write(tmp_path / "c" / "wavs" / "u2.wav", clips[("spk_a", 2)] * 0.5, 16000, subtype="PCM_16")  # new bytes, same words
     audit_corpus_fn(Home(tmp_path / "h"), tmp_path / "c", policy, policy_name="p.yaml")
     assert len(heard) == 7, "only the rewritten clip is heard again"
+
+
+def test_path_syntax_in_ids_and_a_lookalike_speaker_are_refused(tmp_path: Path, home: Home, clips) -> None:  # type: ignore[no-untyped-def]
+    """An id '../../..', a NUL in a speaker id and a transcript become manifest findings naming the line; a
+    speaker 'ѕpk_a' (Cyrillic ѕ) beside 'spk_a' is one voice split in two and is an error."""
+    bad = [
+        json.dumps({"id": "../../..", "audio": "wavs/spk_a_0.wav", "text": "Up.", "speaker": "spk_a", "split": "train"}),
+        json.dumps({"id": "nul", "audio": "wavs/spk_a_1.wav", "text": "A\u0000b.", "speaker": "spk_a", "split": "train"}),
+        json.dumps({"id": "nulspk", "audio": "wavs/spk_a_2.wav", "text": "Ok.", "speaker": "spk\u0000a", "split": "train"}),
+    ]
+    corpus = make_corpus(tmp_path / "c", {k: v for k, v in clips.items() if k[0] == "spk_a"}, bad)
+    rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines()]
+    rows[0]["speaker"] = "\u0455pk_a"  # the attack: one look-alike letter
+    (corpus / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = audit_corpus_fn(home, corpus, POLICY, policy_name="test").receipt.result
+    invalid = [f for f in out.findings if f.code == "manifest_invalid_record"]
+    assert len(invalid) == 3 and all(f.severity == "error" for f in invalid), invalid
+    messages = " ".join(f.message for f in invalid)
+    assert "'../../..' holds a path separator" in messages and "NUL" in messages
+    (lookalike,) = [f for f in out.findings if f.code == "speaker_lookalike"]
+    assert lookalike.severity == "error" and "cyrillic" in lookalike.message and "'s'" in lookalike.message
+    assert out.verdict == "fail"

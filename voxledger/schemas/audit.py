@@ -36,6 +36,7 @@ FindingCode = Literal[
     "asr_disagreement",
     "noisy_audio",
     "empty_corpus",
+    "speaker_lookalike",
 ]
 
 
@@ -141,6 +142,10 @@ class AuditPolicy(Frozen):
     duplicate_text_same_speaker: Severity = "warning"
     speaking_rate_severity: Severity = "warning"
     dc_offset_severity: Severity = "warning"
+    # a speaker id mixing scripts with look-alike letters ("ѕpk-b1", Cyrillic ѕ) reads as another speaker's id while
+    # being a different one: it splits one speaker in two and walks past a speaker leakage partition. Out of the
+    # canonical form at its default, so older policies keep their digests.
+    speaker_lookalike_severity: Severity = Field(default="error", exclude_if=lambda v: v == "error")
     near_duplicate: NearDuplicatePolicy = NearDuplicatePolicy()
     asr_agreement: AsrAgreementPolicy = AsrAgreementPolicy()
     noise_screen: NoiseScreenPolicy = NoiseScreenPolicy()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, JsonValue, ValidationInfo, field_validator, model_validator
 
 from voxledger.schemas.base import Frozen
 
@@ -22,6 +23,9 @@ CORE_FIELDS = (
     "start_s",
     "end_s",
 )
+
+
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
 
 
 class Utterance(Frozen):
@@ -48,6 +52,24 @@ class Utterance(Frozen):
     start_s: float | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
     end_s: float | None = Field(default=None, gt=0, exclude_if=lambda v: v is None)
     extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("id", "speaker", "recording_id", "split")
+    @classmethod
+    def _a_name_not_a_path(cls, value: str, info: ValidationInfo) -> str:
+        """Ids, speakers and splits name things (files are named after ids): no path syntax, no control characters."""
+        if _UNSAFE_NAME.search(value) or value.strip(".") == "":
+            raise ValueError(
+                f"{info.field_name} {value!r} holds a path separator, '.'/'..' or a control character (NUL included): "
+                f"name it with letters, digits, '-', '_' and '.' (e.g. {re.sub(r'[^A-Za-z0-9_.-]+', '_', value).strip('._') or 'spk1'!r})"
+            )
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("text holds a NUL character (0x00): the manifest line is damaged; re-export it")
+        return value
 
     @model_validator(mode="after")
     def _check_segment(self) -> Utterance:

@@ -105,6 +105,43 @@ def duplicates(utts: list[Utterance], digests: dict[str, str], facts: dict[str, 
     return findings
 
 
+def speaker_lookalikes(utts: list[Utterance], policy: AuditPolicy) -> list[Finding]:
+    """Speaker ids that mix scripts with confusable letters (Unicode's confusables data, via confusable-homoglyphs),
+    or that equal another speaker's id once NFKC-normalised and case-folded: one finding per such speaker."""
+    from confusable_homoglyphs import confusables
+
+    speakers: dict[str, list[str]] = {}
+    for u in utts:
+        speakers.setdefault(u.speaker, []).append(u.id)
+    folded: dict[str, list[str]] = {}
+    for name in speakers:
+        folded.setdefault(unicodedata.normalize("NFKC", name).casefold(), []).append(name)
+    findings = []
+    for name, ids in speakers.items():
+        mixed = confusables.is_dangerous(name)
+        twins = [other for other in folded[unicodedata.normalize("NFKC", name).casefold()] if other != name]
+        if not mixed and not twins:
+            continue
+        if mixed:
+            letters = confusables.is_confusable(name, preferred_aliases=["latin"]) or []
+            shown = ", ".join(f"{c['character']!r} ({c['alias'].lower()}) looks like {c['homoglyphs'][0]['c']!r}" for c in letters[:3])
+            why = f"mixes scripts: {shown}"
+        else:
+            why = f"differs from speaker {twins[0]!r} only in case or Unicode form"
+        findings.append(
+            Finding(
+                code="speaker_lookalike",
+                severity=policy.speaker_lookalike_severity,
+                utterance_ids=tuple(ids[:20]),
+                message=(
+                    f"speaker id {name!r} {why}: it reads as another speaker's id but is a different one, splitting one voice "
+                    "in two and walking past speaker leakage rules; rename it in the manifest"
+                ),
+            )
+        )
+    return findings
+
+
 def transcript(utt: Utterance) -> list[Finding]:
     """Empty transcripts and control characters."""
     if not utt.text.strip():

@@ -147,6 +147,7 @@ def _check(
             )
         )
     findings += checks.leakage(utts, policy.leakage)
+    findings += checks.speaker_lookalikes(utts, policy)
     findings += checks.duplicates(utts, digests, facts, policy)
     for u in utts:
         findings += checks.transcript(u)
