@@ -160,8 +160,23 @@ def demo_run(ctx: click.Context, out: Path, plan_file: Path | None, train_base: 
     _final_table(home, summary, dash, t_corpus, time.perf_counter() - t0)
 
 
+def _stages_writing(kind: str) -> set[str]:
+    """The stages that write receipts of ``kind`` (the stage table's rows)."""
+    from voxledger.schemas.stages import rows_writing
+
+    return {r.name for r in rows_writing(kind)}
+
+
+def _receipt_kind(stage: str) -> str | None:
+    """The kind of receipt ``stage`` writes (None: a stage the table does not hold)."""
+    from voxledger.schemas.stages import stage_row
+
+    row = stage_row(stage)
+    return row.receipt if row is not None else None
+
+
 def _final_table(home: Any, summary: Any, dash: Path, t_corpus: float, total: float) -> None:
-    doc = home.receipts.read_document(next(s.receipt_id for s in summary.stages if s.stage == "evaluate"))
+    doc = home.receipts.read_document(next(s.receipt_id for s in summary.stages if s.stage in _stages_writing("evaluation")))
     table = Table(
         "candidate", "WER (whisper_en)", "speaker sim", "predicted MOS", "gate pass", title="demo evaluation (held-out test prompts)"
     )
@@ -205,7 +220,8 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     stages: list[dict[str, Any]] = []
     for st in run.stages:
         row: dict[str, Any] = {"stage": st.stage, "wall_s": round(st.wall_s, 1), "cached": st.cached, "status": st.status}
-        if st.receipt_id and st.stage.startswith("train"):
+        kind = _receipt_kind(st.stage) if st.receipt_id else None
+        if kind == "training_run":
             tr = home.receipts.read(st.receipt_id, TrainingRunReceipt)
             t, eff = tr.result, tr.parameters.effective_config
             precision = eff.get("precision_effective") if isinstance(eff, dict) else None
@@ -213,12 +229,12 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
                 f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
                 f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}" + (f", {precision}" if precision else "")
             )
-        elif st.receipt_id and st.stage == "promote":
+        elif kind == "promotion":
             row["result"] = _promotion_summary(home.receipts.read(st.receipt_id, PromotionReceipt))
-        elif st.receipt_id and st.stage == "export_packets":
+        elif kind == "packet_set":
             row["result"] = _leak_summary(home.receipts.read(st.receipt_id, PacketSetReceipt))
         stages.append(row)
-    ev_id = next((s.receipt_id for s in run.stages if s.stage == "evaluate"), None)
+    ev_id = next((s.receipt_id for s in run.stages if s.stage in _stages_writing("evaluation")), None)
     candidates: list[dict[str, Any]] = []
     method = ""
     if ev_id:
