@@ -216,3 +216,33 @@ def test_a_source_tree_input_is_not_reported_for_files_never_stored(home: Home, 
     home.record(receipt)
     code, out = cli(home, "store", "verify")
     assert code == 0, out
+
+
+def test_a_damaged_block_no_query_reads_is_still_found(world: tuple[Home, dict[str, str]]) -> None:
+    """One flipped byte in the block of a table that neither the drift check nor the sums read (the migration
+    log): only a scan of every table finds it, and `store verify` must not say 'consistent'."""
+    import duckdb
+
+    home, _ = world
+    path = home.catalog.path
+    with duckdb.connect(str(path), read_only=True) as con:
+        (block,) = {
+            r[0] for r in con.execute("SELECT block_id FROM pragma_storage_info('schema_migrations') WHERE block_id >= 0").fetchall()
+        }
+        block_size = con.execute("PRAGMA database_size").fetchone()[2]  # type: ignore[index]
+    data = bytearray(path.read_bytes())
+    data[3 * 4096 + block * block_size + 100] ^= 0x10  # past the three file headers and the block's checksum
+    path.write_bytes(bytes(data))
+    code, out = cli(home, "store", "verify")
+    assert code == 1 and "voxledger catalog rebuild" in out and "consistent" not in out and "unexpected" not in out, out
+    assert cli(home, "catalog", "rebuild")[0] == 0 and cli(home, "store", "verify")[0] == 0
+
+
+def test_receipts_in_the_store_the_catalog_does_not_index_are_reported(world: tuple[Home, dict[str, str]]) -> None:
+    """A second home writing to a shared store leaves receipts this catalog never indexed: reported, not 'consistent'."""
+    home, ids = world
+    with home.catalog.connect() as con:  # as if the receipt had been written by another home (no catalog row here)
+        con.execute("DELETE FROM edges WHERE src = ? OR dst = ?", [ids["second"], ids["second"]])
+        con.execute("DELETE FROM receipts WHERE receipt_sha256 = ?", [ids["second"]])
+    code, out = cli(home, "store", "verify")
+    assert code == 1 and "does not index" in out and ids["second"][:12] in out, out

@@ -7,10 +7,13 @@ Three checks, each reported apart:
   a tree whole when a receipt recorded it as its tree output, or a parent receipt) that is not in
   the store, unless a prune receipt records removing it; a receipt listed in ``receipts/`` whose
   own object is gone counts too;
-- **catalog**: a catalog row that disagrees with the receipt it indexes (its kind, status, cache
-  key, document, artifacts or lineage edges), a row for a receipt the store does not hold, or
-  index tables that no longer match the sums their last write recorded. The catalog is an index:
-  any disagreement is repaired by ``voxledger catalog rebuild``.
+- **catalog**: a catalog file that cannot be read whole (every table is scanned, so a block
+  failing DuckDB's checksum is found, not only the blocks a query happens to touch), a catalog
+  row that disagrees with the receipt it indexes (its kind, status, cache key, document,
+  artifacts or lineage edges), a row for a receipt the store does not hold, a receipt in the
+  store the catalog does not index (a crash before the catalog commit, or another home's writes
+  to a shared store), or index tables that no longer match the sums their last write recorded.
+  The catalog is an index: any disagreement is repaired by ``voxledger catalog rebuild``.
 
 Lineage and provenance commands check less on every answer (``check_walked_edges``): the sums,
 and each receipt the walk passes through read back from the store.
@@ -62,6 +65,7 @@ def verify_store(home: Home, progress: Progress | None = None) -> VerifyReport:
         if progress is not None:
             progress("hashing objects", n, len(digests))
     docs = _walk_receipts(home, bad, report, progress)
+    scan_catalog(home)
     report.catalog = catalog_drift(home, docs)
     try:
         with home.catalog.connect(read_only=True) as con:
@@ -69,6 +73,17 @@ def verify_store(home: Home, progress: Progress | None = None) -> VerifyReport:
     except VoxledgerError as exc:
         report.catalog.append(str(exc))
     return report
+
+
+def scan_catalog(home: Home) -> None:
+    """Read every table of the catalog to its last row and column, so a block failing DuckDB's checksum is found
+    whichever table holds it (the other checks read only some). Raises the catalog's one-line damage error."""
+    with home.catalog.connect(read_only=True) as con:
+        tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()]
+        for table in tables:
+            cursor = con.execute(f'SELECT * FROM "{table}"')
+            while cursor.fetchmany(4096):
+                pass
 
 
 def _walk_receipts(home: Home, bad: set[str], report: VerifyReport, progress: Progress | None) -> dict[str, dict[str, Any]]:
@@ -117,9 +132,15 @@ def catalog_drift(home: Home, docs: dict[str, dict[str, Any]]) -> list[str]:
         artifacts = {r[0]: (r[1], r[2]) for r in con.execute("SELECT sha256, size_bytes, media_type FROM artifacts").fetchall()}
     fix = "`voxledger catalog rebuild` re-derives it from the store"
     drift: list[str] = []
+    unindexed = [rid for rid in docs if rid not in rows]
+    if unindexed:  # recorded but never committed (the catalog row is the commit point), or written by another home
+        drift.append(
+            f"the store holds {len(unindexed)} receipt(s) the catalog does not index (e.g. {unindexed[0]}): a crash before the "
+            f"catalog commit, or another home writing to this store; {fix} (it indexes them)"
+        )
     for rid, doc in docs.items():
         if rid not in rows:
-            continue  # recorded but not yet committed to the catalog (the catalog row is the commit point)
+            continue
         want = core_rows(rid, doc)
         r = want["receipts"][0]
         kind, status, key, stored_doc = rows.pop(rid)
