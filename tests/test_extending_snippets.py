@@ -67,7 +67,7 @@ def test_the_stage_snippet_is_one_table_entry(monkeypatch: pytest.MonkeyPatch, t
     from voxledger.tasks.plans import load_plan
 
     module = _module("snippet_stage", snippets()["stage"], monkeypatch)
-    monkeypatch.setattr(stages, "STAGES", (stages.STAGES[0], module.NOTE, *stages.STAGES[1:]))
+    monkeypatch.setattr(stages, "STAGES", (stages.STAGES[0], stages.StageSpec.of(module.NOTE), *stages.STAGES[1:]))
     rows = {r["stage"]: r for r in stages.describe()}
     assert list(rows)[:2] == ["audit", "note"] and rows["note"]["entrypoint"] == "snippet_stage:note"
     plans = Path(__file__).resolve().parents[1] / "plans"
