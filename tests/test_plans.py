@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from voxledger.schemas.audit import AuditPolicy
@@ -68,3 +69,21 @@ def test_a_gate_rule_on_an_unknown_metric_is_refused_when_the_plan_loads(tmp_pat
     assert "rules.2.metric: 'speaker_similarity'" in message and "wer:whisper_en" in message and "rules.0" not in message
     with pytest.raises(PlanError, match="promotion policy p.yaml: 2 problem"):
         check_plan(PromotionPolicy.model_validate(doc), "promotion policy p.yaml")  # what promote_adapter_fn checks first
+
+
+def test_a_plan_that_is_a_device_or_a_fifo_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """`--policy /dev/zero` streamed zeros until memory ran out, a FIFO blocked forever: a plan is a regular file."""
+    import os
+
+    from voxledger.schemas.audit import AuditPolicy
+    from voxledger.schemas.errors import PlanError
+    from voxledger.tasks.equivalence.compare import load_equivalence_plan
+    from voxledger.tasks.plans import load_plan
+
+    fifo = tmp_path / "policy.yaml"
+    os.mkfifo(fifo)
+    for path, kind in ((Path("/dev/zero"), "a device"), (fifo, "a FIFO")):
+        with pytest.raises(PlanError, match=f"is {kind}, not a regular file"):
+            load_plan(path, AuditPolicy)
+        with pytest.raises(PlanError, match=f"is {kind}, not a regular file"):
+            load_equivalence_plan(path)

@@ -8,6 +8,8 @@ new file).
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,12 +58,34 @@ def check_plan(plan: BaseModel, source: str) -> None:
         raise PlanError(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
 
 
+def read_plan_text(path: Path, what: str = "plan file") -> str:
+    """The text of a plan or policy file: a regular file (never a device, FIFO or socket, which could stream forever
+    or block), read to at most `MAX_PLAN_BYTES`, UTF-8.
+
+    Raises:
+        PlanError: not a regular file, too large, or not UTF-8 (naming the file and the fix); FileNotFoundError and
+            IsADirectoryError pass through for the caller's message.
+    """
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(str(path))
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file"
+        raise PlanError(f"{what} {path} is {kind}, not a regular file; give the path of the .yaml file itself")
+    with open(path, "rb") as f:
+        data = f.read(MAX_PLAN_BYTES + 1)
+    if len(data) > MAX_PLAN_BYTES:
+        raise PlanError(f"{what} {path} holds more than the {MAX_PLAN_BYTES:,} bytes a plan may hold; is it the right file?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{what} {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+
+
 def load_plan(path: Path, model: type[M]) -> M:
     """Read a YAML plan and validate it (schema, then `check_plan`), listing every problem with its field path."""
     try:
-        if path.stat().st_size > MAX_PLAN_BYTES:
-            raise PlanError(f"plan file {path} is {path.stat().st_size:,} bytes, more than the {MAX_PLAN_BYTES:,} a plan may hold")
-        raw = load_yaml(path.read_text(encoding="utf-8"), f"plan file {path}", PlanError)
+        raw = load_yaml(read_plan_text(path), f"plan file {path}", PlanError)
     except FileNotFoundError as exc:
         raise PlanError(f"plan file {path} does not exist") from exc
     except IsADirectoryError as exc:

@@ -26,7 +26,7 @@ from voxledger.schemas.equivalence import (
     StageSpec,
 )
 from voxledger.schemas.errors import EquivalenceError, PlanError, validation_lines
-from voxledger.schemas.limits import MAX_PLAN_BYTES, excerpt, load_yaml
+from voxledger.schemas.limits import excerpt, load_yaml
 from voxledger.tasks.equivalence.dumps import (
     DumpIndex,
     DumpSource,
@@ -151,11 +151,11 @@ def compare_dirs(ref_dir: Path | str, cand_dir: Path | str, plan: EquivalencePla
 def load_equivalence_plan(path: Path | str) -> EquivalencePlan:
     """Read and validate a plan YAML file; ``PlanError`` names the file and every problem."""
     path = Path(path)
+    from voxledger.tasks.plans import read_plan_text
+
     try:
-        if path.stat().st_size > MAX_PLAN_BYTES:
-            raise PlanError(f"equivalence plan {path} is {path.stat().st_size:,} bytes, more than the {MAX_PLAN_BYTES:,} a plan may hold")
-        data = load_yaml(path.read_text(encoding="utf-8"), f"equivalence plan {path}", PlanError)
-    except (OSError, UnicodeDecodeError) as exc:
+        data = load_yaml(read_plan_text(path, "equivalence plan"), f"equivalence plan {path}", PlanError)
+    except OSError as exc:
         raise PlanError(f"equivalence plan {path}: cannot read: {excerpt(str(exc), 200)}") from exc
     if not isinstance(data, dict):
         raise PlanError(f"equivalence plan {path}: expected a mapping at the top level")
