@@ -140,6 +140,14 @@ class VoxledgerSettings(BaseSettings):
             "see docs/ARCHITECTURE.md); false runs every flow in the command's own process."
         ),
     )
+    query_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="`voxledger query` stops a query that runs longer than this (it holds the catalog's lock meanwhile).",
+    )
+    query_memory_mib: int = Field(default=1024, ge=64, description="Memory a `voxledger query` may use before DuckDB refuses it.")
+    query_max_rows: int = Field(default=100_000, ge=1, description="Rows a `voxledger query` may return; more is refused (add LIMIT).")
     test_commit_delay_s: float = Field(
         default=0.0,
         ge=0,

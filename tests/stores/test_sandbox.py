@@ -120,3 +120,24 @@ def test_the_engine_fence_holds_without_the_statement_check(world: dict[str, Pat
             con.execute("DELETE FROM receipts")
     assert hashlib.sha256(world["secret"].read_bytes()).hexdigest() == digest
     assert not (world["root"] / "x.csv").exists()
+
+
+def test_an_unbounded_query_is_stopped_and_lets_go_of_the_catalog(world: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`range(1e14)` and `repeat('x', 3e9)` ran until killed, holding the catalog's lock: now a time limit stops
+    them in one line, a row cap refuses a result too large to print, and SQL that is not UTF-8 is refused."""
+    from voxledger.schemas.errors import CatalogError
+    from voxledger.stores.sandbox import run_query
+
+    home = Home(world["home"])
+    monkeypatch.setenv("VOXLEDGER_QUERY_TIMEOUT_S", "1")
+    for sql in ("SELECT sum(range) FROM range(100000000000000)", "SELECT length(repeat('x', 3000000000))"):
+        with pytest.raises(CatalogError, match="query stopped after 1 s.*VOXLEDGER_QUERY_TIMEOUT_S"):
+            run_query(home.catalog, sql)
+    monkeypatch.setenv("VOXLEDGER_QUERY_MAX_ROWS", "10")
+    with pytest.raises(CatalogError, match="more than 10 rows; add LIMIT"):
+        run_query(home.catalog, "SELECT * FROM range(11)")
+    assert len(run_query(home.catalog, "SELECT * FROM range(10)")[1]) == 10
+    with pytest.raises(CatalogError, match="not UTF-8"):
+        run_query(home.catalog, "SELECT '\udcff'")
+    with home.catalog.connect() as con:  # the lock was let go: a writer gets the catalog at once
+        con.execute("SELECT 1")

@@ -104,13 +104,15 @@ class Catalog:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     @contextmanager
-    def connect(self, *, read_only: bool = False, sandbox: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(
+        self, *, read_only: bool = False, sandbox: bool = False, extra_config: dict[str, str] | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open the database under the file lock; migrations are applied on first write.
 
         A read-only catalog (see ``Home``) is opened without the lock file (it cannot be created
         there, and nothing writes through this handle) and refuses write connections.
         ``sandbox`` (read-only only): no file, network or extension access from SQL, settings
-        locked (``stores.sandbox``).
+        locked (``stores.sandbox``); ``extra_config`` (limits) is applied before the lock.
         """
         import duckdb
 
@@ -118,7 +120,7 @@ class Catalog:
         if sandbox:
             from voxledger.stores.sandbox import SANDBOX_CONFIG
 
-            read_only, config = True, {**DUCKDB_CONFIG, **SANDBOX_CONFIG}
+            read_only, config = True, {**DUCKDB_CONFIG, **(extra_config or {}), **SANDBOX_CONFIG}
         try:
             with self._connection(read_only, config) as con:
                 yield con
