@@ -132,3 +132,19 @@ def test_one_statement_per_table_keeps_the_first_row_of_a_key_and_names_a_missin
         assert con.execute("SELECT size_bytes, media_type FROM artifacts WHERE sha256 = ?", [hexd(7)]).fetchall() == [(5, "audio/wav")]
         with pytest.raises(CatalogError, match="catalog table 'artifacts' has no column.s. colour"):
             _insert_rows(con, {"artifacts": [{"sha256": hexd(9), "size_bytes": 1, "media_type": "a/b", "colour": "red"}]})
+
+
+def test_a_rebuild_behind_a_held_lock_ends_in_one_clean_line(tmp_path: Path) -> None:
+    """A lock holder that never lets go (SIGSTOPped, say): `catalog rebuild` said 'unexpected Timeout (a defect)'."""
+    from filelock import FileLock
+
+    from voxledger.schemas.errors import CatalogLockedError
+    from voxledger.stores.home import Home
+
+    home = Home(tmp_path / "h", lock_timeout_s=0.2)
+    with home.catalog.connect() as con:
+        con.execute("SELECT 1")
+    holder = FileLock(str(home.catalog.path) + ".lock")
+    with holder.acquire(), pytest.raises(CatalogLockedError, match="locked by another voxledger process.*--lock-timeout"):
+        # filelock is reentrant within one process for the same object only: a second FileLock object still waits
+        home.rebuild()

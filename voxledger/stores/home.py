@@ -208,12 +208,21 @@ class Home:
         left out and listed; one whose typed rows need an output blob that is gone keeps its
         core rows (receipt, artifacts, lineage edges) and is listed as unprojected.
         """
-        from voxledger.schemas.errors import VoxledgerError
+        from filelock import Timeout
+
+        from voxledger.schemas.errors import CatalogLockedError, VoxledgerError
 
         self.require_writable()
         tmp = self.catalog.path.with_name(self.catalog.path.name + ".rebuild")
         # the lock is held throughout: a receipt committed while the store is read would be lost by the replace
-        with self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s):
+        try:
+            held = self.catalog.lock.acquire(timeout=self.catalog.lock_timeout_s)
+        except Timeout as exc:
+            raise CatalogLockedError(
+                f"catalog {self.catalog.path} is locked by another voxledger process for more than {self.catalog.lock_timeout_s:g} s "
+                "(a stopped or hung process keeps it: find it with `fuser` on the .lock file); wait for it or raise --lock-timeout"
+            ) from exc
+        with held:
             tmp.unlink(missing_ok=True)
             fresh = Catalog(tmp)
             docs: list[tuple[str, dict[str, Any]]] = []
