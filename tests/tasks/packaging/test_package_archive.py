@@ -155,3 +155,30 @@ def test_duplicates_and_compressed_or_foreign_files_are_refused(tmp_path: Path) 
     (tmp_path / "junk.tar").write_bytes(b"not a tar at all" * 40)
     with pytest.raises(UnsafePathError, match="not an uncompressed tar"):
         verify_package(tmp_path / "junk.tar")
+
+
+def test_a_sparse_or_oversized_member_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """An 8 GiB sparse member (10 KiB of tar) was read into memory: 'unexpected MemoryError'. Now its header
+    is refused first; so is a plain member whose header claims more bytes than the archive holds."""
+    import subprocess
+
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(8 * 1024**3)  # a hole: no block is written
+    subprocess.run(["tar", "--sparse", "-cf", str(tmp_path / "sparse.tar"), "-C", str(tmp_path), "big"], check=True)
+    big.unlink()
+    assert (tmp_path / "sparse.tar").stat().st_size < 100_000
+    with pytest.raises(UnsafePathError, match="'big' is a sparse file"):
+        list(iter_members(tmp_path / "sparse.tar"))
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"{}\n"))
+    data = bytearray(raw.getvalue())
+    data[124:136] = b"%011o\0" % (2**33 - 1)  # the size field (11 octal digits at most) now claims 8 GiB
+    data[148:156] = b"        "
+    data[148:156] = b"%06o\0 " % sum(data[:512])  # a valid header checksum, so only the size is wrong
+    (tmp_path / "claims.tar").write_bytes(bytes(data))
+    with pytest.raises(UnsafePathError, match="claims 8,589,934,591 bytes but the archive holds"):
+        list(iter_members(tmp_path / "claims.tar"))

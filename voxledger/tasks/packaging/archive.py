@@ -92,11 +92,24 @@ def open_package(path: Path) -> Iterator[tarfile.TarFile]:
 
 
 def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(name, bytes) of every member, checked to be safe and unique, in archive order."""
+    """(name, bytes) of every member, checked to be safe and unique, in archive order.
+
+    Sizes are checked before any byte is read: a sparse member (whose declared size is not in the file)
+    and a member claiming more bytes than the archive holds are refused, so a crafted header cannot
+    make a read of gigabytes that were never there.
+    """
     seen: set[str] = set()
+    archive_bytes = path.stat().st_size
     with open_package(path) as tar:
         for info in tar:
             name = check_member(info, path)
+            if info.issparse():
+                raise UnsafePathError(f"package {path}: member {name!r} is a sparse file; packages hold plain regular files only")
+            if info.size > archive_bytes:
+                raise UnsafePathError(
+                    f"package {path}: member {name!r} claims {info.size:,} bytes but the archive holds {archive_bytes:,}: "
+                    "a damaged or crafted header; rebuild the package with `package build`"
+                )
             if name in seen:
                 raise UnsafePathError(f"package {path}: member {name!r} appears twice; a package names each file once")
             seen.add(name)
