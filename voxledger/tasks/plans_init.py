@@ -330,7 +330,11 @@ def _gate_rule(metric: str, statistic: str, op: str, threshold: float, why: str)
 
 def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], references: dict[str, str], language: str = "en") -> dict[str, Any]:
     says_the_text = "at least half of the gate prompts must say the text and nothing else"
-    rules = [_gate_rule("content_gate_pass", "challenger_mean", ">=", 0.5, says_the_text)]
+    fails = "at most 1 generation in 10 may fail outright (no audio); each failure also counts against the content rules"
+    rules = [
+        _gate_rule("content_gate_pass", "challenger_mean", ">=", 0.5, says_the_text),
+        _gate_rule("invalid_rate", "challenger_mean", "<=", 0.1, fails),
+    ]
     settings = language_settings(language)
     metric = settings.content_metric
     unit = "CER" if metric.startswith("cer:") else "WER"
@@ -423,7 +427,7 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
         ""
         if n_gate >= PAIRED_GATE_MIN_PROMPTS
         else (
-            f"\n# Only the content rule: the dev split has {n_gate} prompt(s) of {roles.target!r}; rules comparing challenger and incumbent "
+            f"\n# Only the content and failed-generation rules: the dev split has {n_gate} prompt(s) of {roles.target!r}; rules comparing challenger and incumbent "
             f"(delta_mean of wer/speaker_sim) need {PAIRED_GATE_MIN_PROMPTS}."
         )
     )
