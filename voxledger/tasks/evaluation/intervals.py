@@ -1,8 +1,10 @@
 """Interval and multiplicity primitives shared by evaluation and listening statistics.
 
 - ``no_spread``: is there any spread between units beyond floating-point round-off? Decided with a
-  tolerance relative to the data's scale (never exact float equality), so a delta that is constant
-  up to round-off is not estimable instead of a zero-width interval with p ~ 0.
+  tolerance relative to the data's scale (never exact float equality) and to the precision the
+  values were computed in (``round_off``: 1e-9 for float64, 1e-5 for float32, 1e-2 for float16),
+  so a delta that is constant up to round-off is not estimable instead of a zero-width interval
+  with p ~ 0.
 - ``wilson`` (proportions), ``newcombe_paired`` (difference of two paired proportions, Newcombe
   1998 method 10): score intervals that never leave [0, 1] / [-1, 1].
 - ``bounded_t``: a t interval that stays inside a metric's range; when the plain t interval
@@ -20,20 +22,51 @@ import math
 import numpy as np
 
 REL_TOL = 1e-9
-"""Spread at or below this fraction of the data's scale is round-off, not variation."""
+"""Spread at or below this fraction of the data's scale is round-off, not variation (float64 values)."""
+ROUND_OFF: dict[str, float] = {"float64": REL_TOL, "float32": 1e-5, "float16": 1e-2}
+"""The same tolerance for values computed in each precision: about 2^25 float64 ulps, 2^7 float32
+ulps (a float32 model run twice on other hardware moves a similarity by a few ulps), 2^3 float16 ulps."""
 
 Bounds = tuple[float | None, float | None]
 
 
-def no_spread(units: np.ndarray, scale: float = 0.0) -> bool:
+def precision(*values: object) -> str:
+    """The narrowest floating precision among ``values`` (arrays or lists): an array's own dtype when
+    it is a float narrower than float64, else ``float32`` when every value is exactly a float32 (what
+    a float32 model's output is once widened to a Python float), else ``float64``."""
+    found = "float64"
+    for v in values:
+        arr = np.asarray(v)
+        if arr.size == 0:
+            continue
+        if arr.dtype.kind == "f" and arr.dtype.itemsize < 8:
+            name = "float16" if arr.dtype.itemsize <= 2 else "float32"
+        else:
+            wide = arr.astype(np.float64)
+            # integers (ratings, counts) are exact in any precision: they say nothing of how values were computed
+            computed = wide[wide != np.round(wide)]
+            name = "float32" if computed.size and np.array_equal(computed.astype(np.float32).astype(np.float64), computed) else "float64"
+        if ROUND_OFF[name] > ROUND_OFF[found]:
+            found = name
+    return found
+
+
+def round_off(*values: object) -> float:
+    """The relative round-off tolerance for units computed from ``values`` (``ROUND_OFF`` of their ``precision``)."""
+    return ROUND_OFF[precision(*values)]
+
+
+def no_spread(units: np.ndarray, scale: float = 0.0, rel_tol: float | None = None) -> bool:
     """True when ``units`` are constant up to round-off relative to ``scale`` (or their own magnitude).
 
     ``scale`` is the magnitude of the values the units were computed from (for a delta, the
     candidate and baseline values): ``(a + 0.1) - a`` varies by ~1e-17 around 0.1, which is
-    round-off at the scale of ``a``, not spread.
+    round-off at the scale of ``a``, not spread. ``rel_tol`` is the round-off of the precision those
+    values were computed in (``round_off``); by default the units' own.
     """
+    tol = round_off(units) if rel_tol is None else rel_tol
     ref = max(float(scale), float(np.max(np.abs(units))) if units.size else 0.0)
-    return float(np.std(units)) <= REL_TOL * ref
+    return float(np.std(units)) <= tol * ref
 
 
 def wilson(successes: float, n: int, confidence: float) -> tuple[float, float]:

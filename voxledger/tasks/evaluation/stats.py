@@ -9,7 +9,7 @@ are averaged within the prompt first and every interval and test works on the pe
   follows a skewed metric better than the t interval once there are enough prompts.
 
 Fewer prompts than the method needs (``MIN_PROMPTS``), or no spread between prompts beyond
-round-off (``intervals.no_spread``), give an interval reported as not estimable (``low``/``high``
+round-off (``intervals.no_spread``, at the precision the values were computed in), give an interval reported as not estimable (``low``/``high``
 None and a ``note``), never a zero-width one. Intervals stay inside the metric's range: Wilson for
 0/1 rates, Newcombe for their paired differences, a logit/log-scale fallback (recorded in
 ``fallback``) when a t interval crosses a bound. Error rates also get a two-part comparison
@@ -34,7 +34,18 @@ from voxledger.schemas.evaluation import (
     StatisticsSettings,
     metric_range,
 )
-from voxledger.tasks.evaluation.intervals import Bounds, adjust, bounded_t, delta_bounds, inside, newcombe_paired, no_spread, wilson
+from voxledger.tasks.evaluation.intervals import (
+    REL_TOL,
+    Bounds,
+    adjust,
+    bounded_t,
+    delta_bounds,
+    inside,
+    newcombe_paired,
+    no_spread,
+    round_off,
+    wilson,
+)
 
 ERROR_RATES = frozenset({"wer", "cer"})
 """Metrics compared in two parts as well (failed prompts, and the rest): ``failure_split``."""
@@ -59,15 +70,15 @@ def prompt_means(values: list[float], clusters: list[str], what: str = "values")
     check_values(values, clusters, what)
     groups: dict[str, list[float]] = defaultdict(list)
     for v, c in zip(values, clusters, strict=True):
-        groups[c].append(v)
-    return np.array([np.mean(groups[k]) for k in sorted(groups)])
+        groups[c].append(float(v))  # float32 inputs are averaged in float64 (their round-off is judged by ``round_off``)
+    return np.array([np.mean(groups[k]) for k in sorted(groups)], dtype=float)
 
 
-def _not_estimable(means: np.ndarray, settings: StatisticsSettings, scale: float, proportion: bool) -> str | None:
+def _not_estimable(means: np.ndarray, settings: StatisticsSettings, scale: float, proportion: bool, rel_tol: float) -> str | None:
     need = MIN_PROMPTS[settings.interval]
     if means.size < need:
         return f"{means.size} prompt(s); {settings.interval} needs at least {need} (add prompts to the plan)"
-    if not proportion and no_spread(means, scale):
+    if not proportion and no_spread(means, scale, rel_tol):
         return (
             f"all {means.size} prompt means equal {means[0]:g} up to round-off: no spread between prompts, so no interval can be estimated"
         )
@@ -109,15 +120,17 @@ def interval_of_means(
     bounds: Bounds = (None, None),
     scale: float = 0.0,
     proportion: bool = False,
+    rel_tol: float = REL_TOL,
 ) -> Interval:
     """The plan's interval over unit means, inside ``bounds`` (not estimable when too few units or
     no spread beyond round-off relative to ``scale``).
 
     ``proportion``: the units are rates of a 0/1 outcome, and the Wilson interval over units is
     used (exact for one row per prompt, conservative with more, since a mean of values in [0, 1]
-    with mean p has variance at most p(1 - p)).
+    with mean p has variance at most p(1 - p)). ``rel_tol``: the round-off of the precision the
+    values were computed in (``intervals.round_off``), relative to ``scale``.
     """
-    note = _not_estimable(means, settings, scale, proportion)
+    note = _not_estimable(means, settings, scale, proportion, rel_tol)
     mean = float(means.mean())
     base = {"mean": mean, "n": n, "units": int(means.size)}
     if note is not None:
@@ -164,18 +177,19 @@ def clustered_interval(
     """
     means = prompt_means(values, clusters, what)
     bounds = metric_range(metric) if metric else (None, None)
-    scale = float(np.max(np.abs(values)))
-    return interval_of_means(means, len(values), settings, bounds=bounds, scale=scale, proportion=metric in PROPORTION_METRICS)
+    scale = float(np.max(np.abs(np.asarray(values, dtype=float))))
+    proportion = metric in PROPORTION_METRICS
+    return interval_of_means(means, len(values), settings, bounds=bounds, scale=scale, proportion=proportion, rel_tol=round_off(values))
 
 
-def t_test(means: np.ndarray, settings: StatisticsSettings, scale: float = 0.0) -> PairedTest:
+def t_test(means: np.ndarray, settings: StatisticsSettings, scale: float = 0.0, rel_tol: float = REL_TOL) -> PairedTest:
     """One-sample t test of mean 0 on unit means; not estimable below the minimum or without spread
-    (beyond round-off relative to ``scale``), so never p = 0 from a constant delta."""
+    (beyond round-off ``rel_tol`` relative to ``scale``), so never p = 0 from a constant delta."""
     need = MIN_PROMPTS[settings.test]
     note = None
     if means.size < need:
         note = f"{means.size} prompt(s); {settings.test} needs at least {need} (add prompts to the plan)"
-    elif no_spread(means, scale):
+    elif no_spread(means, scale, rel_tol):
         note = f"all {means.size} prompt deltas equal {means[0]:g} up to round-off: no spread, the test is undefined"
     if note is not None:
         return PairedTest(method=settings.test, units=int(means.size), statistic=None, p_value=None, note=note)
@@ -187,15 +201,17 @@ def t_test(means: np.ndarray, settings: StatisticsSettings, scale: float = 0.0) 
 
 def _paired_means(
     cand: dict[tuple[str, int], float], base: dict[tuple[str, int], float], what: str
-) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray, float]:
+) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray, float, float]:
+    """(keys, candidate prompt means, baseline prompt means, scale, round-off tolerance)."""
     keys = sorted(set(cand) & set(base))
     if not keys:
         raise EvaluationError(f"{what}: no shared (prompt, seed) pairs between candidate and baseline")
     prompts = [k[0] for k in keys]
-    c = prompt_means([cand[k] for k in keys], prompts, what)
-    b = prompt_means([base[k] for k in keys], prompts, what)
+    c_values, b_values = [cand[k] for k in keys], [base[k] for k in keys]
+    c = prompt_means(c_values, prompts, what)
+    b = prompt_means(b_values, prompts, what)
     scale = float(max(np.max(np.abs(c)), np.max(np.abs(b))))
-    return keys, c, b, scale
+    return keys, c, b, scale, round_off(c_values, b_values)
 
 
 def paired_delta(
@@ -214,16 +230,16 @@ def paired_delta(
     Raises:
         EvaluationError: no shared pairs, or a non-finite value.
     """
-    keys, c, b, scale = _paired_means(cand, base, what)
+    keys, c, b, scale, rel_tol = _paired_means(cand, base, what)
     means = c - b
     bounds = delta_bounds(metric_range(metric)) if metric else (None, None)
-    test = t_test(means, settings, scale)
+    test = t_test(means, settings, scale, rel_tol)
     one_row_per_prompt = len(keys) == means.size
     if metric in PROPORTION_METRICS and one_row_per_prompt and means.size >= MIN_PROMPTS[settings.interval]:
         low, high = newcombe_paired(c, b, settings.confidence)
         iv = Interval(mean=float(means.mean()), low=low, high=high, n=len(keys), method="newcombe_paired", units=int(means.size))
         return iv, test, len(keys)
-    return interval_of_means(means, len(keys), settings, bounds=bounds, scale=scale), test, len(keys)
+    return interval_of_means(means, len(keys), settings, bounds=bounds, scale=scale, rel_tol=rel_tol), test, len(keys)
 
 
 def failure_split(
@@ -236,7 +252,7 @@ def failure_split(
     whenever the sample happens to miss them (docs/statistics.md); the two parts are each
     estimated with a method that holds its level, and a gate can bound both.
     """
-    _, c, b, scale = _paired_means(cand, base, what)
+    _, c, b, scale, rel_tol = _paired_means(cand, base, what)
     thr = settings.failure_threshold
     c_fail, b_fail = (c >= thr).astype(float), (b >= thr).astype(float)
     keep = (c_fail == 0) & (b_fail == 0)
@@ -256,7 +272,7 @@ def failure_split(
             mean=float((c_fail - b_fail).mean()), low=low, high=high, n=int(c.size), method="newcombe_paired", units=int(c.size)
         )
     diffs = (c - b)[keep]
-    kept = interval_of_means(diffs, int(keep.sum()), settings, bounds=(None, None), scale=scale) if diffs.size else None
+    kept = interval_of_means(diffs, int(keep.sum()), settings, scale=scale, rel_tol=rel_tol) if diffs.size else None
     if kept is None:
         kept = Interval(mean=0.0, low=None, high=None, n=0, method=settings.interval, units=0, note="every prompt failed on one side")
     return FailureSplit(

@@ -47,7 +47,7 @@ from voxledger.schemas.listening_receipts import (
     RaterBias,
     RatingRow,
 )
-from voxledger.tasks.evaluation.intervals import REL_TOL, Bounds, adjust, bounded_t, delta_bounds, no_spread
+from voxledger.tasks.evaluation.intervals import REL_TOL, Bounds, adjust, bounded_t, delta_bounds, no_spread, round_off
 
 SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor")  # rated on the scale (agreement, bias)
 SCREENING_SCORED = ("hidden_reference", "low_anchor")  # MUSHRA screening items: never compared as candidates
@@ -284,6 +284,7 @@ def crossed_mean(
         )
     if not values:
         raise EvaluationError("no ratings to summarise")
+    rel_tol = round_off(values)  # before widening: float32 scores carry float32 round-off
     y = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(y)):
         i = int(np.flatnonzero(~np.isfinite(y))[0])
@@ -300,7 +301,7 @@ def crossed_mean(
     _, var = cells.two_way_variance(np.bincount(cell, weights=y, minlength=cells.count.size)[None, :])
     v = float(var[0])
     scale = max((abs(b) for b in bounds if b is not None), default=0.0)
-    if no_spread(y, scale) or not math.sqrt(max(v, 0.0)) > REL_TOL * max(scale, float(np.max(np.abs(y)))):
+    if no_spread(y, scale, rel_tol) or not math.sqrt(max(v, 0.0)) > rel_tol * max(scale, float(np.max(np.abs(y)))):
         return _with_note(est, f"all {y.size} values equal {y[0]:g} up to round-off: no spread, so no interval can be estimated")
     se = math.sqrt(v)
     t = est.mean / se
