@@ -22,6 +22,7 @@ from voxledger.cli.common import (
     run_flow,
 )
 from voxledger.schemas.errors import validation_lines
+from voxledger.schemas.multiplicity import family_line, p_with_adjusted
 
 console = cli_console()
 PLANS = plans_dir()
@@ -88,6 +89,8 @@ def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Pa
         emit_json({"receipt": out.receipt_id, "cached": out.cached, "promoted": r.promoted})
         return
     click.echo(f"promoted {r.promoted}{' [cached]' if out.cached else ''}; receipt {out.receipt_id}")
+    if r.error_control:
+        click.echo(f"error control: {r.error_control}")
 
 
 @click.group("eval")
@@ -209,10 +212,9 @@ def _print_report(doc: dict[str, Any]) -> None:
     for c in result["comparisons"]:
         if c["metric"] in SHOWN:
             t = c["test"]
-            p = "-" if t["p_value"] is None else f"{t['p_value']:.2e}"
+            p = "-" if t["p_value"] is None else p_with_adjusted(t["p_value"], t.get("p_adjusted"), t.get("adjustment"))
             if t.get("p_adjusted") is not None:
-                p += f" ({t['adjustment']} {t['p_adjusted']:.2e})"
-                family = f"p adjusted over the family '{t['family']}' ({t['family_size']} tests, {t['adjustment']})"
+                family = family_line(t["adjustment"], t["family"], t["family_size"])
             comp.add_row(
                 f"{c['candidate']} - {c['baseline']}",
                 c["metric"],

@@ -11,7 +11,8 @@ from voxledger.dashboards import charts
 from voxledger.dashboards.html import band, digest, footnotes, iv, nothing, status, table, when
 from voxledger.dashboards.runs import chart
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
-from voxledger.schemas.evaluation import EvaluationReceipt
+from voxledger.schemas.evaluation import EvaluationReceipt, PairedTest
+from voxledger.schemas.multiplicity import family_line, p_with_adjusted
 from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.stores import dashboard_queries as q
 
@@ -32,6 +33,7 @@ def promotion(con: duckdb.DuckDBPyConnection, plan_names: dict[str, str]) -> str
         f"<p>policy <b>{escape(plan_names.get(params.policy_sha256, params.policy_sha256[:12]))}</b>: incumbent "
         f"<b>{escape(params.incumbent)}</b> {digest(params.incumbent_sha256)}, {len(result.challengers)} challenger(s); {verdict}"
         f" &middot; <span class='muted'>{when(p.finished_at)}, receipt {digest(ids[0])}</span></p>"
+        + (f"<p class='muted'>error control: {escape(result.error_control)}</p>" if result.error_control else "")
     )
     rows = [
         {
@@ -136,7 +138,7 @@ def forest(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) -> str
             "comparison": f"{c.candidate} - {c.baseline}",
             "metric": c.metric,
             "delta": iv(c.delta, notes),
-            "p": _p(c.test.p_value, c.test.note, notes),
+            "p": _p(c.test, notes),
             "test": c.test.method,
             "pairs": c.n_pairs,
             "better": "lower" if c.lower_is_better else "higher",
@@ -144,18 +146,21 @@ def forest(con: duckdb.DuckDBPyConnection, evaluation_sha256: str | None) -> str
         for c in comps
     ]
     skipped = [{"metric": k, "why": v} for k, v in ev.result.not_compared.items()]
+    adjusted = next((c.test for c in comps if c.test.adjustment is not None), None)
+    family = "" if adjusted is None else family_line(adjusted.adjustment, adjusted.family, adjusted.family_size)
     return (
         (chart(charts.forest(points)) if points else "")
         + table(rows, ["comparison", "metric", "delta", "p", "test", "pairs", "better"], {"delta": str, "p": str})
+        + (f"<p class='muted'>{escape(family)}</p>" if family else "")
         + footnotes(notes)
         + (("<h3>Not compared</h3>" + table(skipped, ["metric", "why"])) if skipped else "")
     )
 
 
-def _p(p: float | None, note: str | None, notes: list[str]) -> str:
-    if p is not None:
-        return f"{p:.3g}"
-    note = note or "test not estimable"
+def _p(test: PairedTest, notes: list[str]) -> str:
+    if test.p_value is not None:
+        return escape(p_with_adjusted(test.p_value, test.p_adjusted, test.adjustment))
+    note = test.note or "test not estimable"
     if note not in notes:
         notes.append(note)
     return f'<span class="warn" title="{escape(note)}">no test<sup>{notes.index(note) + 1}</sup></span>'

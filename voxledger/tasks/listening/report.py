@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry, CandidateScore
+from voxledger.schemas.multiplicity import family_line, p_with_adjusted
 
 P_VALUE_FLOOR = 5e-7  # stats stores p rounded to 6 decimals: a stored 0 means p < 5e-7
 
@@ -55,9 +56,15 @@ def format_screening_score(s: CandidateScore) -> str:
 
 
 def summary_lines(result: AggregateResult) -> list[str]:
-    """The statistics of an aggregate as printable lines (after the score table)."""
-    lines = [
-        f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {format_p(d.p_value)}"
+    """The statistics of an aggregate as printable lines (after the score table): the family the
+    paired deltas were adjusted over, then each delta with its raw and adjusted p-value."""
+    family = next((d for d in result.deltas if d.adjustment is not None), None)
+    lines = []
+    if family is not None:
+        verdict = "'favours' is said only where the adjusted p is below 1 - confidence and the interval excludes 0"
+        lines.append(family_line(family.adjustment, family.family, family.family_size, verdict))
+    lines += [
+        f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {p_with_adjusted(d.p_value, d.p_adjusted, d.adjustment)}"
         + (f", favours {d.better}" if d.better else "")
         for d in result.deltas
     ]
