@@ -170,3 +170,36 @@ def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home,
     path2.write_text(stale.model_dump_json())
     with pytest.raises(TrainingError, match="is stale"):
         execute_plan(home, path2)
+
+
+def test_a_forged_but_well_formed_promotion_is_never_served(setup: tuple[Home, Path, str, str]) -> None:
+    """A copy of a genuine promotion whose moves point the champion at another tree while it still says who was
+    promoted, written straight through Home.record (what any writer to a shared store can push): reuse passes
+    over it and serves the genuine receipt; a stage cannot record it."""
+    from voxledger.schemas.errors import ReceiptError
+    from voxledger.schemas.promotion import PromotionReceipt
+    from voxledger.stores.consistency import inconsistencies
+    from voxledger.tasks.stage import record, reuse
+
+    home, corpus, _, run = setup
+    genuine = promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
+    r = genuine.receipt
+    assert inconsistencies(r, home.blobs.get_bytes) == []
+    other = next((c.tree_sha256 for c in r.result.challengers if c.name != r.result.promoted), r.parameters.incumbent_sha256)
+    champion = next(m for m in r.result.moves if m.alias == "champion") if any(m.alias == "champion" for m in r.result.moves) else None
+    moves = tuple(m.model_copy(update={"target_sha256": other}) if m.alias == "champion" else m for m in r.result.moves)
+    if champion is None:  # the champion already pointed at the winner: the forgery adds the move
+        from voxledger.schemas.promotion import AliasMove
+
+        moves += (AliasMove(alias="champion", target_sha256=other, previous_sha256=None, base_sha256=None, reason="forged"),)
+    forged = r.model_copy(update={"result": r.result.model_copy(update={"moves": moves}), "finished_at": r.finished_at.replace(year=2099)})
+    assert any("not the tree of the promoted challenger" in p for p in inconsistencies(forged, home.blobs.get_bytes))
+    champion_before = alias_state(home, "champion")
+    home.record(forged)  # newest under the same cache key: the first candidate reuse looks at
+    assert alias_state(home, "champion") == champion_before  # the catalog moved no alias for it
+    heard: list[str] = []
+    served = reuse(home, r.cache_key, PromotionReceipt, report=heard.append)
+    assert served is not None and served.receipt_id == genuine.receipt_id
+    assert any("contradicts itself" in h for h in heard), heard
+    with pytest.raises(ReceiptError, match="parts disagree"):
+        record(home, forged)

@@ -197,8 +197,13 @@ _evaluation.needs_blobs = True  # type: ignore[attr-defined]
 PROJECTORS["evaluation"] = _evaluation
 
 
-@projector("promotion")
-def _promotion(rid: str, doc: dict[str, Any]) -> Rows:
+def _promotion(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
+    """Rule rows always (they are evidence); alias moves only when the receipt agrees with itself and its policy
+    (`consistency`): a forged promotion, recorded or pulled, moves no alias."""
+    from voxledger.schemas.promotion import PromotionReceipt
+    from voxledger.stores.consistency import inconsistencies
+
+    consistent = not inconsistencies(PromotionReceipt.model_validate(doc), load)
     moves = [
         {
             "receipt_sha256": rid,
@@ -210,11 +215,16 @@ def _promotion(rid: str, doc: dict[str, Any]) -> Rows:
             "base_sha256": m["base_sha256"],
         }
         for m in doc["result"]["moves"]
+        if consistent
     ]
     rules = [
         {"receipt_sha256": rid, "challenger": c["name"], **_pick(r, RULE_COLUMNS)} for c in doc["result"]["challengers"] for r in c["rules"]
     ]
     return {"alias_history": moves, "promotion_rules": rules}
+
+
+_promotion.needs_blobs = True  # type: ignore[attr-defined]
+PROJECTORS["promotion"] = _promotion
 
 
 def _aggregate(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:

@@ -3,6 +3,7 @@
 A stage's cache key is computed from its inputs before any work. The catalog only points at
 candidates: ``reuse`` serves a stored receipt only after the receipt hashes to its id, records
 the very cache key asked for (a catalog row claiming another key is passed over), succeeded, and
+its parts agree with each other (``stores.consistency``: a well-formed forgery is not served), and
 every object behind its outputs and its inputs hashes right: a tree output whole, and a tree
 input whole when some receipt recorded it as its tree output (a source tree that only names files
 on disk, say a corpus's audio before it was stored, is bound by its manifest's digest alone). A damaged
@@ -30,6 +31,7 @@ from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetRece
 from voxledger.schemas.package import PackageReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.queries import output_trees
+from voxledger.stores.consistency import inconsistencies
 from voxledger.stores.trees import TREE_MEDIA_TYPE, damaged_objects, objects_behind
 from voxledger.tasks.packaging.publish import Published
 
@@ -116,6 +118,11 @@ def reuse(home: Home, key: str | None, kind: type[R], *, report: Callable[[str],
         if receipt is None:
             passed += 1
             continue
+        lies = inconsistencies(receipt, home.blobs.get_bytes)
+        if lies:  # well-formed yet contradicting itself (a forged copy pushed to a shared store, say): never served
+            _say(report, f"{receipt.kind} receipt {rid[:12]} contradicts itself ({lies[0]}); not served, running the stage again")  # type: ignore[attr-defined]
+            passed += 1
+            continue
         outputs = _objects(home, [(s.role, s.sha256, s.media_type) for s in receipt.subjects])
         trees = output_trees(home.catalog, [i.sha256 for i in receipt.inputs if i.ref == "artifact"])
         inputs = _objects(home, [(i.role, i.sha256, TREE_MEDIA_TYPE if i.sha256 in trees else "") for i in receipt.inputs])
@@ -194,7 +201,14 @@ def _input_error(receipt: ReceiptBase, rid: str, bad: list[str], inputs: dict[st
 
 
 def record(home: Home, receipt: R) -> StageOutcome[R]:
-    """Commit a freshly built receipt (outputs checked first) and return it as an outcome."""
+    """Commit a freshly built receipt (outputs checked first, then that its parts agree: `stores.consistency`) and return it.
+
+    Raises:
+        ReceiptError: the receipt contradicts itself (a defect of the stage that built it; nothing is recorded).
+    """
+    lies = inconsistencies(receipt, home.blobs.get_bytes)
+    if lies:
+        raise ReceiptError(f"{receipt.kind} receipt not recorded, its parts disagree: " + "; ".join(lies[:5]))  # type: ignore[attr-defined]
     return StageOutcome(home.record(receipt), receipt, cached=False)
 
 
