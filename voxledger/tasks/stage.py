@@ -29,9 +29,9 @@ from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, ReceiptError
 from voxledger.schemas.listening_receipts import AggregateReceipt, PacketSetReceipt
 from voxledger.schemas.package import PackageReceipt
+from voxledger.stores.consistency import inconsistencies
 from voxledger.stores.home import Home
 from voxledger.stores.queries import output_trees
-from voxledger.stores.consistency import inconsistencies
 from voxledger.stores.trees import TREE_MEDIA_TYPE, damaged_objects, objects_behind
 from voxledger.tasks.packaging.publish import Published
 
