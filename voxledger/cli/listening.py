@@ -219,7 +219,7 @@ def ratings_aggregate(ctx: click.Context, packet_set: str, submissions: tuple[Pa
         click.echo("excluded by screening: " + ", ".join(excluded))
     from voxledger.tasks.listening.report import summary_lines
 
-    for line in summary_lines(r):
+    for line in summary_lines(r, outcome.receipt.parameters.statistics.confidence):
         click.echo(line)
     click.echo(f"receipt {outcome.receipt_id}")
     ctx.exit(refused)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.listening import Hex, Label, ScreeningRules, SlotRole, Statistics, TaskType
 
@@ -298,6 +300,9 @@ class PairedDelta(Frozen):
     family: str | None = None
     family_size: int | None = None
     fallback: str | None = None
+    resamples: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Simulated data sets behind ``p_value`` (its floor is 1 / (resamples + 1)); more than the protocol's
+    ``bootstrap_resamples`` where the family is large enough for that floor to bind (``family_resamples``)."""
 
 
 class BradleyTerry(Frozen):

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry, CandidateScore
+from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry, CandidateScore, PairedDelta
 from voxledger.schemas.multiplicity import family_line, p_with_adjusted
 
 P_VALUE_FLOOR = 5e-7  # stats stores p rounded to 6 decimals: a stored 0 means p < 5e-7
@@ -55,16 +55,44 @@ def format_screening_score(s: CandidateScore) -> str:
     return f"{s.criterion}: {SCREENING_LABELS.get(s.candidate, s.candidate)} mean {s.mean:.1f} over {s.ratings} ratings"
 
 
-def summary_lines(result: AggregateResult) -> list[str]:
+def at_floor(d: PairedDelta) -> bool:
+    """True when ``d``'s simulated p-value is the smallest its draws can give, 1 / (resamples + 1)."""
+    return d.p_value is not None and d.resamples is not None and d.p_value <= round(1 / (d.resamples + 1), 6) + 1e-12
+
+
+def floor_line(deltas: tuple[PairedDelta, ...], confidence: float) -> str:
+    """What the simulated p-values' floor allows the family, stated when it binds or was raised for it."""
+    tested = [d for d in deltas if d.resamples is not None and d.family_size]
+    if not tested:
+        return ""
+    alpha, m, most = 1 - confidence, tested[0].family_size or 0, max(d.resamples or 0 for d in tested)
+    floor = 1 / (most + 1)
+    if m * floor >= alpha:
+        return (
+            f"p-value floor 1/(B+1) = {floor:.1e} with B = {most:,} simulated data sets: above Holm's first threshold "
+            f"{alpha:g}/{m} = {alpha / m:.1e}, so no pair of this family can be called better; raise bootstrap_resamples"
+        )
+    if most > min(d.resamples or 0 for d in tested) or any(at_floor(d) for d in tested):
+        return (
+            f"p-value floor 1/(B+1) = {floor:.1e}: B = {most:,} simulated data sets for the pairs that could pass "
+            f"(at least 10 x {m} tests / {alpha:g}), below Holm's first threshold {alpha / m:.1e}"
+        )
+    return ""
+
+
+def summary_lines(result: AggregateResult, confidence: float = 0.95) -> list[str]:
     """The statistics of an aggregate as printable lines (after the score table): the family the
-    paired deltas were adjusted over, then each delta with its raw and adjusted p-value."""
+    paired deltas were adjusted over and the floor of their simulated p-values where it matters,
+    then each delta with its raw and adjusted p-value."""
     family = next((d for d in result.deltas if d.adjustment is not None), None)
     lines = []
     if family is not None:
-        verdict = "'favours' is said only where the adjusted p is below 1 - confidence and the interval excludes 0"
+        verdict = f"'favours' is said only where the adjusted p is below {1 - confidence:g} and the interval excludes 0"
         lines.append(family_line(family.adjustment, family.family, family.family_size, verdict))
+        lines += [x for x in (floor_line(result.deltas, confidence),) if x]
     lines += [
         f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {p_with_adjusted(d.p_value, d.p_adjusted, d.adjustment)}"
+        + (f" (at the floor 1/({d.resamples:,}+1))" if at_floor(d) else "")
         + (f", favours {d.better}" if d.better else "")
         for d in result.deltas
     ]

@@ -419,18 +419,27 @@ def paired_deltas(
     candidate is called ``better`` only when its adjusted p-value is below 1 - confidence (and
     the interval agrees), so six pairs no longer give a one-in-four chance of a spurious verdict.
     """
-    estimates = []
-    for (criterion, task, a, b), cells in sorted(_paired(rows).items()):
-        lo, hi = _score_bounds(ranges, criterion, task)
-        bounds = delta_bounds((lo, hi)) if task != "ab" else (lo, hi)
-        estimates.append(
-            ((criterion, task, a, b), crossed_mean(*_columns(cells), spec.confidence, bounds, spec.bootstrap_resamples, spec.seed))
-        )
-    raw = [e.p_value for _, e in estimates if e.p_value is not None]
-    adjusted = iter(adjust(raw, "holm"))
     alpha = 1 - spec.confidence
+    pairs = sorted(_paired(rows).items())
+    bounds = []
+    for (criterion, task, _, _), _ in pairs:
+        lo, hi = _score_bounds(ranges, criterion, task)
+        bounds.append(delta_bounds((lo, hi)) if task != "ab" else (lo, hi))
+    estimates = [
+        crossed_mean(*_columns(cells), spec.confidence, bnd, spec.bootstrap_resamples, spec.seed)
+        for (_, cells), bnd in zip(pairs, bounds, strict=True)
+    ]
+    resamples = [spec.bootstrap_resamples] * len(pairs)
+    need = family_resamples(spec.bootstrap_resamples, sum(e.p_value is not None for e in estimates), alpha)
+    for i, ((_, cells), e) in enumerate(zip(pairs, estimates, strict=True)):
+        # only a pair whose p could pass Holm needs the finer floor: an adjusted p is never below the raw one
+        if need > spec.bootstrap_resamples and e.p_value is not None and e.p_value <= alpha:
+            estimates[i] = crossed_mean(*_columns(cells), spec.confidence, bounds[i], need, spec.seed)
+            resamples[i] = need
+    raw = [e.p_value for e in estimates if e.p_value is not None]
+    adjusted = iter(adjust(raw, "holm"))
     out = []
-    for (criterion, task, a, b), e in estimates:
+    for ((criterion, task, a, b), _), e, drawn in zip(pairs, estimates, resamples, strict=True):
         p_adj = next(adjusted) if e.p_value is not None else None
         higher = None
         if p_adj is not None and p_adj < alpha:
@@ -460,9 +469,33 @@ def paired_deltas(
                 better=better,
                 note=e.note,
                 fallback=e.fallback,
+                resamples=drawn if e.p_value is not None else None,
             )
         )
     return out
+
+
+FLOOR_MARGIN: Final = 10
+"""Simulated data sets per test are at least ``FLOOR_MARGIN`` x family size / alpha: the p-value floor
+1 / (B + 1) then sits a tenth below Holm's first threshold alpha / m, and a p near that threshold rests
+on about ten simulated |t| beyond it, not on none."""
+MAX_RESAMPLES: Final = 200_000
+"""The most simulated data sets one test draws (a family past 1,000 pairs then states that its floor binds)."""
+
+
+def family_resamples(base: int, family_size: int, alpha: float) -> int:
+    """Simulated data sets for each test of a Holm family of ``family_size`` at level ``alpha``.
+
+    A simulated p-value is at least 1 / (B + 1); with 2,000 draws that is 5e-4, above Holm's first
+    threshold 0.05 / m for m > 100 pairs (15 candidates give 105), so no pair could ever be called
+    better. The count grows with the family instead (``FLOOR_MARGIN``), up to ``MAX_RESAMPLES``.
+    """
+    return min(MAX_RESAMPLES, max(base, math.ceil(FLOOR_MARGIN * family_size / alpha) - 1))
+
+
+def floor_binds(resamples: int, family_size: int, alpha: float) -> bool:
+    """True when no p-value from ``resamples`` draws can pass Holm's first step over ``family_size`` tests."""
+    return family_size * (1 / (resamples + 1)) >= alpha
 
 
 def win_matrix(rows: list[RatingRow], criterion: str) -> tuple[list[str], np.ndarray, int]:
