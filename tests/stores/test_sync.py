@@ -165,3 +165,31 @@ def test_bench_sync_quick_meets_its_request_goals(tmp_path: Path) -> None:
     assert len(figures) == 9
     assert figures["push 20 receipts + 20 blobs, no change"].goal == "0 requests"
     assert figures["pull 20 receipts + 20 blobs, no change: requests"].value <= 5
+
+
+def _publish(bucket: S3BlobStore, home: Home, rid: str, now_ns: int) -> str:
+    """Push one receipt as a writer whose clock reads ``now_ns`` does: objects, marker, then its journal segment."""
+    for subject in home.receipts.read_document(rid)["subjects"]:
+        bucket.put_bytes(home.blobs.get_bytes(subject["sha256"]))
+    bucket.put_bytes(home.blobs.get_bytes(rid))
+    bucket.mark_receipt(rid)
+    return bucket.append_journal([rid], now_ns=now_ns)
+
+
+def test_a_writer_hours_ahead_or_behind_hides_no_segment_and_is_named(bucket: S3BlobStore, tmp_path: Path) -> None:
+    """A segment stamped 2 h ahead moved the reader's cursor past every honest segment after it, and one stamped
+    2 h behind sorted before the cursor: incremental pulls never saw them. Pulls list the journal, not a window."""
+    a, b, other = Home(tmp_path / "a"), Home(tmp_path / "b"), Home(tmp_path / "other")
+    _record(a, 1, 1)
+    push_to(a, bucket)
+    ingest_from(bucket, b)
+    fast = _record(other, 20, 1)[0]
+    future = _publish(bucket, other, fast, time.time_ns() + 2 * 3600 * 10**9)
+    got = ingest_from(bucket, b)
+    assert fast in set(b.receipts.ids()) and got.clock_skew == [future]
+    honest = _record(a, 40, 1)[0]
+    push_to(a, bucket)
+    slow = _record(other, 60, 1)[0]
+    _publish(bucket, other, slow, time.time_ns() - 2 * 3600 * 10**9)
+    assert ingest_from(bucket, b).clock_skew == []
+    assert {honest, slow} <= set(b.receipts.ids())

@@ -104,6 +104,13 @@ def _sync_report(kind: str, out: dict[str, object], as_json: bool, seconds: floa
         + (f", {out['catalog_rows_new']} new catalog rows" if kind == "pulled" else "")
         + f" in {seconds:.1f} s"
     )
+    skew = out.get("clock_skew") or []
+    if skew:
+        click.echo(
+            f"warning: {len(skew)} journal segment(s) stamped well ahead of this machine's clock (first: {skew[0]}): "  # type: ignore[index]
+            "a writer's clock is off; the segments were read all the same",
+            err=True,
+        )
     missing = out["missing_blobs"]
     if missing:
         click.echo(f"warning: {len(missing)} blobs named by receipts were not in the source; first: {missing[0]}", err=True)  # type: ignore[arg-type,index]

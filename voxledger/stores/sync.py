@@ -37,7 +37,7 @@ from voxledger.stores.trees import TREE_MEDIA_TYPE, TreeManifest, check_relative
 
 BATCH = 5000
 SEGMENT_RECEIPTS = 50_000  # receipts named per journal segment (about 3.3 MB)
-CLOCK_SKEW_S = 900  # a pull re-lists segments stamped up to this long before its cursor
+CLOCK_SKEW_S = 900  # a segment stamped further ahead of the reader's clock than this is reported (its writer's clock is off)
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -53,6 +53,8 @@ class SyncReport:
     catalog_rows_new: int = 0
     segments_read: int = 0
     missing_blobs: list[tuple[str, str]] = field(default_factory=list)
+    clock_skew: list[str] = field(default_factory=list)
+    """Journal segments stamped further ahead of this machine's clock than ``CLOCK_SKEW_S``: a writer's clock is off."""
 
 
 def referenced_blobs(doc: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -138,12 +140,10 @@ def _parallel(remote: S3BlobStore, fn: Callable[[T], U], items: list[T]) -> list
         return list(pool.map(fn, items))
 
 
-def _start_after(cursor: str | None) -> str:
-    """Journal key to list after: the cursor's stamp minus the allowed clock skew."""
-    if cursor is None:
-        return ""
-    stamp = int(cursor.removeprefix("journal/").partition("-")[0])
-    return f"journal/{max(0, stamp - CLOCK_SKEW_S * 10**9):020d}"
+def skewed(segments: list[str], now_ns: int) -> list[str]:
+    """The segments stamped more than ``CLOCK_SKEW_S`` after ``now_ns`` (their writer's clock runs ahead)."""
+    limit = now_ns + CLOCK_SKEW_S * 10**9
+    return [s for s in segments if int(s.removeprefix("journal/").partition("-")[0]) > limit]
 
 
 # ---- pull -----------------------------------------------------------------------------------------
@@ -229,8 +229,10 @@ def _pull_receipts(remote: S3BlobStore, home: Home, rids: list[str], report: Syn
 def ingest_from(remote: S3BlobStore, home: Home, *, full: bool = False) -> SyncReport:
     """Copy the receipts the shared store added since the last pull, and the blobs they name.
 
-    Lists journal segments after the home's cursor (less ``CLOCK_SKEW_S``), reads the ones not yet
-    applied, and copies their receipts. The first pull, or ``full=True``, lists every receipt
+    Lists every journal segment (a listing, not a time window: a writer whose clock runs hours ahead
+    or behind cannot hide a segment from a later pull), reads the ones not yet applied, and copies
+    their receipts; a segment stamped more than ``CLOCK_SKEW_S`` ahead of this machine's clock is
+    named in ``clock_skew`` (the writer's clock needs fixing, nothing is lost). The first pull, or ``full=True``, lists every receipt
     marker instead (which also picks up receipts pushed before the journal existed). Receipts are
     verified against their ids and validated; tree subjects bring their files. Blobs the shared
     store lacks are listed in ``missing_blobs`` (the receipt is still indexed, as it would be
@@ -243,8 +245,9 @@ def ingest_from(remote: S3BlobStore, home: Home, *, full: bool = False) -> SyncR
     report = SyncReport()
     state = SyncState(home, remote)
     cursor = state.cursor()
-    listed = remote.journal_after("" if full or cursor is None else _start_after(cursor))
+    listed = remote.journal_after("")
     segments = sorted(set(listed) - state.applied(listed))
+    report.clock_skew = skewed(segments, time.time_ns())
     if full or cursor is None:
         rids = remote.receipt_ids()  # after the journal listing: every listed segment's markers are in it
     else:
@@ -340,7 +343,7 @@ def sync_status(home: Home, remote: S3BlobStore, *, ask_remote: bool = True) -> 
     cursor = state.cursor()
     new: int | None = None
     if ask_remote:
-        listed = remote.journal_after("" if cursor is None else _start_after(cursor))
+        listed = remote.journal_after("")
         new = len(set(listed) - state.applied(listed))
     return SyncStatus(
         store=remote.url,
