@@ -104,10 +104,10 @@ def _sync_report(kind: str, out: dict[str, object], as_json: bool, seconds: floa
         + (f", {out['catalog_rows_new']} new catalog rows" if kind == "pulled" else "")
         + f" in {seconds:.1f} s"
     )
-    skew = out.get("clock_skew") or []
+    skew = list(out.get("clock_skew") or [])  # type: ignore[call-overload]
     if skew:
         click.echo(
-            f"warning: {len(skew)} journal segment(s) stamped well ahead of this machine's clock (first: {skew[0]}): "  # type: ignore[index]
+            f"warning: {len(skew)} journal segment(s) stamped well ahead of this machine's clock (first: {skew[0]}): "
             "a writer's clock is off; the segments were read all the same",
             err=True,
         )
