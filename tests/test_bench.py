@@ -250,3 +250,17 @@ def test_a_bare_goal_gets_its_verdict_from_the_value() -> None:
              ("> 10", 9.0, "> 10: SHORT"), ("3-7", 7.0, "3-7: ok"), ("3-7", 2.9, "3-7: SHORT"), ("< 1: ok", 0.2, "< 1: ok"),
              ("0: DIFFER", 3.0, "0: DIFFER"), ("", 1.0, "")]  # fmt: skip
     assert [Figure("x", value, "s", goal).goal for goal, value, _ in cases] == [want for _, _, want in cases]
+
+
+@pytest.mark.slow
+def test_asr_models_rows_compare_the_two_packaged_models_on_the_same_clips() -> None:
+    """`bench --only eval`'s ASR rows: s per audio s for tiny.en and base on the same English clips, batched against
+    sequential, base on Mandarin told and detecting the language (2 clips each: a smoke run)."""
+    from voxledger.bench_stages.asr_models import bench_asr_models
+
+    names = [f.name for f in bench_asr_models(2)]
+    for key in ("tiny.en/en", "base/en", "base/zh"):
+        assert any(n.startswith(f"ASR {key} ") and "one clip at a time" in n for n in names), names
+        assert any(n.startswith(f"ASR {key} ") and "batched (4) / sequential wall" in n for n in names), names
+    assert any(n.startswith("ASR base/detect ") and "languages detected" in n for n in names)
+    assert names[-1] == "ASR base / tiny.en wall on the same 2 English clips"
