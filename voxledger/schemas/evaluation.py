@@ -136,7 +136,7 @@ class MetricSuite(Frozen):
 
 IntervalMethod = Literal["cluster_t", "cluster_bootstrap_t"]
 TestMethod = Literal["cluster_t"]
-RecordedInterval = Literal["cluster_t", "cluster_bootstrap_t", "wilson", "newcombe_paired"]
+RecordedInterval = Literal["cluster_t", "cluster_bootstrap_t", "wilson", "newcombe_paired", "clopper_pearson"]
 """What an interval in a receipt was computed with: the plan's method, or the proportion method
 (``wilson`` for a 0/1 metric's rate, ``newcombe_paired`` for a paired difference of rates)."""
 Multiplicity = Literal["holm", "fdr_bh"]
@@ -318,6 +318,10 @@ class FailureSplit(Frozen):
     baseline_failed: int
     rate_delta: Interval
     kept: Interval
+    new_failures: Interval | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The rate of prompts the candidate failed and the baseline did not (Clopper-Pearson at the plan's
+    confidence, exact): its upper end bounds the failure-rate increase from above, and unlike
+    ``rate_delta`` it can pass a useful margin at a few dozen prompts (``new_failure_rate_high``)."""
 
 
 class CandidateSummary(Frozen):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -18,6 +19,7 @@ Statistic = Literal[
     "kept_delta_mean",
     "kept_delta_low",
     "kept_delta_high",
+    "new_failure_rate_high",
 ]
 
 
@@ -57,7 +59,14 @@ class GatePlan(Frozen):
 
 
 PAIRED_STATISTICS = frozenset({"delta_mean", "delta_low", "delta_high"})
-SPLIT_STATISTICS = frozenset({"failure_rate_delta_high", "kept_delta_mean", "kept_delta_low", "kept_delta_high"})
+SPLIT_STATISTICS = frozenset({"failure_rate_delta_high", "kept_delta_mean", "kept_delta_low", "kept_delta_high", "new_failure_rate_high"})
+
+
+def new_failure_floor(prompts: int, confidence: float, challengers: int) -> float:
+    """The smallest margin ``new_failure_rate_high`` can pass: the Clopper-Pearson upper end for no newly
+    failed prompt of ``prompts``, at the round's per-challenger confidence (Bonferroni over ``challengers``)."""
+    tail = (1 - confidence) / max(1, challengers) / 2
+    return float(1 - tail ** (1 / prompts))
 
 
 class PromotionPolicy(Frozen):
@@ -84,6 +93,18 @@ class PromotionPolicy(Frozen):
                 f"{self.gate_plan.statistics.interval}/{self.gate_plan.statistics.test} need at least {need} prompts "
                 "(the prompt is the independent unit; seeds do not count): add prompts to gate_plan"
             )
+        challengers = self.best_k + (1 if self.include_last else 0)
+        floor = new_failure_floor(have, self.gate_plan.statistics.confidence, challengers)
+        for r in self.rules:
+            if r.statistic == "new_failure_rate_high" and r.threshold < floor:
+                tail = (1 - self.gate_plan.statistics.confidence) / challengers / 2
+                enough: int | str = math.ceil(math.log(tail) / math.log(1 - r.threshold)) if 0 < r.threshold < 1 else "more"
+                raise ValueError(
+                    f"rule new_failure_rate_high({r.metric}) <= {r.threshold:g} can never pass: with {have} gate prompts and "
+                    f"{challengers} challenger(s) the upper end for no newly failed prompt is {floor:.3f}, so a challenger that "
+                    f"newly fails fewer than {100 * floor:.1f}% of prompts cannot be told from one that fails none; raise the "
+                    f"margin to at least {floor:.3f} or give the gate {enough} prompts"
+                )
         return self
 
 

@@ -282,7 +282,25 @@ def failure_split(
         baseline_failed=int(b_fail.sum()),
         rate_delta=rate,
         kept=kept,
+        new_failures=new_failure_interval(c_fail, b_fail, settings),
     )
+
+
+def new_failure_interval(c_fail: np.ndarray, b_fail: np.ndarray, settings: StatisticsSettings) -> Interval:
+    """Clopper-Pearson interval of the rate of prompts the candidate failed and the baseline did not.
+
+    That rate is at least the failure-rate difference, so its upper end bounds the increase; the
+    interval is exact (binomial), and with no newly failed prompt its upper end is
+    1 - ((1 - c) / 2)^(1/k) (0.125 at 36 prompts and a 3-challenger round's 98.33%), where
+    Newcombe's interval of the difference gives 0.137.
+    """
+    from scipy import stats
+
+    k, n = int(np.sum((c_fail == 1) & (b_fail == 0))), int(c_fail.size)
+    tail = (1 - settings.confidence) / 2
+    low = 0.0 if k == 0 else float(stats.beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1 - tail, k + 1, n - k))
+    return Interval(mean=k / n, low=low, high=high, n=n, method="clopper_pearson", units=n)
 
 
 def adjust_family(tests: list[PairedTest], family: str, method: Multiplicity) -> list[PairedTest]:

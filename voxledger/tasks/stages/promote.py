@@ -92,6 +92,10 @@ def _paired_interval(rule: GateRule, c: Comparison) -> tuple[Interval | None, st
         return c.delta, f"{rule.statistic}({rule.metric})"
     if c.failures is None:
         return None, f"{rule.statistic}({rule.metric}) has no two-part comparison (only error rates such as wer:*, cer:* do)"
+    if rule.statistic == "new_failure_rate_high":
+        if c.failures.new_failures is None:
+            return None, f"{rule.statistic}({rule.metric}): the gate evaluation predates the newly-failed-prompt interval; re-run it"
+        return c.failures.new_failures, f"{rule.statistic}({rule.metric})"
     part = c.failures.rate_delta if rule.statistic == "failure_rate_delta_high" else c.failures.kept
     return part, f"{rule.statistic}({rule.metric})"
 
