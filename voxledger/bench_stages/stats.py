@@ -140,8 +140,10 @@ QUICK_REPLICATIONS = 150
 
 def bench_stats(quick: bool = False, replications: int | None = None) -> list[Figure]:
     """The simulation table (fixed seeds): every selectable method x design x data model, then the
-    round-two scenarios (``stats_robust``). ``replications`` data sets per t row (default 1000,
-    150 with ``quick``); bootstrap and legacy rows use a quarter of that (at least 100)."""
+    round-two scenarios (``stats_robust``) and round three (``stats_limits``). ``replications`` data
+    sets per t row (default 1000, 150 with ``quick``); bootstrap and legacy rows use a quarter of
+    that (at least 100)."""
+    from voxledger.bench_stages.stats_limits import bench_limits
     from voxledger.bench_stages.stats_robust import bench_robust
 
     reps = replications or (QUICK_REPLICATIONS if quick else DEFAULT_REPLICATIONS)
@@ -175,4 +177,4 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
             )
     for label, run, legacy in runs:
         figures += _figures(label, run(), legacy)
-    return figures + bench_robust(reps)
+    return figures + bench_robust(reps) + bench_limits(reps)
