@@ -81,6 +81,11 @@ def test_booleans_parse_one_way(env: str, monkeypatch: pytest.MonkeyPatch) -> No
         ("VOXLEDGER_COSYVOICE_DEVICE", "tpu", "VOXLEDGER_COSYVOICE_DEVICE='tpu' is not cpu, cuda or cuda:N"),
         ("VOXLEDGER_BENCH_ROUNDS", "2.5", "VOXLEDGER_BENCH_ROUNDS='2.5' is not a whole number"),
         ("VOXLEDGER_S3", "not json", "VOXLEDGER_S3"),
+        (
+            "VOXLEDGER_S3_ENDPOINT_URL",
+            "file:///tmp/store",
+            "VOXLEDGER_S3_ENDPOINT_URL: 'file:///tmp/store' is not an http(s) URL with a host",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_naming_it(env: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch) -> None:

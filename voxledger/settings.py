@@ -19,9 +19,10 @@ import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
@@ -44,6 +45,20 @@ class S3Settings(BaseModel):
     prefix: str = Field(default="", description="Key prefix, so one bucket can hold several stores (a trailing / is added).")
     endpoint_url: str | None = Field(default=None, description="Endpoint of a non-AWS server, e.g. `http://minio.lan:9000`; unset for AWS.")
     region: str | None = Field(default=None, description="Region name; unset takes it from the AWS configuration.")
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        """An S3 endpoint is an http(s) URL with a host (``file://`` and bare paths are not S3 servers)."""
+        if value is None or value == "":
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"{value!r} is not an http(s) URL with a host, e.g. http://minio.lan:9000 (a file:// path is not an S3 server)"
+            )
+        return value
+
     part_size_mib: int = Field(default=8, ge=5, description="Multipart upload part size in MiB (S3's minimum is 5).")
     conditional_writes: bool = Field(
         default=True, description="Write with `If-None-Match: *`; false for a server that mishandles it (a 501 answer is detected anyway)."
@@ -229,6 +244,8 @@ def _problem(error: Mapping[str, Any]) -> str:
     info = _field_at(error["loc"])
     if info is None:
         return f"{name}={error.get('input')!r}: {error['msg']}"
+    if error.get("type") == "value_error":  # a field's own validator says what is wrong in its words
+        return f"{name}: {str(error['msg']).removeprefix('Value error, ')}; fix it or unset it (default: {default_text(info)})"
     return f"{name}={error.get('input')!r} is not {expected(info)}; fix it or unset it (default: {default_text(info)})"
 
 
