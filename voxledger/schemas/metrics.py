@@ -193,7 +193,9 @@ class AsrSpec(Frozen):
     def english_only(self) -> bool:
         """True for Whisper's English-only models (``*.en``), which cannot transcribe or detect other languages."""
         packaged = PACKAGED_ASR_MODELS.get(self.model_name)
-        return (self.model_dir is None and packaged is not None and not packaged.multilingual) or bool(_ENGLISH_ONLY.search(self.model_name))
+        return (self.model_dir is None and packaged is not None and not packaged.multilingual) or bool(
+            _ENGLISH_ONLY.search(self.model_name)
+        )
 
 
 class TextMetricSpec(Frozen):

@@ -70,7 +70,9 @@ def read_plan_text(path: Path, what: str = "plan file") -> str:
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(str(path))
     if not stat.S_ISREG(st.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file"
+        kind = (
+            "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file"
+        )
         raise PlanError(f"{what} {path} is {kind}, not a regular file; give the path of the .yaml file itself")
     with open(path, "rb") as f:
         data = f.read(MAX_PLAN_BYTES + 1)

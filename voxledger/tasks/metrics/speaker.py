@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import warnings
 import tempfile
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
