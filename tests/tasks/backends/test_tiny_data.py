@@ -90,3 +90,12 @@ def test_collate_pads_and_normalises(corpus: Path) -> None:
     assert batch.n_frames == utts[0].n_frames + utts[5].n_frames
     np.testing.assert_allclose(batch.mels[0, : utts[0].n_frames].numpy(), norm.normalize(utts[0].mel))
     assert batch.speaker_ids.tolist() == [BASE_SPEAKERS.index(utts[i].speaker) for i in (0, 5)]
+
+
+def test_a_mandarin_manifest_phonemizes_with_espeaks_mandarin_voice() -> None:
+    """Manifests and Whisper say `zh`; espeak-ng names Mandarin `cmn` (a synthesis asked `zh` failed: no such voice)."""
+    from voxledger.tasks.backends.tiny.align import espeak_voice
+    from voxledger.tasks.corpus import espeak
+
+    assert espeak_voice("zh") == "cmn" and espeak_voice("en") == "en-us"
+    assert len(espeak.synthesize("你好。", espeak_voice("zh")).phonemes) > 2

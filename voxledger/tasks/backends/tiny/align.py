@@ -46,7 +46,8 @@ N_CEPSTRA = 6  # measured: see the comment on MEASURED
 MAX_ADVANCE = 3
 # espeak-ng voice for a manifest language code; anything else is passed to espeak as is
 # ("de", "fr", "es", "pt-br", ...), which names its own language voices that way.
-VOICE_FOR_LANGUAGE = {"en": "en-us", "en-us": "en-us", "en-gb": "en-gb"}
+VOICE_FOR_LANGUAGE = {"en": "en-us", "en-us": "en-us", "en-gb": "en-gb", "zh": "cmn", "zh-cn": "cmn", "cmn": "cmn", "yue": "yue"}
+"""Manifest language -> espeak-ng voice (espeak names Mandarin `cmn`; Whisper and the manifests say `zh`)."""
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,150}$")
 # Mean absolute error of inner phoneme boundaries vs espeak's own timing, in frames (16 ms), over
 # 25 Harvard sentences per voice (about 600 boundaries each; phonemes matched by sequence where a
