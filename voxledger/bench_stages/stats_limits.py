@@ -16,6 +16,8 @@ Every row runs the functions the stages call (``summarise``, ``judge``, ``paired
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from voxledger.bench_stages.common import Figure
@@ -66,7 +68,7 @@ def _failed_generation_data(rng: np.random.Generator, valid: int) -> tuple[list[
             ok = i < n_valid
             gens.append(Generation(candidate=cand, prompt_id=f"p{i:02d}", seed=0, valid=ok))
             if ok:
-                row = {"candidate": cand, "prompt_id": f"p{i:02d}", "category": "c", "seed": 0}
+                row: dict[str, Any] = {"candidate": cand, "prompt_id": f"p{i:02d}", "category": "c", "seed": 0}
                 values = {"wer:basic": abs(wer + rng.normal(0, 0.05)), "content_gate_pass": 1.0, "speaker_sim": sim + rng.normal(0, 0.02)}
                 obs += [Observation(**row, metric=m, value=float(v), extractor_sha256=SHAS[m]) for m, v in values.items()]
     return gens, obs

@@ -16,6 +16,8 @@ keeps what was measured; the stand-ins exist only in the summary, which says so 
 
 from __future__ import annotations
 
+from typing import Any
+
 from voxledger.schemas.canonical import canonical_digest
 from voxledger.schemas.evaluation import INVALID_RATE, EvaluationPlan, Generation, Observation
 
@@ -43,7 +45,7 @@ def with_failures(plan: EvaluationPlan, gens: list[Generation], obs: list[Observ
     out = list(obs)
     for g in gens:
         prompt = prompts[g.prompt_id]
-        row = {"candidate": g.candidate, "prompt_id": g.prompt_id, "category": prompt.category, "seed": g.seed}
+        row: dict[str, Any] = {"candidate": g.candidate, "prompt_id": g.prompt_id, "category": prompt.category, "seed": g.seed}
         out.append(Observation(**row, metric=INVALID_RATE, value=0.0 if g.valid else 1.0, extractor_sha256=INVALID_RATE_SHA256))
         if g.valid:
             continue
