@@ -36,7 +36,7 @@ CASES: FileCases = [
     ("yaml-billion-laughs-quoted-keys", {"plan.yaml": _bomb(12).replace("a:", '"a":').encode()}, PLAN, "aliases"),
     ("yaml-self-alias", {"plan.yaml": b"a: &x [*x]\n"}, PLAN, "alias that contains itself"),
     ("yaml-self-alias-mapping", {"plan.yaml": b"a: &x {b: *x}\n"}, PLAN, "alias that contains itself"),
-    ("yaml-20MB-line", {"plan.yaml": b'name: "' + b"x" * 20_000_000 + b'"\n'}, PLAN, "more than the 4,194,304 a plan may hold"),
+    ("yaml-20MB-line", {"plan.yaml": b'name: "' + b"x" * 20_000_000 + b'"\n'}, PLAN, "more than the 4,194,304 bytes a plan may hold"),
     ("yaml-3MB-value", {"plan.yaml": b'name: demo\naudit_policy: "' + b"y" * 3_000_000 + b'"\n'}, PLAN, "Field required"),
     ("yaml-3MB-key", {"plan.yaml": b"z" * 3_000_000 + b": 1\n"}, PLAN, "not readable YAML"),
     ("yaml-200k-deep-flow", {"plan.yaml": b"a: " + b"[" * 200_000 + b"]" * 200_000 + b"\n"}, PLAN, "nested too deeply"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_stages.common import BENCH_BACKEND, Figure
 from voxledger.schemas.evaluation import (
     Candidate,
     Comparison,
@@ -53,8 +53,8 @@ def _gate_plan() -> EvaluationPlan:
         prompts=tuple(Prompt(id=f"p{i:02d}", category="c", text="say this") for i in range(GATE_PROMPTS)),
         seeds=(0,),
         candidates=(
-            Candidate(name="incumbent", backend="tiny", runtime="base", artifact="0" * 64, speaker="s"),
-            Candidate(name="epoch3", backend="tiny", runtime="adapter", artifact="0" * 64, base="0" * 64, speaker="s"),
+            Candidate(name="incumbent", backend=BENCH_BACKEND, runtime="base", artifact="0" * 64, speaker="s"),
+            Candidate(name="epoch3", backend=BENCH_BACKEND, runtime="adapter", artifact="0" * 64, base="0" * 64, speaker="s"),
         ),
         baseline="incumbent",
         metrics=MetricSuite(speaker=None, mos=None),
