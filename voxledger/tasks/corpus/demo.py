@@ -18,7 +18,7 @@ import json
 import secrets
 import shutil
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,16 +292,31 @@ def build_demo_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: bool 
         raise ValueError(f"size must be one of {sorted(SPLIT_SENTENCES)}, got {size!r}")
     out_dir = Path(out_dir)
     splits, unused = assign_sentences(size)
+    plant = (lambda root, rows: plant_problems(root, rows, unused)) if flawed else None
+    rows, planted = write_corpus(out_dir, plan_utterances(splits), plant, lambda rows: corpus_document(size, flawed, rows, splits))
+    return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, planted)
+
+
+Rows = list[dict[str, object]]
+
+
+def write_corpus(
+    out_dir: Path,
+    utts: list[Utterance],
+    plant: Callable[[Path, Rows], Sequence[PlantedProblem]] | None,
+    document: Callable[[Rows], dict[str, object]],
+) -> tuple[Rows, tuple[PlantedProblem, ...]]:
+    """Write a demo corpus atomically (a staged sibling, then rename): audio and alignments of ``utts``,
+    the planted problems (``plant``), ``manifest.jsonl`` and ``corpus.json`` (``document`` of the rows)."""
     with staged_directory(out_dir) as tmp:
         (tmp / "wavs").mkdir()
         (tmp / "alignments").mkdir()
-        rows = write_utterances(tmp, plan_utterances(splits))
-        planted = plant_problems(tmp, rows, unused) if flawed else ()
+        rows = write_utterances(tmp, utts)
+        planted = tuple(plant(tmp, rows)) if plant is not None else ()
         with open(tmp / "manifest.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        doc = corpus_document(size, flawed, rows, splits)
-        (tmp / "corpus.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, tuple(planted))
+        (tmp / "corpus.json").write_text(json.dumps(document(rows), indent=2) + "\n", encoding="utf-8")
+    return rows, planted
 
 
 def build_voice_corpus(out_dir: Path, *, size: CorpusSize = "full") -> tuple[Path, int]:

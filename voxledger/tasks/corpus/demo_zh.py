@@ -23,7 +23,6 @@ in the phoneme names: 今 (tone 1) and 气 (tone 4) both report the vowel ``'i``
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -48,11 +47,10 @@ from voxledger.tasks.corpus.demo import (
     normalise,
     plan_utterances,
     split_utterances,
-    staged_directory,
     to_pcm16,
     utterance_id,
+    write_corpus,
     write_utterance,
-    write_utterances,
     write_wav,
 )
 from voxledger.tasks.corpus.demo_flaws import CLIP_GAIN, write_planted
@@ -135,16 +133,10 @@ def build_mandarin_corpus(out_dir: Path, *, size: CorpusSize = "full", flawed: b
         raise ValueError(f"size must be one of {sorted(SPLIT_SENTENCES)}, got {size!r}")
     out_dir = Path(out_dir)
     splits, unused = assign_mandarin_sentences(size)
-    with staged_directory(out_dir) as tmp:
-        (tmp / "wavs").mkdir()
-        (tmp / "alignments").mkdir()
-        rows = write_utterances(tmp, plan_utterances(splits, VOICES, mandarin_sentences()))
-        planted = plant_problems(tmp, rows, unused) if flawed else []
-        with open(tmp / "manifest.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        doc = corpus_document(size, flawed, rows, splits)
-        (tmp / "corpus.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, tuple(planted))
+    plant = (lambda root, rows: plant_problems(root, rows, unused)) if flawed else None
+    utts = plan_utterances(splits, VOICES, mandarin_sentences())
+    rows, planted = write_corpus(out_dir, utts, plant, lambda rows: corpus_document(size, flawed, rows, splits))
+    return DemoCorpusInfo(out_dir, size, flawed, len(rows), split_utterances(rows), VOICES, planted)
 
 
 def _first(rows: list[dict[str, object]], speaker: str, split: str) -> dict[str, object]:
