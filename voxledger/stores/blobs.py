@@ -172,7 +172,7 @@ class LocalBlobStore:
             except FileNotFoundError:
                 continue
             if self._verified.get(sha256) == (st.st_ino, st.st_size, st.st_mtime_ns) and settled_before(st, now):
-                record.append((stat_key(st), sha256))
+                record.append((stat_key(st), sha256, path))
         self._verified_cache.put_many(record)
 
     def _sync_deferred(self, paths: set[Path]) -> None:
@@ -245,7 +245,7 @@ class LocalBlobStore:
                 if known.get(stat_key(st)) == sha256:
                     self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
                     del pending[sha256]
-        record: list[tuple[StatKey, str]] = []
+        record: list[tuple[StatKey, str, str]] = []
         hashed = map_on_cores(_hash_one, [f"{objects}/{d[:2]}/{d[2:]}" for d in pending])
         for sha256, (actual, st, settled) in zip(pending, hashed, strict=True):
             if actual != sha256:
@@ -254,7 +254,7 @@ class LocalBlobStore:
                 continue
             self._verified[sha256] = (st.st_ino, st.st_size, st.st_mtime_ns)
             if settled:
-                record.append((stat_key(st), sha256))
+                record.append((stat_key(st), sha256, f"{objects}/{sha256[:2]}/{sha256[2:]}"))
         if record and self._verified_cache is not None:
             self._verified_cache.put_many(record)
         return bad

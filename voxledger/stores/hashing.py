@@ -12,8 +12,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,24 +174,81 @@ class SqliteCache:
         return self._memory
 
 
+@dataclass
+class StatCacheUse:
+    """How the stat caches are used inside one ``stat_cache_use`` block: whether a hit may stand in for
+    reading the file (``trust``), and how many files the caches vouched for (``vouched``: counted
+    into every enclosing block too, so a pipeline's count includes its stages')."""
+
+    trust: bool = True
+    vouched: int = 0
+    parent: StatCacheUse | None = None
+
+    def _add(self, n: int) -> None:
+        use: StatCacheUse | None = self
+        while use is not None:
+            use.vouched += n
+            use = use.parent
+
+
+_use: ContextVar[StatCacheUse | None] = ContextVar("voxledger_stat_cache_use", default=None)
+
+
+@contextmanager
+def stat_cache_use(*, trust: bool = True) -> Iterator[StatCacheUse]:
+    """Count (and with ``trust=False`` refuse) stat-cache hits for the block: every ``StatCache`` lookup
+    in it, on any home, answers nothing, so each file is read and hashed. A block inside an untrusting
+    one never trusts. A context variable, so each thread and Prefect run sees its own block."""
+    parent = _use.get()
+    use = StatCacheUse(trust=trust and (parent is None or parent.trust), parent=parent)
+    token = _use.set(use)
+    try:
+        yield use
+    finally:
+        _use.reset(token)
+
+
+StatEntry = tuple[StatKey, str, str | None]
+"""(stat key, sha256, the path it was last seen at; None for entries recorded before paths were kept)."""
+
+
 class StatCache(SqliteCache):
-    """Persistent map from a file's stat identity to its digest (a `SqliteCache`).
+    """Persistent map from a file's stat identity to its digest (a `SqliteCache`), with the path the
+    file was seen at, so a scrub (``voxledger store verify --deep``) can re-hash what it vouches for.
 
     A hit requires device, inode, size, mtime and ctime to match exactly, so a rewritten file
-    (even with a restored mtime: ctime still moves) is hashed again.
+    (even with a restored mtime: ctime still moves) is hashed again. What no stat can show (a
+    byte flipped below the file system) is found by the scrub; inside ``stat_cache_use(trust=False)``
+    no entry is trusted.
     """
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         super().__init__(
             path,
             "CREATE TABLE IF NOT EXISTS stat_cache (dev INTEGER, ino INTEGER, size INTEGER,"
-            " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL,"
+            " mtime_ns INTEGER, ctime_ns INTEGER, sha256 TEXT NOT NULL, path TEXT,"
             " PRIMARY KEY (dev, ino, size, mtime_ns, ctime_ns))",
             read_only=read_only,
         )
+        self._paths: dict[StatKey, str | None] = {}  # in-memory mode: where each entry's file was seen
+        if self._memory is None:
+            try:  # a cache file from before paths were kept: its rows stay, with no path (a scrub drops them)
+                self._conn().execute("ALTER TABLE stat_cache ADD COLUMN path TEXT")
+            except sqlite3.OperationalError:
+                pass  # "duplicate column name": already there
 
     def get_many(self, keys: list[StatKey]) -> dict[StatKey, str]:
-        """Look up many keys at once; missing keys are absent from the result."""
+        """Look up many keys at once; missing keys are absent from the result. Inside
+        ``stat_cache_use(trust=False)`` nothing is found; the hits are counted in the enclosing block."""
+        use = _use.get()
+        if use is not None and not use.trust:
+            return {}
+        found = self._lookup(keys)
+        if use is not None and found:
+            use._add(len(found))
+        return found
+
+    def _lookup(self, keys: list[StatKey]) -> dict[StatKey, str]:
         if self._memory is not None:
             return {k: self._memory[k] for k in keys if k in self._memory}
         found: dict[StatKey, str] = {}
@@ -205,17 +265,43 @@ class StatCache(SqliteCache):
             return {}
         return found
 
-    def put_many(self, items: Iterable[tuple[StatKey, str]]) -> None:
-        """Record digests for stat keys."""
-        rows = list(items)
+    def put_many(self, items: Iterable[tuple[StatKey, str, os.PathLike[str] | str]]) -> None:
+        """Record digests for stat keys, each with the path its file was hashed at."""
+        rows = [(k, d, str(p)) for k, d, p in items]
         if self._memory is None:
             try:
-                write_rows(self._conn(), "INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)", [(*k, d) for k, d in rows])
+                write_rows(self._conn(), "INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?, ?)", [(*k, d, p) for k, d, p in rows])
                 return
             except sqlite3.Error as exc:
                 self._in_memory_from_now(exc)
         assert self._memory is not None
-        self._memory.update(rows)
+        self._memory.update((k, d) for k, d, _ in rows)
+        self._paths.update((k, p) for k, _, p in rows)
+
+    def entries(self) -> list[StatEntry]:
+        """Every entry, in no particular order."""
+        if self._memory is not None:
+            return [(k, d, self._paths.get(k)) for k, d in self._memory.items()]
+        try:
+            rows = self._conn().execute("SELECT dev, ino, size, mtime_ns, ctime_ns, sha256, path FROM stat_cache").fetchall()
+        except sqlite3.Error as exc:
+            self._in_memory_from_now(exc)
+            return []
+        return [((r[0], r[1], r[2], r[3], r[4]), r[5], r[6]) for r in rows]
+
+    def drop(self, keys: Iterable[StatKey]) -> None:
+        """Forget these entries: the next use of their files hashes them again."""
+        gone = list(keys)
+        if self._memory is not None:
+            for k in gone:
+                self._memory.pop(k, None)
+                self._paths.pop(k, None)
+            return
+        try:
+            sql = "DELETE FROM stat_cache WHERE dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?"
+            write_rows(self._conn(), sql, [tuple(k) for k in gone])
+        except sqlite3.Error as exc:
+            self._in_memory_from_now(exc)
 
 
 def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[object, ...]]) -> None:
@@ -253,6 +339,6 @@ def hash_files(
     if todo:
         fresh = dict(zip(todo, map_on_cores(sha256_file, todo, n), strict=True))
         if cache is not None:  # a file written in the same clock tick as its stat is hashed again next time
-            cache.put_many((keys[p], d) for p, d in fresh.items() if settled_before(stats[p], now))
+            cache.put_many((keys[p], d, p) for p, d in fresh.items() if settled_before(stats[p], now))
         result.update(fresh)
     return result

@@ -167,7 +167,7 @@ def put_tree(store: LocalBlobStore, root: Path, *, cache: StatCache | None = Non
         digest = store.put_bytes(manifest_bytes(manifest))
         _remember_manifest(digest, manifest)
     if cache is not None and fresh:  # only files unchanged since their scan, and not written in its clock tick
-        cache.put_many((stat_key(stats[f]), digests[f]) for f in fresh if _unchanged(f, stats[f]) and settled_before(stats[f], now))
+        cache.put_many((stat_key(stats[f]), digests[f], f) for f in fresh if _unchanged(f, stats[f]) and settled_before(stats[f], now))
     return digest, manifest
 
 

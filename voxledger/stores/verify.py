@@ -15,6 +15,11 @@ Three checks, each reported apart:
   to a shared store), or index tables that no longer match the sums their last write recorded.
   The catalog is an index: any disagreement is repaired by ``voxledger catalog rebuild``.
 
+Objects are hashed on all cores, whatever the stat cache says; a damaged object's stat-cache entry
+is dropped, so reuse reads it again. ``deep`` (``store verify --deep``, the scheduled scrub) also
+re-hashes every other file the stat cache vouches for: corpus audio, source trees, model files
+(``stores.scrub``), and drops each entry that no longer holds.
+
 Lineage and provenance commands check less on every answer (``check_walked_edges``): the sums,
 and each receipt the walk passes through read back from the store.
 """
@@ -22,13 +27,16 @@ and each receipt the walk passes through read back from the store.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from voxledger.schemas.errors import VoxledgerError
 from voxledger.stores.catalog import core_rows
+from voxledger.stores.hashing import StatKey, map_on_cores, sha256_file, stat_key
 from voxledger.stores.home import Home
+from voxledger.stores.scrub import ScrubReport, scrub_stat_cache
 from voxledger.stores.trees import TREE_MEDIA_TYPE, objects_behind
 
 Progress = Callable[[str, int, int], None]
@@ -37,33 +45,31 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class VerifyReport:
-    """What ``verify_store`` checked and every problem it found, one line each."""
+    """What ``verify_store`` checked and every problem it found, one line each (``stat_cache``: what
+    the ``deep`` scrub found, None without it)."""
 
     objects: int = 0
     receipts: int = 0
     damaged: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     catalog: list[str] = field(default_factory=list)
+    stat_cache: ScrubReport | None = None
 
     @property
     def problems(self) -> list[str]:
-        return [*self.damaged, *self.missing, *self.catalog]
+        return [*self.damaged, *self.missing, *self.catalog, *(self.stat_cache.lied if self.stat_cache else [])]
 
 
-def verify_store(home: Home, progress: Progress | None = None) -> VerifyReport:
-    """Run the three checks over the whole home (see the module docstring)."""
+def verify_store(home: Home, progress: Progress | None = None, *, deep: bool = False) -> VerifyReport:
+    """Run the three checks over the whole home (see the module docstring); ``deep`` also scrubs the
+    stat cache (``stores.scrub``). A damaged object's stat-cache entry is dropped either way, so reuse
+    stops vouching for it."""
     report = VerifyReport()
-    digests = sorted(home.blobs.iter_digests())
-    report.objects = len(digests)
-    bad: set[str] = set()
-    for n, sha in enumerate(digests, 1):
-        try:
-            home.blobs.verify(sha)
-        except VoxledgerError as exc:
-            bad.add(sha)
-            report.damaged.append(str(exc))
-        if progress is not None:
-            progress("hashing objects", n, len(digests))
+    hashed = _hash_objects(home, report, progress)
+    bad = {sha for sha, (actual, _key) in hashed.items() if actual != sha}
+    lying = [key for sha, (_actual, key) in hashed.items() if sha in bad and key is not None]
+    if lying and not home.read_only:
+        home.stat_cache.drop(lying)
     docs = _walk_receipts(home, bad, report, progress)
     scan_catalog(home)
     report.catalog = catalog_drift(home, docs)
@@ -72,7 +78,44 @@ def verify_store(home: Home, progress: Progress | None = None) -> VerifyReport:
             home.catalog.check_sums(con)
     except VoxledgerError as exc:
         report.catalog.append(str(exc))
+    if deep:
+        if progress is not None:
+            progress("scrubbing the stat cache", 0, 1)
+        report.stat_cache = scrub_stat_cache(
+            home.stat_cache, {key: actual for actual, key in hashed.values() if key is not None and actual is not None}
+        )
     return report
+
+
+def _hash_objects(home: Home, report: VerifyReport, progress: Progress | None) -> dict[str, tuple[str | None, StatKey | None]]:
+    """Re-hash every object on all cores: digest -> (what its bytes hash to, None when unreadable; its stat key)."""
+    digests = sorted(home.blobs.iter_digests())
+    report.objects = len(digests)
+    out: dict[str, tuple[str | None, StatKey | None]] = {}
+    step = 256
+    for start in range(0, len(digests), step):
+        chunk = digests[start : start + step]
+        out.update(zip(chunk, map_on_cores(lambda d: _hash_object(home, d), chunk), strict=True))
+        if progress is not None:
+            progress("hashing objects", min(start + step, len(digests)), len(digests))
+    for sha, (actual, _key) in out.items():
+        if actual is None:
+            report.damaged.append(f"object {sha} at {home.blobs.path_of(sha)} cannot be read; restore it from a replica")
+        elif actual != sha:
+            report.damaged.append(
+                f"object {sha} at {home.blobs.path_of(sha)} is corrupt: its bytes hash to {actual}; "
+                "restore it from a replica or re-put the original file"
+            )
+    return out
+
+
+def _hash_object(home: Home, sha: str) -> tuple[str | None, StatKey | None]:
+    path = home.blobs.path_of(sha)
+    try:
+        st = os.stat(path)
+        return sha256_file(path), stat_key(st)
+    except OSError:
+        return None, None
 
 
 def scan_catalog(home: Home) -> None:
