@@ -14,7 +14,19 @@ MODULES = sorted(p.stem for p in CLI.glob("*.py") if p.stem not in ("__init__", 
 
 
 def test_module_list_is_complete() -> None:
-    assert len(MODULES) == 17 and "common" in MODULES
+    assert len(MODULES) == 32 and "common" in MODULES
+
+
+def test_one_module_per_noun() -> None:
+    """``voxledger <noun>`` lives in ``cli/<noun>.py``, alone; the only exception is the backend
+    command groups, which ``cli/backends.py`` loads from each backend's ``COMMAND_GROUPS``."""
+    from voxledger.cli import COMMAND_MODULES
+
+    for module, names in COMMAND_MODULES.items():
+        if module == "backends":
+            continue
+        assert names == (module,), f"cli/{module}.py holds {names}: one noun per module"
+    assert len(COMMAND_MODULES) == 31
 
 
 @pytest.mark.parametrize("module", MODULES)

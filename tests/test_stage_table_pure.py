@@ -30,7 +30,7 @@ ALLOWED: dict[str, str] = {
     "tasks/stages/": "the stage modules: each stage's own contract (train.py tells its two stages apart)",
     "flows/": "the flows: flows/stages.py wires each stage's inputs to the stages before it",
     "cli/__init__.py": "COMMAND_MODULES lists the commands, the table's CLI nouns among them",
-    "cli/stages.py": "defines the `promote` command, the CLI noun the table names",
+    "cli/promote.py": "defines the `promote` command, the CLI noun the table names",
     "stores/capabilities.py": "the capability matrix labels its rows as `voxledger capabilities` prints them "
     "(training split into train_full and train_lora, listening); they are not the table's stages",
     "tasks/packaging/assemble.py": "'promote' and 'evaluate' as verbs in an error message, not stage names",

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import oracle_scorer, simulate_submission, write_json
 from voxledger.cli import main
-from voxledger.cli.listening import REFUSED_EXIT
+from voxledger.cli.ratings import REFUSED_EXIT
 from voxledger.tasks.listening.verify import MAX_JSON_DEPTH, MAX_SUBMISSION_BYTES, nesting_depth
 from voxledger.tasks.stages import ratings as agg
 from voxledger.tasks.stages.ratings import aggregate_ratings
