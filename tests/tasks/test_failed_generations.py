@@ -64,7 +64,11 @@ def _demo_rules() -> list[GateRule]:
 def test_a_challenger_with_valid_audio_on_7_of_36_prompts_never_passes() -> None:
     rules = [*_demo_rules(), GateRule(metric="wer:basic", statistic="delta_mean", op="<=", threshold=0.0)]
     passed = _judged(rules, valid_prompts=7)
-    assert not any(p for r, p in zip(rules, passed, strict=True) if r.metric != "speaker_sim")
+    # the kept-prompt delta reads only the prompts neither side failed (7 here), so it may pass by design;
+    # every other content rule reads the failures and fails
+    judged = {f"{r.statistic}({r.metric})": p for r, p in zip(rules, passed, strict=True)}
+    assert judged.pop("kept_delta_high(wer:basic)") is True
+    assert not any(p for name, p in judged.items() if "speaker_sim" not in name)
     result = summarise(_plan(), *_rows(7))
     summary = {s.candidate: s for s in result.summaries}["epoch3"]
     # 29 failed prompts count as content-gate failures and 100% WER, over all 36 prompts

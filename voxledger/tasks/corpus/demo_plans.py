@@ -18,10 +18,13 @@ from typing import Any
 
 import yaml
 
+from voxledger.schemas.evaluation import StatisticsSettings
+from voxledger.schemas.promotion import new_failure_floor
 from voxledger.tasks.backends.base import DEFAULT_BACKEND
 from voxledger.tasks.corpus import demo_zh
 from voxledger.tasks.corpus.demo import VOICES, DemoVoice, assign_sentences, utterance_id
 from voxledger.tasks.corpus.sentences import harvard_sentences
+from voxledger.tasks.evaluation.catastrophic import CATASTROPHIC_RATE, failure_margin
 
 EVAL_PROMPTS = 20
 GATE_PROMPTS = 36
@@ -30,6 +33,7 @@ GATE_PROMPTS = 36
 the WER margin (48% at 20; docs/statistics.md); 10 had proved too few (a 2-point WER gap over 60
 sentences read as 13-19 points on 10)."""
 SEEDS = (0,)
+BEST_K = 2
 ZH_EVAL_PROMPTS = 10
 ZH_GATE_PROMPTS = 10
 """The Mandarin corpus has 20 test sentences: half for the gate, half for the final evaluation."""
@@ -108,7 +112,7 @@ def plans() -> dict[str, dict[str, Any]]:
         "name": "promote-demo",
         "alias": "champion",
         "candidate_alias": "candidate",
-        "best_k": 2,
+        "best_k": BEST_K,
         "include_last": True,
         "baseline_speaker": base_voice,
         "gate_plan": {
@@ -126,17 +130,7 @@ def plans() -> dict[str, dict[str, Any]]:
                 "threshold": 0.5,
                 "why": "at least half of the gate prompts must say the text and nothing else",
             },
-            {
-                "metric": "wer:whisper_en",
-                "statistic": "delta_high",
-                "op": "<=",
-                "threshold": 0.15,
-                "why": (
-                    f"non-inferiority: the upper end of the interval (t over the {GATE_PROMPTS} prompts, at the round's confidence) "
-                    "of the WER increase stays below 15 points; a loose margin for a tiny model; the prompt count gives 80% power "
-                    "per round at the demo adapter's measured WER effect and spread (voxledger plan power)"
-                ),
-            },
+            *catastrophe_rules("wer:whisper_en", "WER", GATE_PROMPTS),
             {
                 "metric": "speaker_sim",
                 "statistic": "delta_low",
@@ -157,6 +151,43 @@ def plans() -> dict[str, dict[str, Any]]:
         ],
     }
     return {"eval-demo.yaml": evaluation, "promote-demo.yaml": promotion, **mandarin_plans(evaluation, promotion)}
+
+
+def catastrophe_rules(metric: str, unit: str, prompts: int, why_margin: str = "a loose margin for a tiny model") -> list[dict[str, Any]]:
+    """The content rules of a demo gate: the newly failed share (Clopper-Pearson) and the error rate
+    on the prompts neither side failed, at the smallest failure margin the gate's size can pass.
+
+    They replace ``delta_high``, whose t interval a few catastrophic prompts make optimistic whenever
+    the sample misses them (issue 56: 16.7% false passes per challenger at 36 prompts)."""
+    challengers = BEST_K + 1  # the demo policies judge the best-k epochs and the last
+    confidence = StatisticsSettings().confidence
+    margin, floor = failure_margin(prompts, confidence, challengers), new_failure_floor(prompts, confidence, challengers)
+    blind = (1 - CATASTROPHIC_RATE) ** prompts
+    return [
+        {
+            "metric": metric,
+            "statistic": "new_failure_rate_high",
+            "op": "<=",
+            "threshold": margin,
+            "why": (
+                f"catastrophic prompts: the upper end (Clopper-Pearson, at the round's confidence) of the share of the {prompts} "
+                f"prompts the challenger fails ({unit} >= 0.5) where the incumbent did not stays below {100 * margin:.0f}% ({prompts} "
+                f"prompts cannot pass a margin under {100 * floor:.1f}%); a challenger failing {100 * CATASTROPHIC_RATE:g}% of prompts shows none in "
+                f"{100 * blind:.0f}% of gate evaluations, so this gate bounds catastrophic failures at {100 * margin:.0f}%, not "
+                f"{100 * CATASTROPHIC_RATE:g}% (voxledger plan check says how many prompts would)"
+            ),
+        },
+        {
+            "metric": metric,
+            "statistic": "kept_delta_high",
+            "op": "<=",
+            "threshold": 0.15,
+            "why": (
+                f"non-inferiority on the prompts neither side failed: the upper end of the interval (t, at the round's confidence) "
+                f"of the {unit} increase stays below 15 points; {why_margin} (voxledger plan power)"
+            ),
+        },
+    ]
 
 
 def mandarin_plans(evaluation: dict[str, Any], promotion: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -180,18 +211,10 @@ def mandarin_plans(evaluation: dict[str, Any], promotion: dict[str, Any]) -> dic
     }
     rules = [
         promotion["rules"][0],
-        {
-            "metric": "cer:zh",
-            "statistic": "delta_high",
-            "op": "<=",
-            "threshold": 0.15,
-            "why": (
-                f"non-inferiority on CER (t over the {ZH_GATE_PROMPTS} prompts, at the round's confidence): the upper end of the "
-                "increase stays below 15 points; Whisper base hears espeak's Mandarin poorly, so CER is compared with the "
-                "incumbent's, never held to an absolute bound"
-            ),
-        },
-        promotion["rules"][2],
+        *catastrophe_rules(
+            "cer:zh", "CER", ZH_GATE_PROMPTS, "Whisper base hears espeak's Mandarin poorly, so CER is compared with the incumbent's"
+        ),
+        promotion["rules"][3],
     ]
     zh_promotion = {
         **promotion,
