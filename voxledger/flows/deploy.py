@@ -86,6 +86,29 @@ def deployment_specs(plan: PipelinePlan, plan_file: Path, *, home: str, corpus: 
     return specs
 
 
+SCRUB_ENTRYPOINT = "voxledger/flows/store.py:scrub_store"
+
+
+def scrub_deployment(home: str, cron: str, work_pool: str = "default") -> DeploymentSpec:
+    """The scheduled scrub of one home (``voxledger store verify --deep --schedule CRON``): the
+    ``scrub_store`` flow on ``cron``, failing its run when it finds damage, one run at a time.
+
+    Raises PlanError when ``cron`` is not a five-field cron expression.
+    """
+    from prefect.client.schemas.schedules import CronSchedule
+    from pydantic import ValidationError
+
+    try:
+        CronSchedule(cron=cron)
+        valid = len(cron.split()) == 5
+    except ValidationError:
+        valid = False
+    if not valid:
+        raise PlanError(f"--schedule {cron!r} is not a five-field cron expression, e.g. '0 4 * * 0' (Sundays at 04:00)")
+    name = f"scrub-{Path(home).name.strip('.') or 'home'}"
+    return DeploymentSpec(name, SCRUB_ENTRYPOINT, work_pool, cron, {"home": home, "fail_on_problems": True}, one_at_a_time=True)
+
+
 def ensure_pools(names: set[str]) -> list[str]:
     """Create each missing work pool as a ``process`` pool; return the names created."""
     from prefect.client.orchestration import get_client
