@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.stores.test_scrub import _rot, _settle
 from voxledger.cli import main
 from voxledger.dashboards.report import build_dashboard
 from voxledger.flows.reproduce import reproduce
@@ -20,6 +21,7 @@ from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import CodeIdentity
 from voxledger.schemas.errors import ReproductionError
 from voxledger.schemas.reproduction import ReproductionReceipt
+from voxledger.stores.hashing import hash_files
 from voxledger.stores.home import Home
 from voxledger.stores.trees import load_manifest
 
@@ -69,6 +71,7 @@ def test_pipeline_reproduces_each_stage_exactly_on_the_same_machine(copy: tuple[
     assert r.parameters.stage == "pipeline" and r.parameters.rerun is None and r.parameters.environment_differences == ()
     assert [n.split(":")[0] for n in r.parameters.stages_not_rerun] == ["export_packets"], r.parameters.stages_not_rerun
     assert "fresh secret" in r.parameters.stages_not_rerun[0] and "export_packets" in r.result.reason
+    assert r.parameters.deep is False and r.parameters.stat_cache_trusted is not None  # what the stat caches vouched for is recorded
     # the original home gained one reproduction per stage and the run's own (the re-runs live in scratch homes)
     h = Home(home)
     added = _receipts(home) - before
@@ -83,6 +86,7 @@ def test_pipeline_reproduces_each_stage_exactly_on_the_same_machine(copy: tuple[
         assert {c.verdict for c in one.result.comparisons} == {"exact"} and one.result.comparisons
         assert one.parameters.environment_differences == ()
         walls[stage] = one.result.rerun_wall_s
+        assert one.parameters.stat_cache_trusted is not None and one.parameters.stat_cache_trusted <= r.parameters.stat_cache_trusted
     package = h.receipts.read(r.input("reproduction:package").sha256, ReproductionReceipt)
     assert {c.name for c in package.result.comparisons} == PACKAGE_OUTPUTS
     print("reproduce wall s:", {k: round(v, 1) for k, v in walls.items()}, "pipeline", r.result.rerun_wall_s)
@@ -200,6 +204,13 @@ def test_tampered_input_is_refused_naming_it(copy: tuple[Path, dict], corpus: Pa
     wav.write_bytes(bytes(data))
     with pytest.raises(ReproductionError, match=f"audio file wavs/{wav.name}"):
         _run(home, summary["train_adapter"]["receipt_id"], changed)
+    # the same change under an unchanged stat (the stat cache vouching for the old bytes) is refused with --deep
+    wav.write_bytes(bytes(data[:-1]) + bytes([data[-1] ^ 1]))
+    _settle()
+    hash_files([wav], cache=Home(home).stat_cache)
+    _rot(Home(home), wav)
+    with pytest.raises(ReproductionError, match=f"audio file wavs/{wav.name}"):
+        _run(home, summary["train_adapter"]["receipt_id"], changed, deep=True)
 
 
 def test_code_drift_is_refused_unless_allowed_and_then_recorded(copy: tuple[Path, dict], corpus: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]
@@ -273,6 +284,8 @@ def test_package_verify_reproduce_re_derives_the_evaluation_claims(copy: tuple[P
     res = CliRunner().invoke(main, ["--home", str(home), "package", "verify", package, "--reproduce", "--corpus", str(corpus), "--json"])
     assert res.exit_code == 0, res.output
     claims = json.loads(res.output)["claims"]
+    trust = json.loads(res.output)["stat_cache"]
+    assert trust["deep"] is False and trust["trusted_files"] >= 0
     assert {c["evaluation"] for c in claims} == {summary["evaluate"]["receipt_id"]}
     assert claims and all(c["holds"] for c in claims)
     assert {c["claim"] for c in claims} >= {"prompt_agreement", "metric:adapter:wer:whisper_en"}

@@ -174,10 +174,18 @@ def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[
     default=None,
     help="With --reproduce: the corpus the evaluations read (prompts' recordings and speaker references).",
 )
+@click.option("--deep", is_flag=True, help="With --reproduce: trust no stat cache, read and hash every file the reproductions check.")
 @json_option("the result")
 @click.pass_context
 def verify(
-    ctx: click.Context, package_ref: str, key: Path | None, attestation: Path | None, reproduce: bool, corpus: Path | None, as_json: bool
+    ctx: click.Context,
+    package_ref: str,
+    key: Path | None,
+    attestation: Path | None,
+    reproduce: bool,
+    corpus: Path | None,
+    deep: bool,
+    as_json: bool,
 ) -> None:
     """Re-hash every member against the manifest (naming any that differ) and, for a package named by
     digest, the whole file against that digest; optionally check a signature. With --reproduce,
@@ -210,16 +218,28 @@ def verify(
             f"ok: {path} ({verified.sha256}), {len(verified.contents)} members match the manifest"
             + (f"; signature verified with {key}" if key else "")
         )
+    trust = {"trusted_files": 0, "deep": deep}  # the package's own members are always read and hashed
     if reproduce:
-        result["claims"] = _reproduce_claims(ctx, verified, corpus, as_json)
+        result["claims"] = _reproduce_claims(ctx, verified, corpus, as_json, deep, trust)
+    result["stat_cache"] = trust
+    if not as_json:
+        click.echo(
+            "stat cache: not trusted (--deep), every file read"
+            if deep
+            else f"stat cache: trusted for {trust['trusted_files']} file(s)"
+            + (" (--deep reads them all)" if trust["trusted_files"] else "")
+        )
     if as_json:
         emit_json(result)
     if reproduce and any(not c["holds"] for c in result["claims"]):
         ctx.exit(1)
 
 
-def _reproduce_claims(ctx: click.Context, verified: Any, corpus: Path | None, as_json: bool) -> list[dict[str, Any]]:
-    """Re-run each evaluation the package binds (``voxledger reproduce``) and list each metric claim with whether it holds here."""
+def _reproduce_claims(
+    ctx: click.Context, verified: Any, corpus: Path | None, as_json: bool, deep: bool, trust: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Re-run each evaluation the package binds (``voxledger reproduce``) and list each metric claim with whether it holds
+    here; adds the files each reproduction took on a stat cache's word to ``trust["trusted_files"]``."""
     from voxledger.schemas.errors import ReproductionError
     from voxledger.tasks.stages.reproduce import package_evaluations
 
@@ -234,8 +254,17 @@ def _reproduce_claims(ctx: click.Context, verified: Any, corpus: Path | None, as
                 "by digest; pull them first (`voxledger store pull`) or pass --home"
             )
         out = run_flow(
-            ctx, "voxledger.flows.reproduce:reproduce", rid, str(corpus.absolute()) if corpus else None, None, False, None, quiet=as_json
+            ctx,
+            "voxledger.flows.reproduce:reproduce",
+            rid,
+            str(corpus.absolute()) if corpus else None,
+            None,
+            False,
+            None,
+            deep,
+            quiet=as_json,
         )
+        trust["trusted_files"] += out.receipt.parameters.stat_cache_trusted or 0
         for c in out.receipt.result.comparisons:
             if c.name.startswith("metric:") or c.name == "prompt_agreement":
                 claims.append(

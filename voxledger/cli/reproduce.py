@@ -35,10 +35,20 @@ console = cli_console()
     default=None,
     help="Force this many torch threads in the re-run (mimics a machine with another core count).",
 )
+@click.option(
+    "--deep", is_flag=True, help="Trust no stat cache: read and hash every input, seeded object and corpus file (the receipt records it)."
+)
 @json_option("the verdict and every comparison")
 @click.pass_context
 def reproduce(
-    ctx: click.Context, receipt: str, corpus: Path | None, scratch: Path | None, allow_code_drift: bool, threads: int | None, as_json: bool
+    ctx: click.Context,
+    receipt: str,
+    corpus: Path | None,
+    scratch: Path | None,
+    allow_code_drift: bool,
+    threads: int | None,
+    deep: bool,
+    as_json: bool,
 ) -> None:
     """Re-run an audit, training, promotion, evaluation, package or equivalence receipt in a scratch home and record the verdict.
 
@@ -51,6 +61,8 @@ def reproduce(
     Example: voxledger reproduce 3f2a9c01 --corpus ./demo/corpus
 
     Example: voxledger reproduce 3f2a9c01 --corpus ./demo/corpus --threads 1 --json
+
+    Example: voxledger reproduce 3f2a9c01 --corpus ./demo/corpus --deep
 
     Example: voxledger reproduce 7be01d44
     """
@@ -65,6 +77,7 @@ def reproduce(
         str(scratch.absolute()) if scratch else None,
         allow_code_drift,
         threads,
+        deep,
         quiet=as_json,
     )
     r = out.receipt
@@ -86,6 +99,11 @@ def _print(rid: str, r: object) -> None:
         table.add_row(c.name, c.verdict, c.reason)
     console.print(table)
     click.echo(f"verdict: {res.verdict} ({res.reason}); re-run {res.rerun_wall_s:.1f} s")
+    click.echo(
+        "stat cache: not trusted (--deep), every file read"
+        if p.deep
+        else f"stat cache: trusted for {p.stat_cache_trusted} file(s) (--deep reads them all)"
+    )
     click.echo(f"receipt {rid}")
 
 

@@ -37,6 +37,7 @@ from voxledger.schemas.errors import (
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.reproduction import OutputComparison, ReproductionBands, ReproductionReceipt
 from voxledger.schemas.stages import resolve, stage_row
+from voxledger.stores.hashing import StatCacheUse, stat_cache_use
 from voxledger.stores.home import HomeRef
 from voxledger.stores.scratch import SeedReport, seed_home
 from voxledger.tasks.stage import StageOutcome
@@ -73,9 +74,11 @@ def record_reproduction(
     wall_s: float,
     started: Any,
     failure: str | None = None,
+    trust: rp.StatCacheTrust | None = None,
 ) -> StageOutcome[ReproductionReceipt]:
     """Compare the re-run's outputs with the original's and record the verdict in the original home
-    (``failure``: the re-run failed before recording a receipt, so there is nothing to compare)."""
+    (``failure``: the re-run failed before recording a receipt, so there is nothing to compare;
+    ``trust``: how the stat caches were used until now)."""
     h, s, bands = open_home(home), scratch.open(), ReproductionBands()
     rerun = s.receipts.read(rerun_id) if rerun_id is not None else None
     if rerun is None:
@@ -83,7 +86,7 @@ def record_reproduction(
     else:
         comparisons = reproductions.compare(h, s, prep, rerun, bands)
     return rp.record_reproduction(
-        h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name()
+        h, prep, rerun_id, rerun, comparisons, seeded=seeded, bands=bands, wall_s=wall_s, started=started, flow=flow_name(), trust=trust
     )
 
 
@@ -95,9 +98,12 @@ def record_pipeline_reproduction(
     not_rerun: tuple[str, ...],
     wall_s: float,
     started: Any,
+    trust: rp.StatCacheTrust | None = None,
 ) -> StageOutcome[ReproductionReceipt]:
     """Record the pipeline run's verdict: the worst of its stages' reproductions."""
-    return rp.record_pipeline_reproduction(open_home(home), prep, stages, not_rerun, wall_s=wall_s, started=started, flow=flow_name())
+    return rp.record_pipeline_reproduction(
+        open_home(home), prep, stages, not_rerun, wall_s=wall_s, started=started, flow=flow_name(), trust=trust
+    )
 
 
 @contextmanager
@@ -141,15 +147,34 @@ def reproduce(
     scratch: str | None = None,
     allow_code_drift: bool = False,
     threads: int | None = None,
+    deep: bool = False,
 ) -> StageOutcome[ReproductionReceipt]:
-    """Re-run receipt ``receipt_id`` in a scratch home (``scratch``: kept; else a temporary one) and record the verdict."""
+    """Re-run receipt ``receipt_id`` in a scratch home (``scratch``: kept; else a temporary one) and record the verdict.
+
+    ``deep``: trust no stat cache (every input, seeded object and corpus file is read and hashed);
+    either way the receipt records how many files a stat cache vouched for (``stat_cache_trusted``).
+    """
     ref = HomeRef.of(home)
     with shared_store(ref):  # under VOXLEDGER_SYNC: inputs pulled from the shared store first, the verdict pushed after
-        return _reproduce(ref, receipt_id, corpus, scratch, allow_code_drift, threads)
+        return _reproduce(ref, receipt_id, corpus, scratch, allow_code_drift, threads, deep)
 
 
 def _reproduce(
-    ref: HomeRef, receipt_id: str, corpus: str | None, scratch: str | None, allow_code_drift: bool, threads: int | None
+    ref: HomeRef, receipt_id: str, corpus: str | None, scratch: str | None, allow_code_drift: bool, threads: int | None, deep: bool
+) -> StageOutcome[ReproductionReceipt]:
+    with stat_cache_use(trust=not deep) as use:  # counts every file a stat cache vouches for, in this home and the scratch one
+        return _reproduce_counted(ref, receipt_id, corpus, scratch, allow_code_drift, threads, deep, use)
+
+
+def _reproduce_counted(
+    ref: HomeRef,
+    receipt_id: str,
+    corpus: str | None,
+    scratch: str | None,
+    allow_code_drift: bool,
+    threads: int | None,
+    deep: bool,
+    use: StatCacheUse,
 ) -> StageOutcome[ReproductionReceipt]:
     started = rp.now()
     prep = prepare_reproduction(ref, receipt_id, allow_code_drift, threads)
@@ -157,7 +182,7 @@ def _reproduce(
     if scratch and Path(scratch).exists() and any(Path(scratch).iterdir()):
         raise ReproductionError(f"--scratch {scratch} is not empty: give a new or empty folder (the re-run's home is made there)")
     if isinstance(prep.receipt, PipelineRunReceipt):
-        return _reproduce_pipeline(ref, prep, corpus, scratch, allow_code_drift, threads, started)
+        return _reproduce_pipeline(ref, prep, corpus, scratch, allow_code_drift, threads, started, deep, use)
     where = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="voxledger-reproduce-"))
     scratch_ref = HomeRef(root=str(where), lock_timeout_s=ref.lock_timeout_s, shared_store=False)
     try:
@@ -171,14 +196,22 @@ def _reproduce(
             except STAGE_FAILURES as exc:  # failed before recording (a recorded failure is returned by _rerun)
                 failure = " ".join(str(exc).split())[:600]
         wall_s = time.perf_counter() - t0
-        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started, failure)
+        return record_reproduction(ref, scratch_ref, prep, rerun_id, seeded, wall_s, started, failure, rp.StatCacheTrust(use.vouched, deep))
     finally:
         if not scratch:
             shutil.rmtree(where, ignore_errors=True)
 
 
 def _reproduce_pipeline(
-    ref: HomeRef, prep: rp.Preparation, corpus: str | None, scratch: str | None, allow_code_drift: bool, threads: int | None, started: Any
+    ref: HomeRef,
+    prep: rp.Preparation,
+    corpus: str | None,
+    scratch: str | None,
+    allow_code_drift: bool,
+    threads: int | None,
+    started: Any,
+    deep: bool,
+    use: StatCacheUse,
 ) -> StageOutcome[ReproductionReceipt]:
     """Reproduce each stage receipt the run chains, in run order, each in its own scratch home (``SCRATCH/<stage>`` when
     kept), then record the run's verdict."""
@@ -190,6 +223,7 @@ def _reproduce_pipeline(
     for stage, rid in plan.rerun:
         report(f"pipeline {prep.rid[:12]}: reproducing stage {stage} ({rid[:12]})")
         where = str(Path(scratch) / stage) if scratch else None
-        out = _reproduce(ref, rid, corpus, where, allow_code_drift, threads)
+        out = _reproduce(ref, rid, corpus, where, allow_code_drift, threads, deep)
         done.append((stage, rid, out.receipt_id, out.receipt))
-    return record_pipeline_reproduction(ref, prep, done, plan.not_rerun, time.perf_counter() - t0, started)
+    trust = rp.StatCacheTrust(use.vouched, deep)  # the stages' counts included (their blocks count into this one)
+    return record_pipeline_reproduction(ref, prep, done, plan.not_rerun, time.perf_counter() - t0, started, trust)

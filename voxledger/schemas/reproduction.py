@@ -84,6 +84,18 @@ class ReproductionParameters(Frozen):
         description="pipeline run: each stage receipt it chains that was not re-run, with why (`stage: reason`); "
         "its outputs are not covered by the verdict",
     )
+    stat_cache_trusted: int | None = Field(
+        default=None,
+        ge=0,
+        exclude_if=lambda v: v is None,
+        description="files (corpus audio, stored objects) whose digest was taken from a stat cache instead of reading them, "
+        "in the original home and the scratch home alike; 0 with `--deep`; None in receipts from before it was recorded",
+    )
+    deep: bool = Field(
+        default=False,
+        exclude_if=lambda v: v is False,
+        description="`--deep`: no stat cache was trusted, every file the reproduction checked or read was hashed",
+    )
 
 
 class ReproductionResult(Frozen):

@@ -202,9 +202,11 @@ def record_reproduction(
     wall_s: float,
     started: Any,
     flow: str = "reproduce",
+    trust: StatCacheTrust | None = None,
 ) -> StageOutcome[ReproductionReceipt]:
     """Write the reproduction receipt (and the re-run's receipt document it names) into the original home;
-    ``rerun`` None: the re-run failed before recording one (``comparisons`` say how)."""
+    ``rerun`` None: the re-run failed before recording one (``comparisons`` say how); ``trust``: how the
+    stat caches were used (recorded as ``stat_cache_trusted`` and ``deep``)."""
     diffs = (*prep.differences, *(rerun_environment(prep, rerun) if rerun is not None else ()))
     verdict, reason = cmp.overall(comparisons, environment_differs=bool(diffs))
     if diffs:
@@ -233,6 +235,7 @@ def record_reproduction(
             bands=bands,
             objects_seeded=seeded.objects,
             objects_unavailable=seeded.unavailable,
+            **_trust_fields(trust),
         ),
         result=ReproductionResult(verdict=verdict, reason=reason, comparisons=tuple(comparisons), rerun_wall_s=round(wall_s, 3)),
     )
@@ -248,6 +251,7 @@ def record_pipeline_reproduction(
     wall_s: float,
     started: Any,
     flow: str = "reproduce",
+    trust: StatCacheTrust | None = None,
 ) -> StageOutcome[ReproductionReceipt]:
     """Record a pipeline run's reproduction: each stage's verdict (its own reproduction, an input here), the worst one overall.
 
@@ -283,10 +287,23 @@ def record_pipeline_reproduction(
             objects_seeded=sum(r.parameters.objects_seeded for *_, r in stages),
             objects_unavailable=sum(r.parameters.objects_unavailable for *_, r in stages),
             stages_not_rerun=not_rerun,
+            **_trust_fields(trust),
         ),
         result=ReproductionResult(verdict=verdict, reason=reason, comparisons=tuple(comparisons), rerun_wall_s=round(wall_s, 3)),
     )
     return record(home, receipt)
+
+
+@dataclass(frozen=True)
+class StatCacheTrust:
+    """How a reproduction used the stat caches: files they vouched for, and whether it trusted none (``--deep``)."""
+
+    vouched: int
+    deep: bool
+
+
+def _trust_fields(trust: StatCacheTrust | None) -> dict[str, Any]:
+    return {} if trust is None else {"stat_cache_trusted": trust.vouched, "deep": trust.deep}
 
 
 def _document(receipt: ReceiptBase) -> dict[str, Any]:
