@@ -47,3 +47,22 @@ def test_the_scrub_deployment_registers_with_its_schedule(tmp_path: Path) -> Non
     assert got.global_concurrency_limit is not None and got.global_concurrency_limit.limit == 1
     with pytest.raises(PlanError, match="not a five-field cron expression"):
         scrub_deployment(str(tmp_path), "every sunday")
+
+
+def test_cli_deep_names_the_rotted_file_in_one_line_and_schedule_needs_deep(home: Home, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    clip = tmp_path / "b.wav"
+    clip.write_bytes(b"c" * 4096)
+    _settle()
+    hash_files([clip], cache=home.stat_cache)
+    ok = CliRunner().invoke(main, ["--home", str(home.root), "store", "verify", "--deep"])
+    assert ok.exit_code == 0 and "stat cache: 1 of 1 entries confirmed by a re-hash (1 files read beyond the store)" in ok.output, ok.output
+    _rot(home, clip)
+    bad = CliRunner().invoke(main, ["--home", str(home.root), "store", "verify", "--deep"])
+    assert bad.exit_code == 1 and "1 stat-cache entr(ies) vouching for changed bytes" in bad.output, bad.output
+    assert f"{clip}: the stat cache vouched for" in bad.output and "Traceback" not in bad.output
+    usage = CliRunner().invoke(main, ["--home", str(home.root), "store", "verify", "--schedule", "0 4 * * 0"])
+    assert usage.exit_code == 2 and "give --deep with it" in usage.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -37,16 +38,34 @@ def store_put(ctx: click.Context, path: Path, as_json: bool) -> None:
 
 @store.command("verify")
 @click.argument("digests", nargs=-1)
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also re-hash every file the stat cache vouches for (corpus audio, trees, model files) and drop entries that no longer hold "
+    "(runs as the Prefect flow scrub_store).",
+)
+@click.option("--schedule", metavar="CRON", default=None, help="With --deep: register the scrub as a Prefect deployment on this cron.")
+@click.option("--pool", default="default", show_default=True, help="With --schedule: the work pool whose worker runs the scrub.")
 @json_option()
 @click.pass_context
-def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) -> None:
+def store_verify(ctx: click.Context, digests: tuple[str, ...], deep: bool, schedule: str | None, pool: str, as_json: bool) -> None:
     """Check the whole home: re-hash every object, find every object a receipt names that is missing,
     and compare the catalog's rows with the receipts (digests or unique prefixes: re-hash only those).
+    With --deep, also scrub the stat cache: a byte flipped under an unchanged stat is found (docs/provenance.md).
 
     Example: voxledger store verify
+
+    Example: voxledger store verify --deep
+
+    Example: voxledger store verify --deep --schedule "0 4 * * 0"
     """
     from voxledger.stores.verify import VerifyReport, verify_store
 
+    if (schedule or deep) and digests:
+        raise click.UsageError("--deep and --schedule check the whole home; give no digests with them")
+    if schedule is not None:
+        _schedule_scrub(ctx, schedule, pool, deep, as_json)
+        return
     home = open_home(ctx)
     if digests:
         report = VerifyReport(objects=len(digests))
@@ -55,10 +74,13 @@ def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) ->
                 home.blobs.verify(d)
             except VoxledgerError as exc:
                 report.damaged.append(str(exc))
+    elif deep:
+        report = run_flow(ctx, "voxledger.flows.store:scrub_store", quiet=as_json)
     else:
         with Progress(console=console, transient=True, disable=as_json) as bar:
             task = bar.add_task("verifying", total=None)
             report = verify_store(home, lambda phase, done, total: bar.update(task, description=phase, completed=done, total=total))
+    scrub = report.stat_cache
     if as_json:
         emit_json(
             {
@@ -67,18 +89,45 @@ def store_verify(ctx: click.Context, digests: tuple[str, ...], as_json: bool) ->
                 "bad": report.damaged,
                 "missing": report.missing,
                 "catalog": report.catalog,
+                **({"stat_cache": {**asdict(scrub), "dropped": scrub.dropped}} if scrub is not None else {}),
             }
         )
     problems = report.problems
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more (--json lists all)"] if len(problems) > 20 else [])
+        lied = f", {len(scrub.lied)} stat-cache entr(ies) vouching for changed bytes" if scrub is not None else ""
         raise click.ClickException(
-            f"{len(report.damaged)} damaged, {len(report.missing)} missing, {len(report.catalog)} catalog disagreement(s) "
+            f"{len(report.damaged)} damaged, {len(report.missing)} missing, {len(report.catalog)} catalog disagreement(s){lied} "
             f"({report.objects} objects, {report.receipts} receipts checked):\n" + "\n".join(shown)
         )
     if not as_json:
         walked = f", every object named by {report.receipts} receipts present, catalog consistent" if not digests else ""
         click.echo(f"ok: {report.objects} objects verified{walked}")
+        if scrub is not None:
+            click.echo(
+                f"stat cache: {scrub.confirmed} of {scrub.entries} entries confirmed by a re-hash ({scrub.rehashed} files read beyond the "
+                f"store), {scrub.stale + scrub.unlocated} that no longer name a file dropped"
+            )
+
+
+def _schedule_scrub(ctx: click.Context, cron: str, pool: str, deep: bool, as_json: bool) -> None:
+    """Register the scheduled scrub of this home (``flows.deploy.scrub_deployment``)."""
+    from voxledger.flows.deploy import ensure_pools, register, scrub_deployment
+    from voxledger.hosting.runtime import prefect_session
+
+    if not deep:
+        raise click.UsageError("--schedule registers the deep scrub; give --deep with it")
+    home = open_home(ctx)
+    spec = scrub_deployment(str(home.root), cron, pool)
+    with prefect_session(home.root):
+        created = ensure_pools({pool})
+        (deployment_id,) = register([spec])
+    if as_json:
+        emit_json({"name": spec.name, "entrypoint": spec.entrypoint, "work_pool": pool, "cron": cron, "id": deployment_id})
+        return
+    if created:
+        click.echo(f"created process work pool {pool}")
+    click.echo(f"{spec.name} pool={pool} cron={cron!r} {deployment_id}: start a worker with `prefect worker start --pool {pool}`")
 
 
 def _run_sync(ctx: click.Context, kind: str, full: bool, as_json: bool) -> None:
