@@ -141,6 +141,15 @@ class VoxledgerSettings(BaseSettings):
         default=False,
         description="Work against the shared store: each stage flow pulls before and pushes after (`deploy --shared-store` sets it).",
     )
+    pulled_receipts: Literal["recheck", "trust"] = Field(
+        default="recheck",
+        description=(
+            "recheck: a receipt pulled from the shared store is indexed only after its consistency checks pass and every object "
+            "it names hashes right (a damaged local copy is fetched again); a refused one is reported, one line each, and not "
+            "indexed. trust: index what hashes to its id and validates (consistency is still checked when it is served and "
+            "before an alias moves)."
+        ),
+    )
     prefect: Literal["home", "ephemeral"] = Field(
         default="home",
         description=(

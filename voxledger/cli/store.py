@@ -156,6 +156,8 @@ def _sync_report(kind: str, out: dict[str, object], as_json: bool, seconds: floa
             "a writer's clock is off; the segments were read all the same",
             err=True,
         )
+    for line in list(out.get("refused") or []):  # type: ignore[call-overload]
+        click.echo(f"refused: {line}", err=True)
     missing = out["missing_blobs"]
     if missing:
         click.echo(f"warning: {len(missing)} blobs named by receipts were not in the source; first: {missing[0]}", err=True)  # type: ignore[arg-type,index]

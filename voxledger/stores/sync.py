@@ -29,11 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from voxledger.schemas.errors import BlobMissingError, ReceiptError
+from voxledger.settings import load_settings
 from voxledger.stores.blobs import LocalBlobStore
+from voxledger.stores.consistency import inconsistencies
+from voxledger.stores.hashing import stat_cache_use
 from voxledger.stores.home import Home
 from voxledger.stores.receipts import validate_document
 from voxledger.stores.s3 import S3BlobStore
-from voxledger.stores.trees import TREE_MEDIA_TYPE, TreeManifest, check_relative
+from voxledger.stores.trees import TREE_MEDIA_TYPE, TreeManifest, check_relative, damaged_objects
 
 BATCH = 5000
 SEGMENT_RECEIPTS = 50_000  # receipts named per journal segment (about 3.3 MB)
@@ -53,6 +56,8 @@ class SyncReport:
     catalog_rows_new: int = 0
     segments_read: int = 0
     missing_blobs: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """Pulled receipts not indexed under ``pulled_receipts=recheck``, one line each: what did not agree, and the fix."""
     clock_skew: list[str] = field(default_factory=list)
     """Journal segments stamped further ahead of this machine's clock than ``CLOCK_SKEW_S``: a writer's clock is off."""
 
@@ -209,21 +214,53 @@ def _pull_receipts(remote: S3BlobStore, home: Home, rids: list[str], report: Syn
     for (rid, _), entries in zip(trees, _parallel(remote, lambda t: _tree_files(remote, home, t[1]), trees), strict=True):
         for d in entries or []:
             wanted.setdefault(d, rid)
-    todo = [d for d in wanted if not home.blobs.has(d)]
+    recheck = load_settings().pulled_receipts == "recheck"
+    present = [d for d in wanted if home.blobs.has(d)]
+    with stat_cache_use(trust=not recheck):  # recheck: a damaged local copy is fetched again, whatever the stat cache says
+        stale = home.blobs.damaged(present) if recheck else []
+    todo = [d for d in wanted if not home.blobs.has(d)] + stale
     for d, size in zip(todo, _parallel(remote, lambda d: _fetch(remote, home.blobs, d), todo), strict=True):
         if size is None:
             report.missing_blobs.append((wanted[d], d))
         else:
             report.blobs_copied += 1
             report.bytes_copied += size
+    refused = {rid for rid in new if recheck and _refuse(remote, home, rid, docs[rid], fetched, report)}
     for rid in new:
-        home.blobs.put_bytes(fetched[rid][0])
-        _add_marker(home, rid)
+        if rid not in refused:
+            home.blobs.put_bytes(fetched[rid][0])
+            _add_marker(home, rid)
     report.receipts_seen += len(rids)
-    report.receipts_copied += len(new)
-    pending = [(r, docs[r]) for r in sorted(rids)]
+    report.receipts_copied += len(new) - len(refused)
+    pending = [(r, docs[r]) for r in sorted(rids) if r not in refused]
     for start in range(0, len(pending), BATCH):
         report.catalog_rows_new += home.catalog.ingest(pending[start : start + BATCH], load=home.blobs.get_bytes)
+
+
+def _refuse(
+    remote: S3BlobStore, home: Home, rid: str, doc: dict[str, Any], fetched: dict[str, tuple[bytes, Any]], report: SyncReport
+) -> bool:
+    """Re-check one pulled receipt in full (``pulled_receipts=recheck``): its parts agree (``stores.consistency``)
+    and every object it names that this home holds hashes right. True, with a line in ``report.refused``, when not."""
+
+    def load(sha256: str) -> bytes:
+        return fetched[sha256][0] if sha256 in fetched else home.blobs.get_bytes(sha256)
+
+    receipt = validate_document(doc, source=f"receipt {rid} in {remote.url}")
+    problems = inconsistencies(receipt, load)
+    for sha256, is_tree in referenced_blobs(doc):
+        if home.blobs.has(sha256):
+            with stat_cache_use(trust=False):
+                bad = damaged_objects(home.blobs, sha256, TREE_MEDIA_TYPE if is_tree else "")
+            problems += [f"object {b} it names is damaged here and the shared store holds no good copy" for b in bad if home.blobs.has(b)]
+    if not problems:
+        return False
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    report.refused.append(
+        f"receipt {rid} ({doc.get('kind')}) from {remote.url} refused, not indexed: {problems[0]}{more}; "
+        "if it is genuine, re-run its stage on the machine that wrote it and push again"
+    )
+    return True
 
 
 def ingest_from(remote: S3BlobStore, home: Home, *, full: bool = False) -> SyncReport:
@@ -236,7 +273,10 @@ def ingest_from(remote: S3BlobStore, home: Home, *, full: bool = False) -> SyncR
     marker instead (which also picks up receipts pushed before the journal existed). Receipts are
     verified against their ids and validated; tree subjects bring their files. Blobs the shared
     store lacks are listed in ``missing_blobs`` (the receipt is still indexed, as it would be
-    locally). Catalog rows go in last, in batches, idempotently.
+    locally). Under ``pulled_receipts=recheck`` (the default) each new receipt is re-checked in
+    full first (``_refuse``): one whose parts disagree, or that names an object damaged here and
+    in the shared store, goes to ``refused`` and is not stored or indexed. Catalog rows go in last,
+    in batches, idempotently.
 
     Raises:
         ReceiptError: a listed receipt is missing, corrupt JSON or fails its schema.
