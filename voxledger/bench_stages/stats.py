@@ -143,6 +143,7 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
     round-two scenarios (``stats_robust``) and round three (``stats_limits``). ``replications`` data
     sets per t row (default 1000, 150 with ``quick``); bootstrap and legacy rows use a quarter of
     that (at least 100)."""
+    from voxledger.bench_stages.stats_catastrophic import bench_catastrophic
     from voxledger.bench_stages.stats_limits import bench_limits
     from voxledger.bench_stages.stats_robust import bench_robust
 
@@ -177,4 +178,4 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
             )
     for label, run, legacy in runs:
         figures += _figures(label, run(), legacy)
-    return figures + bench_robust(reps) + bench_limits(reps)
+    return figures + bench_robust(reps) + bench_limits(reps) + bench_catastrophic(reps)
