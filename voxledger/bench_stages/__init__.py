@@ -37,6 +37,7 @@ STAGE_SECTIONS = (
     "sync",
     "listening-server",
     "pipeline-rerun",
+    "verify",
 )
 __all__ = [
     "STAGE_SECTIONS",
@@ -111,6 +112,11 @@ def run_stages(
         from voxledger.bench_stages.pipeline_rerun import bench_pipeline_rerun
 
         figures += bench_pipeline_rerun(work, 2 if quick else 5)
+    if "verify" in sections:
+        from voxledger.bench_stages.verify import bench_reuse_output_checks, bench_scrub_throughput
+
+        figures += bench_scrub_throughput(work, 40 if quick else 1000)
+        figures += bench_reuse_output_checks(home)
     if "install" in sections:
         from voxledger.bench_stages.install import bench_install_compile
 
