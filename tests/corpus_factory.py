@@ -35,15 +35,16 @@ def write_utt(root: Path, uid: str, text: str, voice: str, pitch: int, speaker: 
             "alignment": f"alignments/{uid}.json", "voice": voice, "pitch": pitch}  # fmt: skip
 
 
-def build_small_corpus(root: Path) -> Path:
-    """Base voices speak sentences 0-5 (train) and 6-7 (dev); the target voice has its own sentences."""
+def build_small_corpus(root: Path, target: tuple[str, tuple[str, int]] = TARGET) -> Path:
+    """Base voices speak sentences 0-5 (train) and 6-7 (dev); the target voice (``TARGET`` unless
+    given: speaker id, espeak voice and pitch) has its own sentences."""
     (root / "wavs").mkdir(parents=True)
     (root / "alignments").mkdir()
     rows = []
     for spk, (voice, pitch) in BASE.items():
         for i, text in enumerate(SENTENCES[:8]):
             rows.append(write_utt(root, f"{spk}_{i}", text, voice, pitch, spk, "train" if i < 6 else "dev"))
-    spk, (voice, pitch) = TARGET
+    spk, (voice, pitch) = target
     target_sentences = [
         ("Kick the ball straight and follow through.", "target_train"),
         ("Help the woman get back to her feet.", "target_train"),

@@ -19,6 +19,8 @@ from voxledger.stores.home import Home
 from voxledger.tasks.stages.promote import alias_state, promote_adapter_fn
 from voxledger.tasks.stages.train import train_adapter_fn
 
+LINE = "spk_t/tiny"  # the model line of lora_plan's voice on the tiny backend
+
 
 def policy(rules: tuple[GateRule, ...], name: str = "gates") -> PromotionPolicy:
     # five prompts: the fewest a gate on a paired delta accepts (the prompt is the unit; docs/statistics.md)
@@ -66,7 +68,7 @@ def test_first_promotion_sets_champion_and_history(setup: tuple[Home, Path, str,
     assert "epoch1" in names  # the last epoch is always a challenger
     assert f"over the round's {len(names)} challenger(s)" in (r.result.error_control or "")
     assert all(v.value is not None for c in r.result.challengers for v in c.rules)
-    champ = alias_state(home, "champion")
+    champ = alias_state(home, LINE, "champion")
     assert champ is not None and champ.receipt_sha256 == out.receipt_id
     with home.catalog.connect(read_only=True) as con:
         rows = con.execute("SELECT alias, reason FROM alias_history ORDER BY alias").fetchall()
@@ -77,11 +79,11 @@ def test_first_promotion_sets_champion_and_history(setup: tuple[Home, Path, str,
 
 def test_failing_gates_keep_the_champion(setup: tuple[Home, Path, str, str]) -> None:
     home, corpus, _, run = setup
-    before = alias_state(home, "champion")
+    before = alias_state(home, LINE, "champion")
     out = promote_adapter_fn(home, run, policy(IMPOSSIBLE, name="strict"), policy_name="strict.yaml", corpus=corpus)
     assert out.receipt.status == "failed" and out.receipt.result.promoted is None
     assert "delta_high(wer:whisper_en)" in (out.receipt.error or "")
-    assert alias_state(home, "champion") == before  # champion unchanged
+    assert alias_state(home, LINE, "champion") == before  # champion unchanged
     assert [m.alias for m in out.receipt.result.moves] in ([], ["candidate"])
     again = promote_adapter_fn(home, run, policy(IMPOSSIBLE, name="strict-again"), policy_name="strict-again.yaml", corpus=corpus)
     assert again.receipt_id != out.receipt_id and again.receipt.result.moves == ()  # 'candidate' already points there: no no-op move
@@ -96,7 +98,7 @@ def test_a_rule_on_an_unmeasured_metric_fails_not_skips(setup: tuple[Home, Path,
 
 def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) -> None:
     home, corpus, audit, run = setup
-    if alias_state(home, "champion") is None:
+    if alias_state(home, LINE, "champion") is None:
         promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
     other = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1, seed=9), plan_name="t-base-9.yaml")
     lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=other.receipt.subject("best").sha256)
@@ -149,7 +151,7 @@ def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home,
     for sub in ("best", "last"):
         tree = run.receipt.subject(sub).sha256
         assert all(e.tree_sha256 != tree for e in plan.remove)
-    champion = alias_state(home, "champion")
+    champion = alias_state(home, LINE, "champion")
     assert champion is None or all(e.tree_sha256 != champion.target_sha256 for e in plan.remove)
     path = tmp_path / "prune.json"
     path.write_text(plan.model_dump_json())
@@ -194,9 +196,9 @@ def test_a_forged_but_well_formed_promotion_is_never_served(setup: tuple[Home, P
         moves += (AliasMove(alias="champion", target_sha256=other, previous_sha256=None, base_sha256=None, reason="forged"),)
     forged = r.model_copy(update={"result": r.result.model_copy(update={"moves": moves}), "finished_at": r.finished_at.replace(year=2099)})
     assert any("not the tree of the promoted challenger" in p for p in inconsistencies(forged, home.blobs.get_bytes))
-    champion_before = alias_state(home, "champion")
+    champion_before = alias_state(home, LINE, "champion")
     home.record(forged)  # newest under the same cache key: the first candidate reuse looks at
-    assert alias_state(home, "champion") == champion_before  # the catalog moved no alias for it
+    assert alias_state(home, LINE, "champion") == champion_before  # the catalog moved no alias for it
     heard: list[str] = []
     served = reuse(home, r.cache_key, PromotionReceipt, report=heard.append)
     assert served is not None and served.receipt_id == genuine.receipt_id

@@ -97,8 +97,8 @@ OWN_BASE = "own"
 class Candidate(Frozen):
     """A system under test: backend, artifact and every inference setting.
 
-    ``artifact`` and ``base`` are a sha256 (a stored tree), ``alias:NAME`` (resolved through the
-    alias history at run time) or ``input:NAME`` (bound by the caller at run time); the resolved
+    ``artifact`` and ``base`` are a sha256 (a stored tree), ``alias:NAME`` or ``alias:LINE:NAME``
+    (resolved through the model line's alias history at run time) or ``input:NAME`` (bound by the caller at run time); the resolved
     digests are recorded in the evaluation receipt. ``base: own`` (`OWN_BASE`) is the backend's own
     configured base model (cosyvoice3's model folder, bound by the training run's backend identity).
     """

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.evaluation import MetricSuite, Prompt, StatisticsSettings
+from voxledger.schemas.training import BackendName
 
 Statistic = Literal[
     "delta_mean",
@@ -62,6 +63,21 @@ PAIRED_STATISTICS = frozenset({"delta_mean", "delta_low", "delta_high"})
 SPLIT_STATISTICS = frozenset({"failure_rate_delta_high", "kept_delta_mean", "kept_delta_low", "kept_delta_high", "new_failure_rate_high"})
 
 
+LINE_PATTERN = r"^[^/\s]{1,64}/[a-z0-9_]{1,32}$"
+"""A model line's name: ``VOICE/BACKEND`` (e.g. ``joe/tiny``)."""
+BASE_VOICE = "base"
+"""The voice part of the line of a run that adds no speaker (a full-mode run)."""
+
+
+def model_line(voice: str | None, backend: str) -> str:
+    """The line a run trained for ``voice`` on ``backend`` belongs to: ``VOICE/BACKEND``.
+
+    A line is the registered model of one target: it owns its aliases (``champion``,
+    ``candidate``) and their history, so two voices in one home never judge or move each other.
+    """
+    return f"{voice or BASE_VOICE}/{backend}"
+
+
 def new_failure_floor(prompts: int, confidence: float, challengers: int) -> float:
     """The smallest margin ``new_failure_rate_high`` can pass: the Clopper-Pearson upper end for no newly
     failed prompt of ``prompts``, at the round's per-challenger confidence (Bonferroni over ``challengers``)."""
@@ -74,6 +90,13 @@ class PromotionPolicy(Frozen):
 
     kind: Literal["promotion_policy"] = "promotion_policy"
     name: str
+    line: str | None = Field(
+        default=None,
+        pattern=LINE_PATTERN,
+        exclude_if=lambda v: v is None,
+        description="the model line (VOICE/BACKEND, e.g. joe/tiny) whose aliases this policy moves; a run of another "
+        "voice or backend is refused. Unset: the line of the run being promoted",
+    )
     alias: str = Field(default="champion", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     candidate_alias: str = Field(default="candidate", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     best_k: int = Field(default=2, ge=1)
@@ -85,6 +108,12 @@ class PromotionPolicy(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> PromotionPolicy:
+        backend = self.line.rsplit("/", 1)[1] if self.line else None
+        if backend is not None and backend not in get_args(BackendName):
+            raise ValueError(
+                f"line {self.line!r} names backend {backend!r}, which is not one of {', '.join(get_args(BackendName))}; "
+                "write the line as VOICE/BACKEND"
+            )
         paired = [f"{r.statistic}({r.metric})" for r in self.rules if r.statistic != "challenger_mean"]
         need, have = self.gate_plan.statistics.min_units(), len(self.gate_plan.prompts)
         if paired and have < need:
@@ -151,6 +180,9 @@ class PromotionParameters(Frozen):
     incumbent: str
     incumbent_sha256: Sha256
     serving_base_sha256: Sha256 | None
+    line: str | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="the model line whose aliases moved (unset: written before lines)"
+    )
 
 
 class PromotionResult(Frozen):

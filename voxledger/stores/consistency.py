@@ -13,7 +13,8 @@ whichever way it arrived (record, pull, rebuild). What each check compares:
 - ``promotion``: each rule's verdict follows from its value, op and threshold; each challenger's
   verdict from its rules; ``promoted`` names a challenger that passed, and the status says whether
   one did; the policy (read from the plan receipt it names) moves its champion alias only to the
-  promoted tree and its candidate alias only to the lowest-CV tree, each alias at most once.
+  promoted tree and its candidate alias only to the lowest-CV tree, each alias at most once; the
+  line it names is its training run's and its policy's (no promotion moves another line's aliases).
 - ``evaluation``: the generation and observation rows (its outputs) are as many as it says, each
   candidate's ``n_rows`` and ``invalid_rate`` follow from its generation rows, and every row names a
   candidate and prompt of its plan.
@@ -28,7 +29,7 @@ from typing import Any
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.errors import VoxledgerError
 from voxledger.schemas.evaluation import EvaluationReceipt
-from voxledger.schemas.promotion import PromotionReceipt
+from voxledger.schemas.promotion import PromotionReceipt, model_line
 
 Load = Callable[[str], bytes]
 """Reads a stored object by digest, verified (``LocalBlobStore.get_bytes``)."""
@@ -49,8 +50,8 @@ def _rule_verdicts(receipt: PromotionReceipt) -> list[str]:
     return out
 
 
-def _policy_aliases(receipt: PromotionReceipt, load: Load | None) -> tuple[str, str] | None:
-    """(champion alias, candidate alias) of the policy the promotion names, None when it cannot be read."""
+def _policy_doc(receipt: PromotionReceipt, load: Load | None) -> dict[str, Any] | None:
+    """The policy document the promotion names, None when it cannot be read."""
     policy_rid = next((i.sha256 for i in receipt.inputs if i.role == "policy" and i.ref == "receipt"), None)
     if policy_rid is None or load is None:
         return None
@@ -59,12 +60,56 @@ def _policy_aliases(receipt: PromotionReceipt, load: Load | None) -> tuple[str, 
         doc = json.loads(load(plan["subjects"][0]["sha256"]))
     except (VoxledgerError, ValueError, KeyError, IndexError, TypeError):
         return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _policy_aliases(receipt: PromotionReceipt, load: Load | None) -> tuple[str, str] | None:
+    """(champion alias, candidate alias) of the policy the promotion names, None when it cannot be read."""
+    doc = _policy_doc(receipt, load)
+    if doc is None:
+        return None
     return str(doc.get("alias", "champion")), str(doc.get("candidate_alias", "candidate"))
+
+
+UNKNOWN_LINE = "unknown/unknown"
+"""The line of a promotion written before lines whose training run is not in the store (the catalog
+migration ``0015_model_lines`` names it the same way)."""
+
+
+def run_line(receipt: PromotionReceipt, load: Load | None) -> str | None:
+    """The model line of the training run a promotion judged (``VOICE/BACKEND``), None when it cannot be read."""
+    if load is None:
+        return None
+    try:
+        params = json.loads(load(receipt.parameters.training_run))["parameters"]
+        return model_line(params["effective_config"]["plan"].get("new_speaker"), params["backend"])
+    except (VoxledgerError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def promotion_line(receipt: PromotionReceipt, load: Load | None) -> str:
+    """The line whose aliases a promotion moves: the one it names, or (written before lines) its run's."""
+    return receipt.parameters.line or run_line(receipt, load) or UNKNOWN_LINE
+
+
+def _line_agreement(receipt: PromotionReceipt, load: Load | None) -> list[str]:
+    """A promotion that names a line names its run's line and its policy's (a cross-line move is refused)."""
+    named = receipt.parameters.line
+    if named is None:
+        return []
+    out = []
+    own = run_line(receipt, load)
+    if own is not None and own != named:
+        out.append(f"moves aliases of line {named!r}, but its training run belongs to line {own!r}")
+    doc = _policy_doc(receipt, load)
+    if doc is not None and doc.get("line") not in (None, named):
+        out.append(f"moves aliases of line {named!r}, but its policy names line {doc.get('line')!r}")
+    return out
 
 
 def check_promotion(receipt: PromotionReceipt, load: Load | None) -> list[str]:
     """See the module docstring."""
-    out = _rule_verdicts(receipt)
+    out = _rule_verdicts(receipt) + _line_agreement(receipt, load)
     result = receipt.result
     by_name = {d.name: d for d in result.challengers}
     promoted = by_name.get(result.promoted) if result.promoted is not None else None

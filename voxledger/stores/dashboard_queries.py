@@ -165,7 +165,7 @@ def audio_clips(con: duckdb.DuckDBPyConnection, evaluation_sha256: str, prompts:
 def alias_history(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
     """The newest alias moves."""
     return _rows(
-        con, "SELECT alias, target_sha256, moved_at, reason, receipt_sha256 FROM alias_history ORDER BY moved_at DESC LIMIT ?", [limit]
+        con, "SELECT line, alias, target_sha256, moved_at, reason, receipt_sha256 FROM alias_history ORDER BY moved_at DESC LIMIT ?", [limit]
     )
 
 

@@ -344,4 +344,26 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0015_model_lines",
+        """
+        -- Aliases belong to a model line (VOICE/BACKEND), not to the whole home. A move written before
+        -- lines joins its training run's line (the promotion projector derives it the same way, so a
+        -- rebuild agrees); a run that is not in the catalog leaves it on 'unknown/unknown'.
+        ALTER TABLE alias_history ADD COLUMN line VARCHAR;
+        UPDATE alias_history SET line = coalesce((
+            SELECT coalesce(t.doc->>'$.parameters.effective_config.plan.new_speaker', 'base') || '/' || (t.doc->>'$.parameters.backend')
+            FROM receipts p JOIN receipts t ON t.receipt_sha256 = p.doc->>'$.parameters.training_run'
+            WHERE p.receipt_sha256 = alias_history.receipt_sha256 AND t.kind = 'training_run'
+        ), 'unknown/unknown');
+        DROP VIEW aliases;
+        CREATE VIEW aliases AS
+            SELECT line, alias, arg_max(target_sha256, moved_at) AS target_sha256,
+                   arg_max(receipt_sha256, moved_at) AS receipt_sha256, max(moved_at) AS moved_at
+            FROM alias_history GROUP BY line, alias;
+        CREATE VIEW model_lines AS
+            SELECT line, min(moved_at) AS first_moved_at, max(moved_at) AS last_moved_at, count(*) AS moves
+            FROM alias_history GROUP BY line;
+        """,
+    ),
 ]

@@ -201,12 +201,15 @@ def _promotion(rid: str, doc: dict[str, Any], load: BlobLoader | None) -> Rows:
     """Rule rows always (they are evidence); alias moves only when the receipt agrees with itself and its policy
     (`consistency`): a forged promotion, recorded or pulled, moves no alias."""
     from voxledger.schemas.promotion import PromotionReceipt
-    from voxledger.stores.consistency import inconsistencies
+    from voxledger.stores.consistency import inconsistencies, promotion_line
 
-    consistent = not inconsistencies(PromotionReceipt.model_validate(doc), load)
+    receipt = PromotionReceipt.model_validate(doc)
+    consistent = not inconsistencies(receipt, load)
+    line = promotion_line(receipt, load)
     moves = [
         {
             "receipt_sha256": rid,
+            "line": line,
             "alias": m["alias"],
             "target_sha256": m["target_sha256"],
             "previous_sha256": m["previous_sha256"],

@@ -83,14 +83,17 @@ def packages_with_speaker(
     return out
 
 
-def champion_at(con: duckdb.DuckDBPyConnection, alias: str, when: str) -> dict[str, Any] | None:
-    """The alias move in force at ``when`` (ISO time), with its reason and receipt."""
-    row = con.execute(
-        "SELECT target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE alias = ? AND moved_at <= ?::TIMESTAMPTZ"
-        " ORDER BY moved_at DESC LIMIT 1",
-        [alias, when],
-    ).fetchone()
-    return dict(zip(("target_sha256", "base_sha256", "moved_at", "reason", "receipt"), row, strict=True)) if row else None
+def champion_at(con: duckdb.DuckDBPyConnection, alias: str, when: str, line: str | None = None) -> list[dict[str, Any]]:
+    """The move of ``alias`` in force at ``when`` (ISO time) in each line (or in ``line`` only),
+    with its line, reason and receipt; empty when none was."""
+    one_line = " AND line = ?" if line else ""
+    rows = con.execute(
+        "SELECT line, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history"
+        f" WHERE alias = ? AND moved_at <= ?::TIMESTAMPTZ{one_line}"
+        " QUALIFY row_number() OVER (PARTITION BY line ORDER BY moved_at DESC) = 1 ORDER BY line",
+        [alias, when, *([line] if line else [])],
+    ).fetchall()
+    return [dict(zip(("line", "target_sha256", "base_sha256", "moved_at", "reason", "receipt"), r, strict=True)) for r in rows]
 
 
 def evaluations_with_normaliser(con: duckdb.DuckDBPyConnection, version: str) -> list[dict[str, Any]]:

@@ -26,33 +26,41 @@ def registered_plans(catalog: Catalog, source_name: str, plan_kind: str) -> list
     return [(str(rid), str(sha)) for rid, sha in rows]
 
 
-def promotion_that_moved(catalog: Catalog, alias: str, target_sha256: str, run_rid: str, policy_sha256: str) -> str | None:
-    """The newest succeeded promotion of ``run_rid`` under a policy that moved ``alias`` to a target."""
+def promotion_that_moved(catalog: Catalog, line: str, alias: str, target_sha256: str, run_rid: str, policy_sha256: str) -> str | None:
+    """The newest succeeded promotion of ``run_rid`` under a policy that moved ``line``'s ``alias`` to a target."""
     with catalog.connect(read_only=True) as con:
         row = con.execute(
             "SELECT r.receipt_sha256 FROM receipts r JOIN alias_history a ON a.receipt_sha256 = r.receipt_sha256"
-            " WHERE r.kind = 'promotion' AND r.status = 'succeeded' AND a.alias = ? AND a.target_sha256 = ?"
+            " WHERE r.kind = 'promotion' AND r.status = 'succeeded' AND a.line = ? AND a.alias = ? AND a.target_sha256 = ?"
             " AND r.doc->>'$.parameters.training_run' = ? AND r.doc->>'$.parameters.policy_sha256' = ?"
             " ORDER BY r.finished_at DESC LIMIT 1",
-            [alias, target_sha256, run_rid, policy_sha256],
+            [line, alias, target_sha256, run_rid, policy_sha256],
         ).fetchone()
     return str(row[0]) if row else None
 
 
-def alias_target(catalog: Catalog, alias: str) -> str | None:
-    """The artifact an alias points at now, or None for an alias that never moved."""
+def alias_targets(catalog: Catalog, alias: str) -> dict[str, str]:
+    """line -> the artifact ``alias`` points at now in that line (lines where it never moved are absent)."""
     with catalog.connect(read_only=True) as con:
-        row = con.execute("SELECT target_sha256 FROM aliases WHERE alias = ?", [alias]).fetchone()
-    return str(row[0]) if row else None
+        rows = con.execute("SELECT line, target_sha256 FROM aliases WHERE alias = ? ORDER BY line", [alias]).fetchall()
+    return {str(line): str(target) for line, target in rows}
 
 
-def latest_alias_move(catalog: Catalog, alias: str) -> tuple[str, str | None, str] | None:
-    """(target, base, promotion receipt) of an alias's latest move, or None."""
+def latest_alias_move(catalog: Catalog, line: str, alias: str) -> tuple[str, str | None, str] | None:
+    """(target, base, promotion receipt) of the latest move of ``line``'s ``alias``, or None."""
     with catalog.connect(read_only=True) as con:
         row = con.execute(
-            "SELECT target_sha256, base_sha256, receipt_sha256 FROM alias_history WHERE alias = ? ORDER BY moved_at DESC LIMIT 1", [alias]
+            "SELECT target_sha256, base_sha256, receipt_sha256 FROM alias_history WHERE line = ? AND alias = ?"
+            " ORDER BY moved_at DESC LIMIT 1",
+            [line, alias],
         ).fetchone()
     return (str(row[0]), row[1], str(row[2])) if row else None
+
+
+def model_lines(catalog: Catalog) -> list[str]:
+    """Every model line whose aliases ever moved, by name."""
+    with catalog.connect(read_only=True) as con:
+        return [str(r[0]) for r in con.execute("SELECT line FROM model_lines ORDER BY line").fetchall()]
 
 
 def checkpoint_rows(catalog: Catalog) -> list[tuple[str, str, int, float, str]]:
@@ -108,21 +116,25 @@ def package_receipt_of(catalog: Catalog, package_sha256: str) -> str | None:
     return str(row[0]) if row else None
 
 
-def alias_moves(catalog: Catalog, alias: str | None, at: str | None) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """Alias history rows (alias, target, base, moved_at, reason, receipt), optionally one alias and
-    only the move in force at ISO time ``at``; plus every alias name the history knows."""
-    sql = "SELECT alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
+def alias_moves(catalog: Catalog, alias: str | None, at: str | None, line: str | None = None) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Alias history rows (line, alias, target, base, moved_at, reason, receipt), optionally one line,
+    one alias and only the move in force at ISO time ``at`` (per line and alias); plus every
+    ``LINE:ALIAS`` the history knows."""
+    sql = "SELECT line, alias, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history WHERE 1=1"
     params: list[Any] = []
+    if line:
+        sql += " AND line = ?"
+        params.append(line)
     if alias:
         sql += " AND alias = ?"
         params.append(alias)
     if at:
-        sql += " AND moved_at <= ?::TIMESTAMPTZ QUALIFY row_number() OVER (PARTITION BY alias ORDER BY moved_at DESC) = 1"
+        sql += " AND moved_at <= ?::TIMESTAMPTZ QUALIFY row_number() OVER (PARTITION BY line, alias ORDER BY moved_at DESC) = 1"
         params.append(at)
-    sql += " ORDER BY moved_at, alias"
+    sql += " ORDER BY line, moved_at, alias"
     with catalog.connect(read_only=True) as con:
         rows = [tuple(r) for r in con.execute(sql, params).fetchall()]
-        known = [str(r[0]) for r in con.execute("SELECT DISTINCT alias FROM alias_history ORDER BY alias").fetchall()]
+        known = [f"{r[0]}:{r[1]}" for r in con.execute("SELECT DISTINCT line, alias FROM alias_history ORDER BY line, alias").fetchall()]
     return rows, known
 
 

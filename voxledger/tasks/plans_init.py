@@ -29,6 +29,7 @@ from voxledger.schemas.errors import BackendCapabilityError, CorpusError, Unsafe
 from voxledger.schemas.evaluation import OWN_BASE
 from voxledger.schemas.manifest import Utterance
 from voxledger.schemas.metrics import content_unit
+from voxledger.schemas.promotion import model_line
 from voxledger.schemas.shipped import ShippedBase
 from voxledger.schemas.training import BackendName
 from voxledger.tasks.backends.base import DEFAULT_BACKEND, PlanRecipe, get_backend
@@ -328,7 +329,9 @@ def _gate_rule(metric: str, statistic: str, op: str, threshold: float, why: str)
     return {"metric": metric, "statistic": statistic, "op": op, "threshold": threshold, "why": why}
 
 
-def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], references: dict[str, str], language: str = "en") -> dict[str, Any]:
+def _promotion(
+    name: str, base_voice: str, gate: list[dict[str, Any]], references: dict[str, str], language: str = "en", line: str | None = None
+) -> dict[str, Any]:
     says_the_text = "at least half of the gate prompts must say the text and nothing else"
     fails = "at most 1 generation in 10 may fail outright (no audio); each failure also counts against the content rules"
     rules = [
@@ -346,6 +349,7 @@ def _promotion(name: str, base_voice: str, gate: list[dict[str, Any]], reference
     return {
         "kind": "promotion_policy",
         "name": f"{name}-promote",
+        **({"line": line} if line else {}),
         "best_k": 2,
         "include_last": True,
         "baseline_speaker": base_voice,
@@ -398,7 +402,8 @@ def plan_documents(
     if not roles.adapts:
         return docs
     docs["train-adapter.yaml"] = _adapter_training(name, backend, roles, models.plan_recipe("lora"))
-    docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs), roles.language)
+    line = model_line(roles.target, backend)  # the corpus's own model line: its aliases are no other voice's
+    docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs), roles.language, line)
     docs["pipeline.yaml"] = _pipeline(name, backend if roles.shipped is not None else None, roles.own_base)
     return docs
 

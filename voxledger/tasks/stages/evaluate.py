@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, is_sha256_hex
@@ -23,7 +24,7 @@ from voxledger.schemas.evaluation import (
     ResolvedCandidate,
 )
 from voxledger.stores.home import Home
-from voxledger.stores.queries import alias_target
+from voxledger.stores.queries import alias_targets
 from voxledger.tasks.evaluation.extract import extract_all, extractor_ids, extractor_specs
 from voxledger.tasks.evaluation.failed import with_failures
 from voxledger.tasks.evaluation.generate import generate_all
@@ -34,10 +35,16 @@ from voxledger.tasks.metrics.registry import is_count, lower_is_better
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
+from voxledger.tasks.stages.contract import need_corpus, never_stops
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.contract import StageContext
+    from voxledger.tasks.stages.reproduce import Preparation
 
 
 def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str) -> str | None:
-    """A digest for ``ref``: a sha256, ``alias:NAME`` or ``input:NAME``; None for no ref and for ``own``
+    """A digest for ``ref``: a sha256, ``alias:NAME`` (``alias:LINE:NAME`` where lines share it) or ``input:NAME``; None for no ref and for ``own``
     (the backend's own base, checked by `check_own_bases`); clear errors otherwise."""
     if ref is None or ref == OWN_BASE:
         return None
@@ -47,15 +54,33 @@ def resolve_ref(home: Home, ref: str | None, bindings: dict[str, str], what: str
             raise EvaluationError(f"{what} needs input {name!r}; bind it (bound: {sorted(bindings)})")
         ref = bindings[name]
     elif ref.startswith("alias:"):
-        target = alias_target(home.catalog, ref[6:])
-        if target is None:
-            raise EvaluationError(f"{what}: unknown alias {ref[6:]!r}; aliases move only through promotion receipts")
-        ref = target
+        ref = _alias_ref(home, ref[6:], what)
     if not is_sha256_hex(ref):
-        raise EvaluationError(f"{what}: {ref!r} is not a sha256, alias:NAME or input:NAME")
+        raise EvaluationError(f"{what}: {ref!r} is not a sha256, alias:NAME, alias:LINE:NAME or input:NAME")
     if not home.blobs.has(ref):
         raise EvaluationError(f"{what}: artifact {ref} is not in the store")
     return ref
+
+
+def _alias_ref(home: Home, name: str, what: str) -> str:
+    """The target of ``LINE:ALIAS``, or of ``ALIAS`` when exactly one model line has it."""
+    line, _, alias = name.rpartition(":")
+    targets = alias_targets(home.catalog, alias)
+    if line:
+        if line not in targets:
+            raise EvaluationError(
+                f"{what}: line {line} has no alias {alias!r} (lines with it: {', '.join(targets) or 'none'}); "
+                "aliases move only through promotion receipts"
+            )
+        return targets[line]
+    if len(targets) == 1:
+        return next(iter(targets.values()))
+    if not targets:
+        raise EvaluationError(f"{what}: unknown alias {alias!r}; aliases move only through promotion receipts")
+    raise EvaluationError(
+        f"{what}: alias {alias!r} is held by {len(targets)} model lines ({', '.join(targets)}); "
+        f"name one, e.g. alias:{next(iter(targets))}:{alias}"
+    )
 
 
 def check_own_bases(plan: EvaluationPlan, plan_name: str) -> None:
@@ -240,3 +265,53 @@ def summarise(plan: EvaluationPlan, gens: list[Generation], obs: list[Observatio
         deviations=deviations(plan),
         failures=failures_statement(gens),
     )
+
+
+# The stage contract (tasks/stages/contract.py).
+run = evaluate_plan_fn
+verdict = never_stops
+
+
+def _bindings(ctx: StageContext) -> dict[str, str]:
+    base = ctx.base()
+    return {"adapter": ctx.winner()[1], **({"base": base} if base else {})}
+
+
+def inputs(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus and bindings: `adapter` is the promoted checkpoint, `base` the trained or imported base."""
+    return {"corpus": ctx.corpus, "bindings": _bindings(ctx)}
+
+
+def bindings_of(receipt: EvaluationReceipt, plan: EvaluationPlan) -> dict[str, str]:
+    """The ``--bind NAME=DIGEST`` pairs the evaluation ran with, from its resolved candidates."""
+    resolved = {c.name: c for c in receipt.parameters.candidates}
+    out: dict[str, str] = {}
+    for c in plan.candidates:
+        got = resolved.get(c.name)
+        for ref, sha in ((c.artifact, got.artifact_sha256 if got else None), (c.base, got.base_sha256 if got else None)):
+            if ref and ref.startswith("input:") and sha:
+                out[ref.removeprefix("input:")] = sha
+    return out
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``evaluate`` flow's arguments: the corpus, the plan and the bindings it ran with."""
+    from voxledger.tasks.stages.reproduce import plan_ref
+
+    r = cast(EvaluationReceipt, prep.receipt)
+    ref = plan_ref(home, r, "plan")
+    return {"corpus": str(need_corpus(corpus, prep)), "plan": ref, "bindings": bindings_of(r, ref.validated(EvaluationPlan))}
+
+
+def compare(h: Home, s: Home, original: EvaluationReceipt, rerun: EvaluationReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """Each clip, transcript and metric under the evaluation bands."""
+    from voxledger.tasks.reproduction import compare as cmp
+
+    return cmp.compare_evaluation(original, rerun, cmp.read_either(h, s), bands)
+
+
+def summary(receipt: EvaluationReceipt) -> str:
+    """Candidates, prompts and generations, and the failed generations counted against their candidates."""
+    p = receipt.parameters
+    failed = len(getattr(receipt.result, "failures", ()) or ())
+    return f"{len(receipt.result.summaries)} candidate(s), {p.n_generations} generations, {failed} failed"

@@ -6,11 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.evaluation import OWN_BASE, Candidate, Comparison, EvaluationPlan, EvaluationReceipt, Interval
 from voxledger.schemas.promotion import (
+    BASE_VOICE,
     PAIRED_STATISTICS,
     AliasMove,
     ChallengerDecision,
@@ -21,6 +23,7 @@ from voxledger.schemas.promotion import (
     PromotionReceipt,
     PromotionResult,
     RuleValue,
+    model_line,
 )
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
@@ -29,7 +32,13 @@ from voxledger.tasks.plans import check_plan, plan_digest, register_plan
 from voxledger.tasks.power import policy_power, power_warning, round_confidence
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
+from voxledger.tasks.stages.contract import need_corpus
 from voxledger.tasks.stages.evaluate import evaluate_plan_fn
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.contract import StageContext
+    from voxledger.tasks.stages.reproduce import Preparation
 
 
 @dataclass(frozen=True)
@@ -41,10 +50,34 @@ class AliasState:
     receipt_sha256: str
 
 
-def alias_state(home: Home, alias: str) -> AliasState | None:
-    """The current target of ``alias`` (latest move), or None."""
-    row = latest_alias_move(home.catalog, alias)
+def alias_state(home: Home, line: str, alias: str) -> AliasState | None:
+    """The current target of ``line``'s ``alias`` (its latest move), or None."""
+    row = latest_alias_move(home.catalog, line, alias)
     return AliasState(*row) if row else None
+
+
+def run_voice(run: TrainingRunReceipt) -> str | None:
+    """The speaker a run added (its plan's ``new_speaker``), None for a run that added none."""
+    plan = run.parameters.effective_config.get("plan")
+    voice = plan.get("new_speaker") if isinstance(plan, dict) else None
+    return voice if isinstance(voice, str) else None
+
+
+def line_of(run: TrainingRunReceipt, run_rid: str, policy: PromotionPolicy, policy_name: str) -> str:
+    """The model line a promotion of ``run`` moves aliases in: the run's own (its voice and backend).
+
+    Raises GateFailedError when the policy names another line: a policy's gate prompts,
+    references and incumbent belong to one voice, and a run is never judged against, or moves
+    the aliases of, another voice's line.
+    """
+    own = model_line(run_voice(run), run.parameters.backend)
+    if policy.line not in (None, own):
+        raise GateFailedError(
+            f"policy {policy_name} promotes into line {policy.line}, but run {run_rid[:16]} trained voice "
+            f"{run_voice(run) or BASE_VOICE!r} on {run.parameters.backend} (line {own}); pass that line's policy "
+            "(`voxledger init` wrote one per corpus: plans/<corpus>/promote.yaml)"
+        )
+    return own
 
 
 def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPolicy) -> list[tuple[str, CheckpointReceipt]]:
@@ -142,7 +175,7 @@ def judge(
 
 
 def _already_promoted(
-    home: Home, run_rid: str, policy_sha: str, alias: str, champion: AliasState | None
+    home: Home, run_rid: str, policy_sha: str, alias: str, champion: AliasState | None, line: str
 ) -> StageOutcome[PromotionReceipt] | None:
     """The promotion that made the current champion from this very run and policy, if it did.
 
@@ -151,7 +184,7 @@ def _already_promoted(
     """
     if champion is None:
         return None
-    rid = promotion_that_moved(home.catalog, alias, champion.target_sha256, run_rid, policy_sha)
+    rid = promotion_that_moved(home.catalog, line, alias, champion.target_sha256, run_rid, policy_sha)
     if rid is None or rid != champion.receipt_sha256:
         return None
     return reuse(home, home.receipts.read(rid, PromotionReceipt).cache_key, PromotionReceipt)
@@ -167,6 +200,7 @@ class PromotionRound:
     policy_rid: str
     policy_sha: str
     base_sha: str | None
+    line: str
     champion: AliasState | None
     challengers: tuple[tuple[str, CheckpointReceipt], ...]
     candidates: tuple[Candidate, ...]
@@ -206,10 +240,11 @@ def prepare_promotion(
         raise TrainingError(f"{exc}; pass the id `voxledger train` printed") from exc
     policy_rid, policy_sha = register_plan(home, policy, source_name=policy_name, flow=flow)
     base_sha = run.parameters.bound.base_sha256
-    champion = alias_state(home, policy.alias)
+    line = line_of(run, training_run_rid, policy, policy_name)
+    champion = alias_state(home, line, policy.alias)
     if champion is not None and champion.base_sha256 != base_sha:
         raise GateFailedError(
-            f"alias {policy.alias!r} serves on base {champion.base_sha256}, but run {training_run_rid} was trained on base "
+            f"alias {line}:{policy.alias} serves on base {champion.base_sha256}, but run {training_run_rid} was trained on base "
             f"{base_sha}; an adapter can only replace a champion of the same base model"
         )
     backend = run.parameters.backend
@@ -245,7 +280,7 @@ def prepare_promotion(
         bindings["incumbent"] = incumbent_sha = champion.target_sha256
     key = cache_key("promote", {"run": training_run_rid, **bindings}, policy_sha, {})
     hit = reuse(home, key, PromotionReceipt, report=progress) or _already_promoted(
-        home, training_run_rid, policy_sha, policy.alias, champion
+        home, training_run_rid, policy_sha, policy.alias, champion, line
     )
     if hit is not None:
         return hit
@@ -258,6 +293,7 @@ def prepare_promotion(
         policy_rid=policy_rid,
         policy_sha=policy_sha,
         base_sha=base_sha,
+        line=line,
         champion=champion,
         challengers=tuple(challengers),
         candidates=tuple(cands),
@@ -337,7 +373,7 @@ def decide_promotion(
         )
     passing = sorted((d for d in decisions if d.passed), key=lambda d: (d.cv_loss, d.epoch))
     best_cv = min(decisions, key=lambda d: (d.cv_loss, d.epoch))
-    previous_candidate = alias_state(home, policy.candidate_alias)
+    previous_candidate = alias_state(home, rnd.line, policy.candidate_alias)
     promoted = passing[0] if passing else None
     moves = [
         m
@@ -373,6 +409,7 @@ def decide_promotion(
             incumbent=incumbent.runtime,
             incumbent_sha256=rnd.incumbent_sha or ("0" * 64),
             serving_base_sha256=base_sha,
+            line=rnd.line,
         ),
         result=PromotionResult(
             challengers=tuple(decisions),
@@ -396,3 +433,61 @@ def _move(alias: str, current: AliasState | None, target: str, base_sha: str | N
         base_sha256=base_sha,
         reason=reason,
     )
+
+
+# The stage contract (tasks/stages/contract.py).
+run = promote_adapter_fn
+
+
+def inputs(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus and the adapter training run's receipt."""
+    return {"corpus": ctx.corpus, "run_rid": ctx.rid("train_adapter")}
+
+
+def verdict(out: StageOutcome[PromotionReceipt]) -> None:
+    """Raise GateFailedError (naming the receipt) unless a challenger was promoted."""
+    from voxledger.schemas.errors import GateFailedError
+
+    if out.receipt.result.promoted is None:
+        rid = out.receipt_id
+        best = out.receipt.result.challengers[0].tree_sha256[:16] if out.receipt.result.challengers else "TREE"
+        raise GateFailedError(
+            f"{out.receipt.error}; receipt {rid}. Next: see each rule's value with `voxledger receipt show {rid[:12]}`; "
+            "train longer or on more clips and run the pipeline again, or evaluate a checkpoint by hand "
+            f"(`voxledger eval run EVAL_PLAN --corpus CORPUS --bind base=BASE --bind adapter={best}`, docs/own-corpus.md)",
+            receipt_id=rid,
+        )
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``promote`` flow's arguments: the corpus (checked against the run's audit), the training run and the policy."""
+    from voxledger.schemas.audit import AuditReceipt
+    from voxledger.tasks.stages.reproduce import check_corpus, plan_ref
+
+    r = cast(PromotionReceipt, prep.receipt)
+    run = home.receipts.read(r.parameters.training_run, TrainingRunReceipt)
+    check_corpus(home, home.receipts.read(run.parameters.bound.audit_receipt, AuditReceipt), need_corpus(corpus, prep))
+    return {"corpus": str(corpus), "run_rid": r.parameters.training_run, "plan": plan_ref(home, r, "policy")}
+
+
+def compare(h: Home, s: Home, original: PromotionReceipt, rerun: PromotionReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """The decision and its claims, each gate evaluation read from its own home."""
+    from voxledger.tasks.reproduction import compare as cmp
+
+    gate = (
+        h.receipts.read(original.parameters.evaluation, EvaluationReceipt),
+        s.receipts.read(rerun.parameters.evaluation, EvaluationReceipt),
+    )
+    return cmp.compare_promotion(original, rerun, cmp.read_either(h, s), gate, bands)
+
+
+def summary(receipt: PromotionReceipt) -> str:
+    """Which challenger was promoted against what, with each rule's value for it."""
+    r = receipt.result
+    if r.promoted is None:
+        return f"no challenger passed ({len(r.challengers)} judged against the {receipt.parameters.incumbent} incumbent)"
+    won = next(c for c in r.challengers if c.name == r.promoted)
+    rules = "; ".join(
+        f"{v.statistic}({v.metric}) = {'n/a' if v.value is None else f'{v.value:.3f}'} {v.op} {v.threshold:g}" for v in won.rules
+    )
+    return f"{r.promoted} promoted over the {receipt.parameters.incumbent} incumbent ({len(r.challengers)} challengers): {rules}"
