@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from voxledger.schemas.evaluation import Prompt
@@ -12,7 +14,9 @@ from voxledger.tasks.evaluation.catastrophic import failure_margin, failure_pass
 TAIL_3 = 0.05 / 3 / 2  # one-sided, per challenger, in a 3-challenger round
 
 
-@pytest.mark.parametrize(("name", "metric", "margin"), [("promote-demo.yaml", "wer:whisper_en", 0.15), ("promote-demo-zh.yaml", "cer:zh", 0.39)])
+@pytest.mark.parametrize(
+    ("name", "metric", "margin"), [("promote-demo.yaml", "wer:whisper_en", 0.15), ("promote-demo-zh.yaml", "cer:zh", 0.39)]
+)
 def test_the_demo_gates_bound_newly_failed_prompts_and_drop_the_mean_rule(name: str, metric: str, margin: float) -> None:
     policy = PromotionPolicy.model_validate(plans()[name])
     content = {r.statistic: r.threshold for r in policy.rules if r.metric == metric}
@@ -46,3 +50,14 @@ def test_the_gate_says_at_plan_time_what_its_size_cannot_resolve() -> None:
     assert "the gate holds 0.83% against a challenger failing 5% of prompts" in (resolution(_policy(150, 0.04)) or "")
     # 150 prompts could, but a margin of 0.15 lets 5% through
     assert "could hold 0.83%" in (resolution(_policy(150, 0.15)) or "")
+
+
+def test_plan_check_prints_what_the_demo_gate_resolves(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    policy = Path(__file__).resolve().parents[2] / "voxledger" / "plans" / "promote-demo.yaml"
+    result = CliRunner().invoke(main, ["--home", str(tmp_path / "home"), "plan", "check", str(policy)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "catastrophic prompts: with 36 gate prompts no rule can hold 0.83%" in result.output

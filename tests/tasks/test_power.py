@@ -24,7 +24,9 @@ def test_the_less_favourable_of_two_pilot_candidates_is_taken_and_named() -> Non
     rows = rule_power(WER_HIGH, [_pilot("adapter", -0.05), _pilot("merged", 0.05)], 36, 1, CONF3)
     measured = next(r for r in rows if r.pilot == "as measured")
     assert measured.candidate == "merged" and measured.effect == pytest.approx(0.05)
-    assert measured.note is not None and "the less favourable of 2 model candidates (adapter " in measured.note and "merged " in measured.note
+    assert (
+        measured.note is not None and "the less favourable of 2 model candidates (adapter " in measured.note and "merged " in measured.note
+    )
 
 
 def test_power_is_stated_for_an_ordinary_and_a_catastrophic_pilot() -> None:

@@ -40,16 +40,20 @@ def plan_power(ctx: click.Context, policy_file: Path, pilot: str, as_json: bool)
     """
     from rich.table import Table
 
+    from voxledger.tasks.evaluation.catastrophic import resolution
     from voxledger.tasks.power import power_warning
 
     rows = _rows(ctx, policy_file, pilot)
     if as_json:
         emit_json({"rules": [r.__dict__ for r in rows], "warning": power_warning(rows)})
         return
-    table = Table("rule", "pilot candidate", "effect", "sd", "design", "power", "prompts for 80%", "(1 / 2 / 4 seeds)", title="gate power")
+    table = Table(
+        "rule", "pilot", "candidate", "effect", "sd", "design", "power", "prompts for 80%", "(1 / 2 / 4 seeds)", title="gate power"
+    )
     for r in rows:
         table.add_row(
             r.rule,
+            r.pilot,
             r.candidate or "-",
             "-" if r.effect is None else f"{r.effect:+.4f}",
             "-" if r.sd_prompt_mean is None else f"{r.sd_prompt_mean:.4f}",
@@ -66,6 +70,9 @@ def plan_power(ctx: click.Context, policy_file: Path, pilot: str, as_json: bool)
     warning = power_warning(rows)
     if warning:
         console.print(f"warning: {warning}")
+    said = resolution(_policy(policy_file))
+    if said:
+        console.print(said)
 
 
 @plan_group.command("check")
@@ -73,15 +80,19 @@ def plan_power(ctx: click.Context, policy_file: Path, pilot: str, as_json: bool)
 @click.option("--pilot", default=None, help="Evaluation receipt to assess the policy's power with (flags < 50% at its own margin).")
 @click.pass_context
 def plan_check(ctx: click.Context, policy_file: Path, pilot: str | None) -> None:
-    """Validate a promotion policy (schema, registries); with --pilot, flag rules under 50% power.
+    """Validate a promotion policy, say what its gate resolves of catastrophic prompts; with --pilot, flag rules under 50% power.
 
     Example: voxledger plan check plans/promote-demo.yaml --pilot 5d0c...
     """
+    from voxledger.tasks.evaluation.catastrophic import resolution
     from voxledger.tasks.plans import plan_digest
     from voxledger.tasks.power import power_warning
 
     policy = _policy(policy_file)
     click.echo(f"{policy_file}: valid promotion policy {policy.name!r}, digest {plan_digest(policy)}")
+    said = resolution(policy)
+    if said:
+        click.echo(said)
     if pilot is not None:
         warning = power_warning(_rows(ctx, policy_file, pilot))
         click.echo(f"warning: {warning}" if warning else "power: every assessed rule has at least 50% power at its own margin")
