@@ -26,7 +26,7 @@ import soundfile as sf
 import yaml
 
 from voxledger.schemas.errors import BackendCapabilityError, CorpusError, UnsafePathError
-from voxledger.schemas.evaluation import OWN_BASE
+from voxledger.schemas.evaluation import OWN_BASE, StatisticsSettings
 from voxledger.schemas.manifest import Utterance
 from voxledger.schemas.metrics import content_unit
 from voxledger.schemas.promotion import model_line
@@ -37,6 +37,7 @@ from voxledger.tasks.corpus.audio import DECODE_ERRORS
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.paths import resolve_audio_path
 from voxledger.tasks.corpus.records import LoadedCorpus
+from voxledger.tasks.evaluation.catastrophic import failure_margin
 from voxledger.tasks.shipped_base import read_bundle
 
 ROLE_WORDS: dict[str, tuple[str, ...]] = {"train": ("train",), "dev": ("dev", "valid", "validation", "val", "cv"), "test": ("test", "eval")}
@@ -342,8 +343,19 @@ def _promotion(
     metric = settings.content_metric
     unit = "CER" if metric.startswith("cer:") else "WER"
     if len(gate) >= PAIRED_GATE_MIN_PROMPTS:
+        margin = failure_margin(len(gate), StatisticsSettings().confidence, 3)  # best_k 2 + the last epoch, as written below
         rules += [
-            _gate_rule(metric, "delta_mean", "<=", 0.10, f"intelligibility may not drop by more than 10 {unit} points on average"),
+            _gate_rule(
+                metric,
+                "new_failure_rate_high",
+                "<=",
+                margin,
+                f"the challenger newly fails ({unit} >= 0.5 where the incumbent did not) under {100 * margin:.0f}% of the "
+                f"{len(gate)} gate prompts, the finest bound they can pass (voxledger plan check says what they resolve)",
+            ),
+            _gate_rule(
+                metric, "kept_delta_mean", "<=", 0.10, f"on the other prompts {unit} may not rise by more than 10 points on average"
+            ),
             _gate_rule("speaker_sim", "delta_mean", ">=", 0.05, "the adapter must move the voice toward the target"),
         ]
     return {
