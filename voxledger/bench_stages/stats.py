@@ -140,7 +140,8 @@ QUICK_REPLICATIONS = 150
 
 def bench_stats(quick: bool = False, replications: int | None = None) -> list[Figure]:
     """The simulation table (fixed seeds): every selectable method x design x data model, then the
-    round-two scenarios (``stats_robust``) and round three (``stats_limits``). ``replications`` data
+    round-two scenarios (``stats_robust``), round three (``stats_limits``) and the shipped gate under
+    catastrophic prompts (``stats_catastrophic``). ``replications`` data
     sets per t row (default 1000, 150 with ``quick``); bootstrap and legacy rows use a quarter of
     that (at least 100)."""
     from voxledger.bench_stages.stats_catastrophic import bench_catastrophic
