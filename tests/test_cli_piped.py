@@ -22,7 +22,7 @@ def test_a_piped_table_is_never_truncated(tmp_path: Path) -> None:
     out = _voxledger("pipeline", "stages", str(ROOT / "plans" / "pipeline-demo.yaml"), home=tmp_path / "h")
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout, out.stdout
-    assert "listening_protocol" in out.stdout and "require_promoted" in out.stdout and "export_packets" in out.stdout
+    assert "listening_protocol" in out.stdout and "unless a challenger was promoted" in out.stdout and "export_packets" in out.stdout
     assert "\x1b[" not in out.stdout  # no colour codes in a file
 
 

@@ -6,6 +6,7 @@ Run ``python -m voxledger.docgen --write`` after changing a command, a setting o
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -89,14 +90,14 @@ def render_stages() -> str:
         "| stage | flow (entrypoint) | receipt-writing task | receipt | plan field (kind) | stops the run when |",
         "|---|---|---|---|---|---|",
     ]
-    for row, spec in zip(describe(), stage_table(), strict=True):
+    for row in describe():
         plan = f"`{row['plan_field']}` ({row['plan_kind']})" if row["plan_field"] else "-"
-        verdict = _prose(spec.verdict.__doc__) if spec.verdict is not None else "-"
+        verdict = _prose(row["verdict"]) if row["verdict"] else "-"
         cells = [f"`{row['stage']}`", f"`{row['flow']}` (`{row['entrypoint']}`)", f"`{row['task']}`", f"`{row['receipt']}`", plan, verdict]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "What each stage is given besides its home and its plan (each stage's `inputs` in the table):", ""]
     for spec in stage_table():
-        given = _prose(spec.inputs.__doc__).removeprefix("Inputs: ") or "see flows/stages.py"
+        given = _prose(spec.inputs.__doc__).removeprefix("Inputs: ") or f"see `{spec.inputs.__module__}`"
         lines.append(f"- `{spec.name}`: {given}")
     lines += [
         "",
@@ -106,8 +107,9 @@ def render_stages() -> str:
         "|---|---|---|---|",
     ]
     for r in STAGE_ROWS:
-        compared = f"`{r.comparison}` comparison" if r.comparison else (_prose(r.not_rerun) if r.not_rerun else "not re-run yet")
-        runs = "" if r.inputs is not None else " (not a pipeline stage)"
+        compare = importlib.import_module(r.module).compare
+        compared = f"not re-run: {_prose(r.not_rerun)}" if r.not_rerun else _prose(compare.__doc__).split(". ")[0].rstrip(".")
+        runs = "" if r.pipeline else " (not a pipeline stage)"
         lines.append(f"| `{r.name}`{runs} | `voxledger {r.cli}` | `{r.module}` | {compared} |")
     return "\n".join(lines) + "\n"
 

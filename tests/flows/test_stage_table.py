@@ -20,13 +20,14 @@ from voxledger.cli import main
 from voxledger.flows import stages as stage_table_module
 from voxledger.flows.deploy import deployment_specs
 from voxledger.flows.pipeline import _Dispatch, stage_arguments
-from voxledger.flows.stages import STAGES, StageContext, StageSpec
+from voxledger.flows.stages import STAGES, StageSpec
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.core import PlanReceipt
 from voxledger.schemas.pipeline import PipelinePlan, PipelineRunReceipt
 from voxledger.schemas.training import TrainingPlan
 from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef, load_plan, plan_digest
+from voxledger.tasks.stages.contract import StageContext
 
 pytestmark = pytest.mark.prefect
 

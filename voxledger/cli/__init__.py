@@ -59,12 +59,20 @@ against the modules."""
 _MODULE_OF = {name: module for module, names in COMMAND_MODULES.items() for name in names}
 
 
+def _table_nouns() -> dict[str, Any]:
+    """Stage-table rows whose one-word CLI noun has no command module: their command is made from the
+    row (``cli.common.stage_command``), so a stage added to the table has its command."""
+    from voxledger.schemas.stages import STAGE_ROWS
+
+    return {r.cli: r for r in STAGE_ROWS if " " not in r.cli and r.cli not in _MODULE_OF}
+
+
 class Boundary(click.Group):
     """A click group that turns library errors into clean, non-zero exits, and loads each command's
     module on first use (``COMMAND_MODULES``)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*_MODULE_OF, *self.commands})
+        return sorted({*_MODULE_OF, *_table_nouns(), *self.commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in _MODULE_OF:
@@ -73,6 +81,10 @@ class Boundary(click.Group):
             module = importlib.import_module(f"voxledger.cli.{_MODULE_OF[cmd_name]}")
             for command in module.COMMANDS:
                 self.add_command(command)
+        if cmd_name not in self.commands and cmd_name in _table_nouns():
+            from voxledger.cli.common import stage_command
+
+            self.add_command(stage_command(_table_nouns()[cmd_name]))
         return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -197,3 +197,50 @@ def print_stages(stages: Any) -> None:
     for s in stages:
         table.add_row(s.stage, s.status, "yes" if s.cached else "no", f"{s.wall_s:.1f}", (s.receipt_id or "-")[:16])
     cli_console().print(table)
+
+
+def stage_command(row: Any) -> click.Command:
+    """``voxledger <noun>`` for a stage-table row whose noun has no command module (a stage added as
+    docs/extending.md shows): PLAN when the stage takes a plan, one ``--option`` per input of its
+    module's ``run`` (required unless ``run`` gives a default), and its summary line when it ends."""
+    import importlib
+    import inspect
+    import typing
+
+    module = importlib.import_module(row.module)
+    hints = typing.get_type_hints(module.run)
+    params: list[click.Parameter] = []
+    names: list[str] = []
+    for p in inspect.signature(module.run).parameters.values():
+        if p.name in ("home", "plan", "flow"):
+            continue
+        types: dict[Any, click.ParamType[Any]] = {int: click.INT, float: click.FLOAT, bool: click.BOOL}
+        click_type = types.get(hints.get(p.name), click.STRING)
+        required = p.default is inspect.Parameter.empty
+        params.append(
+            click.Option(
+                [f"--{p.name.replace('_', '-')}", p.name], type=click_type, required=required, default=None if required else p.default
+            )
+        )
+        names.append(p.name)
+    if row.plan_model is not None:
+        params.insert(0, click.Argument(["plan"], type=click.Path(exists=True, dir_okay=False, path_type=Path)))
+    params.append(
+        click.Option(["--json", "as_json"], is_flag=True, help="Print the receipt id, whether it was cached and the summary as JSON.")
+    )
+
+    def callback(plan: Path | None = None, as_json: bool = False, **inputs: Any) -> None:
+        ctx = click.get_current_context()
+        given = {k: (str(Path(v).absolute()) if k == "corpus" else v) for k, v in inputs.items()}
+        if plan is not None:
+            given["plan"] = str(plan.absolute())
+        out = run_flow(ctx, row.flow, quiet=as_json, **given)
+        line = module.summary(out.receipt)
+        if as_json:
+            emit_json({"stage": row.name, "receipt": out.receipt_id, "cached": out.cached, "summary": line})
+            return
+        click.echo(f"{row.name}: {line}{' [cached]' if out.cached else ''}; receipt {out.receipt_id}")
+
+    doc = (module.__doc__ or row.name).strip().splitlines()[0]
+    example = f"voxledger {row.cli}{' PLAN' if row.plan_model else ''}" + "".join(f" --{n.replace('_', '-')} VALUE" for n in names)
+    return click.Command(row.cli, callback=callback, params=params, help=f"{doc}\n\nExample: {example}")

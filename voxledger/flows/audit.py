@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home
+from voxledger.flows.factory import stage_flow
 from voxledger.flows.progress import report
 from voxledger.schemas.audit import AuditPolicy, AuditReceipt
-from voxledger.schemas.errors import AuditFailedError
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages import audit as stage
 from voxledger.tasks.stages.audit import audit_corpus_fn
 
 
@@ -31,27 +31,11 @@ def audit_corpus(home: HomeRef, corpus: str, plan: PlanRef, audio_roots: tuple[s
     return audit_corpus_fn(h, Path(corpus), policy, policy_name=plan.source_name, flow=flow_name(), audio_roots=roots, progress=report)
 
 
-def require_pass(out: StageOutcome[AuditReceipt]) -> None:
-    """Raise AuditFailedError (naming the receipt) unless the audit passed."""
-    r = out.receipt.result
-    if r.verdict != "pass":
-        errors = r.counts_by_severity["error"]
-        by_code = Counter(f.code for f in r.findings if f.severity == "error")
-        warnings = r.counts_by_severity.get("warning", 0)
-        raise AuditFailedError(
-            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {dict(sorted(by_code.items()))}"
-            f" (and {warnings} warning(s)); receipt {out.receipt_id} (voxledger receipt show {out.receipt_id[:12]} lists them)",
-            receipt_id=out.receipt_id,
-        )
-
-
-@flow(name="audit")
-def audit(home: HomeRef | str, corpus: str, plan: PlanRef | str, audio_roots: tuple[str, ...] = ()) -> StageOutcome[AuditReceipt]:
-    """Audit ``corpus`` under a policy (a plan reference or file); no flag turns leakage off."""
-    ref = HomeRef.of(home)
-    plan_ref = PlanRef.coerce(plan, AuditPolicy)
-    with shared_store(ref):
-        register_plan_task(ref, plan_ref, AuditPolicy)
-        out = announce(audit_corpus(ref, corpus, plan_ref, audio_roots))
-    require_pass(out)
-    return out
+audit = stage_flow(
+    "audit",
+    audit_corpus,
+    module=__name__,
+    plan_model=AuditPolicy,
+    verdict=stage.verdict,
+    doc="Audit ``corpus`` under a policy (a plan reference or file); no flag turns leakage off. A failing verdict fails the run.",
+)

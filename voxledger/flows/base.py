@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from prefect import flow, task
+from prefect import task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home
+from voxledger.flows.factory import stage_flow
 from voxledger.flows.progress import report
 from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import BackendName
@@ -20,9 +21,4 @@ def import_base(home: HomeRef, backend: BackendName) -> StageOutcome[BaseImportR
     return import_shipped_base(open_home(home), backend, flow=flow_name())
 
 
-@flow(name="base")
-def base(home: HomeRef | str, backend: BackendName) -> StageOutcome[BaseImportReceipt]:
-    """``voxledger base import``: the shipped base of ``backend`` in this home."""
-    ref = HomeRef.of(home)
-    with shared_store(ref):
-        return announce(import_base(ref, backend))
+base = stage_flow("base", import_base, module=__name__, doc="``voxledger base import``: the shipped base of ``backend`` in this home.")

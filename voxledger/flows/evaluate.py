@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home
+from voxledger.flows.factory import stage_flow
 from voxledger.flows.progress import report
 from voxledger.schemas.base import InputRef
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
@@ -27,11 +28,15 @@ def evaluate_plan(
     )
 
 
-@flow(name="evaluate")
-def evaluate(home: HomeRef | str, corpus: str, plan: PlanRef | str, bindings: dict[str, str]) -> StageOutcome[EvaluationReceipt]:
-    """Evaluate candidates on a frozen plan (a plan reference or file)."""
-    ref = HomeRef.of(home)
-    plan_ref = PlanRef.coerce(plan, EvaluationPlan)
-    with shared_store(ref):
-        register_plan_task(ref, plan_ref, EvaluationPlan)
-        return announce(evaluate_plan(ref, corpus, plan_ref, bindings))
+def evaluate_step(home: HomeRef, corpus: str, plan: PlanRef, bindings: dict[str, str]) -> StageOutcome[EvaluationReceipt]:
+    """The evaluation of a plan with its artifacts bound by digest (the task; the gate calls it with its parents)."""
+    return evaluate_plan(home, corpus, plan, bindings)
+
+
+evaluate = stage_flow(
+    "evaluate",
+    evaluate_step,
+    module=__name__,
+    plan_model=EvaluationPlan,
+    doc="Evaluate candidates on a frozen plan (a plan reference or file).",
+)

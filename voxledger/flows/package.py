@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home, register_plan_task
+from voxledger.flows.factory import stage_flow
 from voxledger.schemas.equivalence import EquivalencePlan
 from voxledger.schemas.equivalence_receipt import EquivalenceReceipt
 from voxledger.stores.home import Home, HomeRef
@@ -53,17 +54,4 @@ def package_adapter(
     )
 
 
-@flow(name="package")
-def package(
-    home: HomeRef | str,
-    run_rid: str,
-    tree_sha: str,
-    promotion_rid: str | None = None,
-    eval_rids: tuple[str, ...] = (),
-    retention: str | None = None,
-    probe_seed: int = 0,
-) -> PackageOutcome:
-    """Package a training run's checkpoint (a LoRA tree digest)."""
-    ref = HomeRef.of(home)
-    with shared_store(ref):
-        return announce(package_adapter(ref, run_rid, tree_sha, promotion_rid, eval_rids, retention, probe_seed))
+package = stage_flow("package", package_adapter, module=__name__, doc="Package a training run's checkpoint (a LoRA tree digest).")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import task
 from pydantic import ValidationError
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home
+from voxledger.flows.factory import stage_flow
 from voxledger.schemas.errors import PacketError, validation_lines
 from voxledger.schemas.listening import ListeningProtocol, StimulusSet
 from voxledger.schemas.listening_receipts import PacketSetReceipt
@@ -42,13 +43,10 @@ def export_packets(
     return StageOutcome(o.receipt_id, o.receipt, o.cached, verified=o.verified)
 
 
-@flow(name="packets")
-def packets(
-    home: HomeRef | str, plan: PlanRef | str, out_dir: str, evaluation_rid: str | None = None, stimuli_file: str | None = None
-) -> StageOutcome[PacketSetReceipt]:
-    """Export one packet per rater under ``out_dir`` (new or empty), under a protocol (a reference or file)."""
-    ref = HomeRef.of(home)
-    plan_ref = PlanRef.coerce(plan, ListeningProtocol)
-    with shared_store(ref):
-        register_plan_task(ref, plan_ref, ListeningProtocol)
-        return announce(export_packets(ref, plan_ref, out_dir, evaluation_rid, stimuli_file))
+packets = stage_flow(
+    "packets",
+    export_packets,
+    module=__name__,
+    plan_model=ListeningProtocol,
+    doc="Export one packet per rater under ``out_dir`` (new or empty), under a protocol (a reference or file).",
+)

@@ -22,7 +22,7 @@ from prefect import flow
 
 from voxledger.flows.common import announced_receipt, register_plan_task, shared_store, sync_enabled
 from voxledger.flows.progress import report
-from voxledger.flows.stages import StageContext, StageSpec, pool_of, stage_names, stage_table
+from voxledger.flows.stages import StageSpec, pool_of, stage_names, stage_table
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import InterruptedRunError, PlanError, VoxledgerError
 from voxledger.schemas.pipeline import PipelineParameters, PipelinePlan, PipelineRunReceipt, PipelineSummary, StageRecord
@@ -31,6 +31,7 @@ from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import PlanRef, load_plan
 from voxledger.tasks.receipting import build_receipt
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages.contract import StageContext
 
 
 def stage_plan_files(plan: PipelinePlan, plan_file: Path, plans_dir: Path | None) -> dict[str, Path]:

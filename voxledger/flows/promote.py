@@ -8,17 +8,18 @@ stage runs), then ``decide_promotion`` (rules judged, aliases moved, the promoti
 
 from __future__ import annotations
 
-from prefect import flow, task
+from prefect import task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home, register_plan_task
 from voxledger.flows.evaluate import evaluate_plan
+from voxledger.flows.factory import stage_flow
 from voxledger.flows.progress import report
-from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
+from voxledger.tasks.stages import promote as stage
 from voxledger.tasks.stages.promote import PromotionRound, decide_promotion, prepare_promotion
 
 
@@ -47,26 +48,11 @@ def promote_adapter(home: HomeRef, corpus: str, run_rid: str, plan: PlanRef) -> 
     return decide_round(home, prepared, evaluated)
 
 
-def require_promoted(out: StageOutcome[PromotionReceipt]) -> None:
-    """Raise GateFailedError (naming the receipt) unless a challenger was promoted."""
-    if out.receipt.result.promoted is None:
-        rid = out.receipt_id
-        best = out.receipt.result.challengers[0].tree_sha256[:16] if out.receipt.result.challengers else "TREE"
-        raise GateFailedError(
-            f"{out.receipt.error}; receipt {rid}. Next: see each rule's value with `voxledger receipt show {rid[:12]}`; "
-            "train longer or on more clips and run the pipeline again, or evaluate a checkpoint by hand "
-            f"(`voxledger eval run EVAL_PLAN --corpus CORPUS --bind base=BASE --bind adapter={best}`, docs/own-corpus.md)",
-            receipt_id=rid,
-        )
-
-
-@flow(name="promote")
-def promote(home: HomeRef | str, corpus: str, run_rid: str, plan: PlanRef | str) -> StageOutcome[PromotionReceipt]:
-    """Promote through gates (a policy reference or file); the receipt is written before a failing gate fails the run."""
-    ref = HomeRef.of(home)
-    with shared_store(ref):
-        policy = PlanRef.coerce(plan, PromotionPolicy)
-        register_plan_task(ref, policy, PromotionPolicy)
-        out = announce(promote_adapter(ref, corpus, run_rid, policy))
-    require_promoted(out)
-    return out
+promote = stage_flow(
+    "promote",
+    promote_adapter,
+    module=__name__,
+    plan_model=PromotionPolicy,
+    verdict=stage.verdict,
+    doc="Promote through gates (a policy reference or file); the receipt is written before a failing gate fails the run.",
+)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import task
 
-from voxledger.flows.common import STAGE_TASK, announce, flow_name, open_home, register_plan_task, shared_store
+from voxledger.flows.common import STAGE_TASK, flow_name, open_home
+from voxledger.flows.factory import stage_flow
 from voxledger.flows.progress import report
 from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import HomeRef
@@ -38,13 +39,12 @@ def train_adapter(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, bas
     return _train(home, corpus, audit_rid, plan, base_sha)
 
 
-@flow(name="train")
-def train(
-    home: HomeRef | str, corpus: str, audit_rid: str, plan: PlanRef | str, base_sha: str | None = None
-) -> StageOutcome[TrainingRunReceipt]:
-    """Train under a plan (a plan reference or file) from a passing audit."""
-    ref, plan_ref = HomeRef.of(home), PlanRef.coerce(plan, TrainingPlan)
-    step = train_base if training_task_name(plan_ref.validated(TrainingPlan)) == "train_base" else train_adapter
-    with shared_store(ref):
-        register_plan_task(ref, plan_ref, TrainingPlan)
-        return announce(step(ref, corpus, audit_rid, plan_ref, base_sha))
+def train_step(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, base_sha: str | None = None) -> StageOutcome[TrainingRunReceipt]:
+    """The task named by what the plan makes: ``train_base`` for a full-mode plan, else ``train_adapter``."""
+    step = train_base if training_task_name(plan.validated(TrainingPlan)) == "train_base" else train_adapter
+    return step(home, corpus, audit_rid, plan, base_sha)
+
+
+train = stage_flow(
+    "train", train_step, module=__name__, plan_model=TrainingPlan, doc="Train under a plan (a plan reference or file) from a passing audit."
+)

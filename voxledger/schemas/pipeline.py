@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.training import BackendName
@@ -16,7 +16,14 @@ the pipeline and ``voxledger deploy`` refuse a name the table does not hold."""
 
 
 class PipelinePlan(Frozen):
-    """Stage plans by file name (resolved inside the plans folder); each is registered by digest."""
+    """Stage plans by file name (resolved inside the plans folder); each is registered by digest.
+
+    The shipped stages' plan fields are declared here; a stage added to the stage table brings its
+    own (its row's ``plan_field``), accepted as a further key naming a plan file. Any other key is
+    refused, naming the fields the table knows.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
 
     kind: Literal["pipeline_plan"] = "pipeline_plan"
     name: str
@@ -42,6 +49,22 @@ class PipelinePlan(Frozen):
     stage_pools: dict[StageName, str] = Field(
         default_factory=dict, exclude_if=lambda v: not v, description="Prefect work pool per stage, overriding work_pool"
     )
+
+    @model_validator(mode="after")
+    def _only_stage_plan_fields(self) -> PipelinePlan:
+        from voxledger.schemas.stages import STAGE_ROWS
+
+        brought = {r.plan_field for r in STAGE_ROWS if r.plan_field and r.plan_field not in type(self).model_fields}
+        problems = []
+        for key, value in (self.model_extra or {}).items():
+            if key not in brought:
+                known = sorted({*type(self).model_fields, *brought} - {"kind"})
+                problems.append(f"{key}: not a field of a pipeline plan (the stage table's plan fields and the others: {', '.join(known)})")
+            elif value is not None and not (isinstance(value, str) and value):
+                problems.append(f"{key}: the plan file of a stage, a file name; got {value!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def pool_of(self, stage: StageName | Literal["pipeline"]) -> str:
         """The work pool a stage (or the pipeline itself) is deployed to; ``default`` when the plan names none."""

@@ -1,7 +1,8 @@
 """The closed registry of receipt kinds. Loading dispatches on ``kind`` (a discriminated union).
 
 Adding a kind: define a ``ReceiptBase`` subclass with a literal ``kind``, add it to
-``RECEIPT_TYPES`` (the discriminated union is built from it), write its projector in
+``RECEIPT_TYPES`` (the discriminated union is built from it; a stage that brings its own kind names
+its model in its stage-table row instead, ``receipt_model``), write its projector in
 ``stores/projections.py`` when it has typed tables (with their migration in
 ``stores/migrations.py``), then run ``voxledger receipt schemas --write``. docs/extending.md.
 """
@@ -32,7 +33,7 @@ from voxledger.schemas.reproduction import ReproductionReceipt
 from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 
-RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
+_LISTED: tuple[type[ReceiptBase], ...] = (
     IngestReceipt,
     PlanReceipt,
     AuditReceipt,
@@ -52,6 +53,25 @@ RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (
     BaseImportReceipt,
     ReproductionReceipt,
 )
+
+
+def _brought_by_stages() -> tuple[type[ReceiptBase], ...]:
+    """The receipt models stage rows bring (``receipt_model``), each a ReceiptBase whose kind is the row's."""
+    from voxledger.schemas.stages import STAGE_ROWS, resolve
+
+    brought: list[type[ReceiptBase]] = []
+    for row in STAGE_ROWS:
+        if row.receipt_model is None:
+            continue
+        model = resolve(row.receipt_model)
+        if not (isinstance(model, type) and issubclass(model, ReceiptBase)) or model.model_fields["kind"].default != row.receipt:
+            raise TypeError(f"stage {row.name}: receipt_model {row.receipt_model} is not a ReceiptBase of kind {row.receipt!r}")
+        brought.append(model)
+    return tuple(brought)
+
+
+RECEIPT_TYPES: tuple[type[ReceiptBase], ...] = (*_LISTED, *_brought_by_stages())
+"""Every receipt kind: those listed here, then those the stage table's rows bring."""
 
 # the discriminated union is built from the one list above: a kind is registered in one place
 AnyReceipt = Annotated[Union[RECEIPT_TYPES], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007

@@ -1,31 +1,26 @@
 """The stage table: every stage, once, as pure data.
 
-One frozen row per stage names everything that must agree about it: the receipt kind it writes,
-the pipeline plan field naming its plan file and that plan's model, its flow, the task writing its
-receipt and its module under ``tasks/stages/`` (dotted ``module:attribute`` paths, resolved only
-by the layer they belong to: ``flows/stages.py`` resolves flows, reproduction resolves plan
-models), the work pool it is deployed to, its CLI noun, and how ``voxledger reproduce`` compares a
-re-run with the original (a name from the closed ``Comparison`` registry). This module imports
-nothing beyond pydantic, the standard library and other schemas, so anything may read it without
-importing Prefect or a single stage.
+One frozen row per stage names everything that must agree about it: its receipt kind, the
+pipeline plan field naming its plan file and that plan's model, its flow and the task writing its
+receipt, its module under ``tasks/stages/`` (which holds the stage's whole contract: run, inputs,
+verdict, re-run arguments, comparison, summary; ``tasks/stages/contract.py``), the work pool it is
+deployed to and its CLI noun (dotted ``module:attribute`` paths, resolved only by the layer they
+belong to). This module imports nothing beyond pydantic, the standard library and other schemas,
+so anything may read it without importing Prefect or a single stage.
 
-The pipeline, ``voxledger deploy``, ``voxledger pipeline stages``, docs/pipeline-stages.md and
-``voxledger reproduce`` all read this table. Adding a stage is one row here plus its module, its
-flow and its CLI noun (docs/extending.md).
+The pipeline, ``voxledger deploy``, ``voxledger pipeline stages``, the CLI, ``voxledger reproduce``,
+the receipt registry, ``demo report`` and docs/pipeline-stages.md all read this table. Adding a
+stage is one row here, its module and its flow (docs/extending.md).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from voxledger.schemas.base import Frozen
-
-Comparison = Literal["audit", "training", "promotion", "evaluation", "package", "equivalence"]
-"""How a re-run is compared with its original, each name mapped to its re-run arguments and
-comparison in ``tasks/stages/reproduce_registry.py``."""
 
 PIPELINE = "pipeline"
 """What the pipeline itself is called where stages are named: its work pool, its reproduction."""
@@ -40,24 +35,27 @@ class StageRow(Frozen):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="the stage name: pipeline records, stage_pools, deployments")
     receipt: str = Field(description="the kind of the one receipt the stage writes")
+    receipt_model: str | None = Field(
+        default=None,
+        description="the model of a receipt kind the stage brings (added to the receipt registry); None: a kind it lists itself",
+    )
     flow: str = Field(description="the stage's flow (what `voxledger deploy` registers and a worker runs)")
     task: str = Field(description="the Prefect task that writes the stage's receipt")
-    module: str = Field(description="the stage's module under tasks/stages/ (its work, without Prefect)")
+    module: str = Field(description="the stage's module under tasks/stages/: its whole contract (tasks/stages/contract.py)")
     cli: str = Field(description="the command that runs the stage on its own, words separated by spaces")
-    inputs: str | None = Field(
-        default=None, description="what the pipeline gives the stage besides home and plan; None: not a pipeline stage"
+    pipeline: bool = Field(default=True, description="whether the pipeline runs it (False: a stage run only on its own)")
+    inputs: str = Field(
+        default="inputs", pattern=r"^[a-z_][a-z0-9_]*$", description="the module's function giving the stage's pipeline inputs"
     )
     plan_field: str | None = Field(default=None, description="the pipeline plan field naming the stage's plan file")
     plan_model: str | None = Field(default=None, description="the model the stage's plan validates into")
-    verdict: str | None = Field(default=None, description="raises when the recorded receipt says the pipeline must stop")
     switch: str | None = Field(
         default=None, description="a pipeline plan field that must be set for the stage to run (`package: false` turns it off)"
     )
     pool: str | None = Field(
         default=None, description="the work pool the stage is deployed to unless the plan's stage_pools names one; None: the plan's"
     )
-    comparison: Comparison | None = Field(default=None, description="how `voxledger reproduce` compares a re-run; None: not re-run")
-    not_rerun: str | None = Field(default=None, description="why the stage's receipts are not re-run, where a reason is known")
+    not_rerun: str | None = Field(default=None, description="why `voxledger reproduce` does not re-run the stage's receipts; None: it does")
 
 
 STAGE_ROWS: tuple[StageRow, ...] = (
@@ -68,11 +66,8 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.audit:audit_corpus",
         module="voxledger.tasks.stages.audit",
         cli="audit",
-        inputs="voxledger.flows.stages:corpus_inputs",
         plan_field="audit_policy",
         plan_model="voxledger.schemas.audit:AuditPolicy",
-        verdict="voxledger.flows.audit:require_pass",
-        comparison="audit",
     ),
     StageRow(
         name="import_base",
@@ -81,7 +76,6 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.base:import_base",
         module="voxledger.tasks.stages.base_import",
         cli="base import",
-        inputs="voxledger.flows.stages:import_base_inputs",
         switch="shipped_base",
     ),
     StageRow(
@@ -91,10 +85,9 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.train:train_base",
         module="voxledger.tasks.stages.train",
         cli="train",
-        inputs="voxledger.flows.stages:train_base_inputs",
+        inputs="base_inputs",
         plan_field="base_training",
         plan_model="voxledger.schemas.training:TrainingPlan",
-        comparison="training",
     ),
     StageRow(
         name="train_adapter",
@@ -103,10 +96,9 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.train:train_adapter",
         module="voxledger.tasks.stages.train",
         cli="train",
-        inputs="voxledger.flows.stages:train_adapter_inputs",
+        inputs="adapter_inputs",
         plan_field="adapter_training",
         plan_model="voxledger.schemas.training:TrainingPlan",
-        comparison="training",
     ),
     StageRow(
         name="promote",
@@ -115,11 +107,8 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.promote:promote_adapter",
         module="voxledger.tasks.stages.promote",
         cli="promote",
-        inputs="voxledger.flows.stages:promote_inputs",
         plan_field="promotion_policy",
         plan_model="voxledger.schemas.promotion:PromotionPolicy",
-        verdict="voxledger.flows.promote:require_promoted",
-        comparison="promotion",
     ),
     StageRow(
         name="evaluate",
@@ -128,10 +117,8 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.evaluate:evaluate_plan",
         module="voxledger.tasks.stages.evaluate",
         cli="eval run",
-        inputs="voxledger.flows.stages:evaluate_inputs",
         plan_field="evaluation",
         plan_model="voxledger.schemas.evaluation:EvaluationPlan",
-        comparison="evaluation",
     ),
     StageRow(
         name="package",
@@ -140,9 +127,7 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.package:package_adapter",
         module="voxledger.tasks.stages.package",
         cli="package build",
-        inputs="voxledger.flows.stages:package_inputs",
         switch="package",
-        comparison="package",
     ),
     StageRow(
         name="export_packets",
@@ -151,7 +136,6 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.packets:export_packets",
         module="voxledger.tasks.stages.packets",
         cli="packets export",
-        inputs="voxledger.flows.stages:export_packets_inputs",
         plan_field="listening_protocol",
         plan_model="voxledger.schemas.listening:ListeningProtocol",
         not_rerun="packet sets are blinded with a fresh secret key and set id by design (tasks/stages/packets.py), "
@@ -164,16 +148,16 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         task="voxledger.flows.equivalence:compare_runtimes",
         module="voxledger.tasks.stages.equivalence",
         cli="equivalence compare",
+        pipeline=False,
         plan_model="voxledger.schemas.equivalence:EquivalencePlan",
-        comparison="equivalence",
     ),
 )
-"""Pipeline stages in run order (those with ``inputs``), then the stages run only on their own."""
+"""Pipeline stages in run order, then the stages run only on their own."""
 
 
 def pipeline_rows(rows: tuple[StageRow, ...] = STAGE_ROWS) -> tuple[StageRow, ...]:
     """The rows the pipeline runs, in run order."""
-    return tuple(r for r in rows if r.inputs is not None)
+    return tuple(r for r in rows if r.pipeline)
 
 
 def stage_row(name: str) -> StageRow | None:
@@ -187,8 +171,8 @@ def rows_writing(kind: str) -> tuple[StageRow, ...]:
 
 
 def reproducible_kinds() -> tuple[str, ...]:
-    """Receipt kinds ``voxledger reproduce`` re-runs: each stage's with a comparison, then the pipeline run's."""
-    return (*dict.fromkeys(r.receipt for r in STAGE_ROWS if r.comparison is not None), PIPELINE_RECEIPT)
+    """Receipt kinds ``voxledger reproduce`` re-runs: each stage's not marked ``not_rerun``, then the pipeline run's."""
+    return (*dict.fromkeys(r.receipt for r in STAGE_ROWS if r.not_rerun is None), PIPELINE_RECEIPT)
 
 
 def resolve(path: str) -> Any:

@@ -31,6 +31,22 @@ def _same(name: str, a: str | None, b: str | None, what: str) -> OutputCompariso
     return OutputComparison(name=name, original_sha256=a, rerun_sha256=b, verdict="exact", reason=f"identical {what}")
 
 
+def read_either(h: Any, s: Any) -> Read:
+    """A reader of stored bytes from the scratch home ``s`` when it holds them, else the original home ``h``."""
+    return lambda sha: (s.blobs if s.blobs.has(sha) else h.blobs).get_bytes(sha)
+
+
+def compare_outputs(original: ReceiptBase, rerun: ReceiptBase) -> list[OutputComparison]:
+    """Band: none. Every output (a subject by role) must be the same bytes: the comparison of a
+    deterministic stage, and the one a new stage starts from (docs/extending.md)."""
+    return [
+        _same(n, a, b, "bytes")
+        if a == b
+        else OutputComparison(name=n, original_sha256=a, rerun_sha256=b, verdict="differs", reason="bytes differ; this output has no band")
+        for n, a, b in _pairs(original, rerun)
+    ]
+
+
 def _pairs(original: ReceiptBase, rerun: ReceiptBase) -> list[tuple[str, str | None, str | None]]:
     """(name, original digest, re-run digest) per subject; repeated roles are numbered in order (``audio:base#1``)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from voxledger.schemas.audit import AsrAgreementResult, AuditParameters, AuditPolicy, AuditReceipt, AuditResult, Finding
 from voxledger.schemas.base import InputRef, utc_now
@@ -25,6 +25,11 @@ from voxledger.tasks.heap import keep_freed_memory
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
+from voxledger.tasks.stages.contract import corpus_only, need_corpus
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.reproduce import Preparation
 
 MANIFEST_MEDIA_TYPE = "application/vnd.voxledger.manifest+json"
 
@@ -204,3 +209,66 @@ def _line_count(files: tuple[Path, ...]) -> int:
         except OSError:
             pass
     return total
+
+
+# The stage contract (tasks/stages/contract.py).
+run = audit_corpus_fn
+inputs = corpus_only
+
+
+def verdict(out: StageOutcome[AuditReceipt]) -> None:
+    """Raise AuditFailedError (naming the receipt) unless the audit passed."""
+    from collections import Counter
+
+    from voxledger.schemas.errors import AuditFailedError
+
+    r = out.receipt.result
+    if r.verdict != "pass":
+        errors = r.counts_by_severity["error"]
+        by_code = Counter(f.code for f in r.findings if f.severity == "error")
+        warnings = r.counts_by_severity.get("warning", 0)
+        raise AuditFailedError(
+            f"audit of {out.receipt.parameters.corpus_name} failed: {errors} error finding(s) {dict(sorted(by_code.items()))}"
+            f" (and {warnings} warning(s)); receipt {out.receipt_id} (voxledger receipt show {out.receipt_id[:12]} lists them)",
+            receipt_id=out.receipt_id,
+        )
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``audit`` flow's arguments: the corpus (its manifest files checked) and the recorded policy."""
+    from voxledger.tasks.stages.reproduce import plan_ref
+
+    r = cast(AuditReceipt, prep.receipt)
+    _check_manifest_files(r, prep.rid, need_corpus(corpus, prep))
+    return {"corpus": str(corpus), "plan": plan_ref(home, r, "policy")}
+
+
+def compare(h: Home, s: Home, original: AuditReceipt, rerun: AuditReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """The verdict, the findings and the audited digests, which a re-run must equal."""
+    from voxledger.tasks.reproduction import compare as cmp
+
+    return cmp.compare_audit(original, rerun)
+
+
+def summary(receipt: AuditReceipt) -> str:
+    """The verdict and the findings by severity."""
+    r = receipt.result
+    counts = ", ".join(f"{n} {sev}(s)" for sev, n in sorted(r.counts_by_severity.items()) if n) or "no findings"
+    return f"{r.verdict}: {counts}"
+
+
+def _check_manifest_files(audit: AuditReceipt, rid: str, corpus: Path) -> None:
+    """Refuse ``corpus`` unless its manifest files hash to the ones the audit read."""
+    from voxledger.schemas.errors import ReproductionError
+    from voxledger.stores.hashing import sha256_file
+    from voxledger.tasks.corpus.manifests import load_corpus
+
+    loaded = load_corpus(corpus)
+    recorded = {i.sha256 for i in audit.inputs if i.role == "manifest_file"}
+    now = {f.relative_to(loaded.root).as_posix(): sha256_file(f) for f in loaded.manifest_files}
+    changed = sorted(name for name, sha in now.items() if sha not in recorded)
+    if changed or len(set(now.values())) != len(recorded):
+        raise ReproductionError(
+            f"corpus {corpus}: manifest file(s) {changed or sorted(now)} differ from the ones the audit read "
+            f"({len(recorded)} recorded by digest): this is not the corpus of receipt {rid[:12]}; give the original corpus"
+        )

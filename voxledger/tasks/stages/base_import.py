@@ -8,6 +8,9 @@ as this home's receipts: their own inputs, the demo corpus, are not in this home
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.shipped import BaseImportParameters, BaseImportReceipt
@@ -17,6 +20,12 @@ from voxledger.stores.trees import TREE_MEDIA_TYPE, put_tree
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.shipped_base import PLAN_FILE, RECEIPT_FILES, bundle_digest, bundle_folder, read_bundle, verify_bundle
 from voxledger.tasks.stage import StageOutcome, record, reuse
+from voxledger.tasks.stages.contract import never_stops
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.contract import StageContext
+    from voxledger.tasks.stages.reproduce import Preparation
 
 
 def import_shipped_base(home: Home, backend: BackendName, *, flow: str) -> StageOutcome[BaseImportReceipt]:
@@ -56,3 +65,31 @@ def import_shipped_base(home: Home, backend: BackendName, *, flow: str) -> Stage
         parameters=params,
     )
     return record(home, receipt)
+
+
+# The stage contract (tasks/stages/contract.py).
+run = import_shipped_base
+verdict = never_stops
+
+
+def inputs(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the backend whose shipped base the pipeline plan adapts."""
+    return {"backend": ctx.plan.shipped_base}
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``base`` flow's arguments: the backend whose shipped base was imported (its bundle is checked again)."""
+    return {"backend": cast(BaseImportReceipt, prep.receipt).parameters.backend}
+
+
+def compare(h: Home, s: Home, original: BaseImportReceipt, rerun: BaseImportReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """The imported tree and the bundle it came from, which must be the same bytes."""
+    from voxledger.tasks.reproduction.compare import compare_outputs
+
+    return compare_outputs(original, rerun)
+
+
+def summary(receipt: BaseImportReceipt) -> str:
+    """Which shipped base, by tree digest."""
+    p = receipt.parameters
+    return f"{p.backend} base {p.name}, tree {receipt.subject('base').sha256[:16]}"

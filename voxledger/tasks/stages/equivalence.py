@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import is_sha256_hex
@@ -20,6 +20,11 @@ from voxledger.tasks.equivalence.compare import compare_dirs
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record
+from voxledger.tasks.stages.contract import never_stops, not_in_pipeline
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.reproduce import Preparation
 
 
 def _as_dir(home: Home, ref: str, scratch: Path, name: str) -> tuple[Path, str]:
@@ -153,3 +158,45 @@ def attribute_adapter(
             cand_runtime=RuntimeDescriptor(name=f"{cand_runtime}-fed-forward"),
             flow=flow,
         )
+
+
+# The stage contract (tasks/stages/contract.py): run on its own, never by the pipeline.
+run = record_equivalence
+verdict = never_stops
+inputs = not_in_pipeline
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``equivalence`` flow's compare arguments: the recorded dump trees, runtimes and plan (by reference, under its file name)."""
+    import json
+
+    from voxledger.schemas.core import PlanReceipt
+    from voxledger.tasks.plans import PlanRef
+
+    r = cast(EquivalenceReceipt, prep.receipt)
+    plan_receipt = home.receipts.read(r.input("plan").sha256, PlanReceipt)
+    document = json.loads(home.blobs.get_bytes(plan_receipt.parameters.plan_sha256))
+    name = Path(plan_receipt.parameters.source_name).name
+    plan = PlanRef.of(EquivalencePlan.model_validate(document), name)  # the stored plan still validates
+    p = r.parameters
+    return {
+        "how": "compare",
+        "reference": p.reference_tree_sha256,
+        "candidate": p.candidate_tree_sha256,
+        "plan_file": plan,
+        "ref_runtime": p.reference.model_dump(mode="json"),
+        "cand_runtime": p.candidate.model_dump(mode="json"),
+    }
+
+
+def compare(h: Home, s: Home, original: EquivalenceReceipt, rerun: EquivalenceReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """Each stage's verdict and error figures, which a re-run on the same dumps must equal."""
+    from voxledger.tasks.reproduction.packaging import compare_equivalence
+
+    return compare_equivalence(original, rerun)
+
+
+def summary(receipt: EquivalenceReceipt) -> str:
+    """The overall band of the comparison, and the two runtimes."""
+    p = receipt.parameters
+    return f"{receipt.report.band}: {p.reference.name} ({p.reference.dtype}) vs {p.candidate.name} ({p.candidate.dtype})"

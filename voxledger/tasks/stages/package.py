@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -45,8 +46,14 @@ from voxledger.tasks.packaging.publish import publish_file
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import PackageOutcome, StageOutcome, reuse
+from voxledger.tasks.stages.contract import never_stops
 from voxledger.tasks.stages.equivalence import record_equivalence
 from voxledger.tasks.threads import torch_threads
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.contract import StageContext
+    from voxledger.tasks.stages.reproduce import Preparation
 
 PROBE_TEXT = "The salt breeze came across from the sea."
 PROBE_PLAN = EquivalencePlan(stages=(StageSpec(name="mel", kind="mel", cols=80), StageSpec(name="pcm", kind="pcm")))
@@ -281,3 +288,48 @@ def _manifest_sha(manifest: PackageManifest) -> str:
     from voxledger.schemas.canonical import canonical_digest
 
     return canonical_digest(manifest)
+
+
+# The stage contract (tasks/stages/contract.py).
+run = package_adapter_fn
+verdict = never_stops
+
+
+def inputs(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the adapter training run, the promoted checkpoint, the promotion and the evaluation receipts."""
+    promotion_rid, tree = ctx.winner()
+    return {"run_rid": ctx.rid("train_adapter"), "tree_sha": tree, "promotion_rid": promotion_rid, "eval_rids": (ctx.rid("evaluate"),)}
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``package`` flow's arguments: the recorded run, checkpoint, bound receipts and probe seed (never published)."""
+    from voxledger.schemas.errors import ReproductionError
+
+    p = cast(PackageReceipt, prep.receipt).parameters
+    if p.probe_text != PROBE_TEXT:
+        raise ReproductionError(
+            f"package receipt {prep.rid[:12]} probed with text {p.probe_text!r}; the package flow probes with {PROBE_TEXT!r} "
+            "and takes no other, so a re-run could not compare its checks: reproduce it with the code that wrote it"
+        )
+    return {
+        "run_rid": p.training_run,
+        "tree_sha": p.checkpoint_tree_sha256,
+        "promotion_rid": p.promotion_receipt,
+        "eval_rids": p.evaluation_receipts,
+        "retention": None,
+        "probe_seed": p.probe_seed,
+    }
+
+
+def compare(h: Home, s: Home, original: PackageReceipt, rerun: PackageReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """The package members, reload and merged-export checks, and the two equivalence receipts when both were recorded."""
+    from voxledger.tasks.reproduction.packaging import compare_package
+
+    ea, eb = original.result.equivalence_receipt, rerun.result.equivalence_receipt
+    pair = (h.receipts.read(ea, EquivalenceReceipt), s.receipts.read(eb, EquivalenceReceipt)) if ea and eb else None
+    return compare_package(original, rerun, (h.blobs.path_of, s.blobs.path_of), pair)
+
+
+def summary(receipt: PackageReceipt) -> str:
+    """The package's digest and its verdict."""
+    return f"package {receipt.subjects[0].sha256[:16] if receipt.subjects else '-'}: {receipt.status}"

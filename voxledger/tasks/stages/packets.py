@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.canonical import canonical_bytes, sha256_hex
@@ -43,6 +43,12 @@ from voxledger.tasks.listening.render import AudioRenderer
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import PacketSetOutcome, reuse
+from voxledger.tasks.stages.contract import never_stops
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.contract import StageContext
+    from voxledger.tasks.stages.reproduce import Preparation
 
 CSV_COLUMNS = ("rater_id", "packet_sha256", "trial", "position", "task", "criteria", "slot", "stimulus", "file", "reference_file")
 
@@ -279,3 +285,46 @@ def export_packets_for_evaluation(
         }
     out = export_packets(home, protocol, stimuli, out_dir, protocol_name=protocol_name, flow=flow)
     return {"receipt_id": out.receipt_id, "cached": out.cached, "packets": [str(p) for p in out.packet_dirs], "verified": out.verified}
+
+
+# The stage contract (tasks/stages/contract.py). Packet sets are not re-run (the row says why).
+run = export_packets_for_evaluation
+verdict = never_stops
+
+
+def inputs(ctx: StageContext) -> dict[str, Any] | None:
+    """Inputs: the evaluation receipt and the packets folder; runs only when the pipeline is given `--packets`."""
+    if not ctx.packets_dir:
+        return None
+    return {"out_dir": ctx.packets_dir, "evaluation_rid": ctx.rid("evaluate")}
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """Refused: a packet set is blinded with a fresh secret key and set id by design, so no re-run can equal it."""
+    from voxledger.schemas.errors import ReproductionError
+    from voxledger.schemas.stages import stage_row
+
+    row = stage_row(prep.stage)
+    raise ReproductionError(f"receipt {prep.rid[:12]} ({prep.stage}) is not re-run: {row.not_rerun if row else 'no stage row'}")
+
+
+def compare(h: Home, s: Home, original: PacketSetReceipt, rerun: PacketSetReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """Every stored output byte for byte (what a packet set would be judged by, were it deterministic)."""
+    from voxledger.tasks.reproduction import compare as cmp
+
+    return cmp.compare_outputs(original, rerun)
+
+
+def summary(receipt: PacketSetReceipt) -> str:
+    """The blinding-leak check of a packet set: verdict, worst gated AUC, hidden-reference correlation."""
+    lc = getattr(receipt.parameters, "leak_check", None)
+    if lc is None:
+        return "no leak check recorded"
+    gated = [w for w in lc.worst if w.gated]
+    worst = max(gated, key=lambda w: w.auc, default=None)
+    shown = f"max gated AUC {worst.auc:.3f} ({worst.feature}, {worst.a} vs {worst.b})" if worst else "no gated feature"
+    stated = f"; not removable, stated: {', '.join(s.split()[0] for s in lc.unremoved)}" if lc.unremoved else ""
+    return (
+        f"leak check {'passed' if lc.passed else 'FAILED'}: {shown}, threshold {lc.auc_max}; "
+        f"hidden-reference correlation max {lc.hidden_reference_correlation_max}{stated}"
+    )

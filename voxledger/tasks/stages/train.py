@@ -6,7 +6,7 @@ import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import InputRef, utc_now
@@ -38,7 +38,13 @@ from voxledger.tasks.corpus.sources import audio_digests, audio_tree
 from voxledger.tasks.plans import register_plan
 from voxledger.tasks.receipting import artifact, build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, damaged_outputs, record, reuse
+from voxledger.tasks.stages.contract import need_corpus, never_stops
 from voxledger.tasks.threads import torch_threads
+
+if TYPE_CHECKING:
+    from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
+    from voxledger.tasks.stages.contract import StageContext
+    from voxledger.tasks.stages.reproduce import Preparation
 
 if TYPE_CHECKING:
     import torch
@@ -272,3 +278,59 @@ def _resume_is_damaged(home: Home, run_dir: Path, run_key: str) -> bool:
 def _say(progress: Callable[[str], None] | None, message: str) -> None:
     if progress is not None:
         progress(message)
+
+
+# The stage contract (tasks/stages/contract.py): two rows (train_base, train_adapter) share this
+# module; each names its inputs, and ``stage_of`` tells their receipts apart.
+run = train_adapter_fn
+verdict = never_stops
+
+
+def base_inputs(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus and the audit's receipt; no base (it trains one from scratch)."""
+    return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": None}
+
+
+def adapter_inputs(ctx: StageContext) -> dict[str, Any]:
+    """Inputs: the corpus, the audit's receipt and the base (trained here, or the imported shipped base)."""
+    return {"corpus": ctx.corpus, "audit_rid": ctx.rid("audit"), "base_sha": ctx.base()}
+
+
+inputs = adapter_inputs
+
+
+def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
+    """The ``train`` flow's arguments: the corpus (checked against the audit), the audit, the plan and the base."""
+    from voxledger.tasks.stages.reproduce import check_corpus, plan_ref
+
+    r = cast(TrainingRunReceipt, prep.receipt)
+    audit_rid = r.parameters.bound.audit_receipt
+    check_corpus(home, home.receipts.read(audit_rid, AuditReceipt), need_corpus(corpus, prep))
+    return {"corpus": str(corpus), "audit_rid": audit_rid, "plan": plan_ref(home, r, "plan"), "base_sha": r.parameters.bound.base_sha256}
+
+
+def compare(h: Home, s: Home, original: TrainingRunReceipt, rerun: TrainingRunReceipt, bands: ReproductionBands) -> list[OutputComparison]:
+    """The CV curve and checkpoints, the best checkpoints also probed on one prompt (on the base a LoRA run adapted)."""
+    from voxledger.tasks.reproduction import compare as cmp
+    from voxledger.tasks.reproduction.probe import probe_adapters
+
+    backend, base_sha = original.parameters.backend, original.parameters.bound.base_sha256
+    base = (h.blobs, base_sha) if original.parameters.mode == "lora" and base_sha is not None else None
+    model = original.parameters.effective_config.get("model")
+    listed = model.get("speakers") if isinstance(model, dict) else None
+    speaker = str(listed[0]) if isinstance(listed, list) and listed else None
+
+    def probe(a: str, b: str) -> tuple[str, str]:
+        return probe_adapters(backend, base, (h.blobs, a), (s.blobs, b), bands, speaker=speaker)
+
+    return cmp.compare_training(original, rerun, bands, probe)
+
+
+def summary(receipt: TrainingRunReceipt) -> str:
+    """Epochs, steps, the CV-loss curve's ends and why it stopped."""
+    t, eff = receipt.result, receipt.parameters.effective_config
+    precision = eff.get("precision_effective") if isinstance(eff, dict) else None
+    return (
+        f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
+        f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}" + (f", {precision}" if precision else "")
+    )
