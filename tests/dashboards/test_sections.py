@@ -84,7 +84,7 @@ def test_dashboard_shows_what_exists_not_what_was_planned(tmp_path: Path) -> Non
     with catalog.connect(read_only=True) as con:
         assert q.packet_sets(con) == 0
         listening = _listening(q.listening_scores(con), q.packet_sets(con))
-        html = _packages(q.packages(con), [])
+        html = _packages(q.packages(con), q.model_lines(con), [])
     assert "no packets exported yet" in listening and "are exported" not in listening
     assert html.count("unpromoted: passed no gate") == 1  # only the package built without a promotion
     assert promo_rid[:12] in html

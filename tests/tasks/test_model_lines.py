@@ -4,16 +4,19 @@ with its history attributed to its lines."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
 from tests.corpus_factory import build_small_corpus
 from tests.tasks.test_promotion import PASSING, policy
 from tests.tasks.test_training import audited, base_plan, lora_plan
+from voxledger.cli import main
 from voxledger.schemas.errors import GateFailedError
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
 from voxledger.stores import catalog as catalog_module
@@ -149,3 +152,34 @@ def test_a_promotion_receipt_written_before_lines_joins_its_runs_line(two_voices
     old = out.receipt.model_copy(update={"parameters": out.receipt.parameters.model_copy(update={"line": None})})
     assert "line" not in old.parameters.model_dump(mode="json")  # an older receipt's digest is unchanged
     assert promotion_line(old, home.blobs.get_bytes) == "spk_u/tiny"
+
+
+def test_alias_history_champion_at_and_the_dashboard_name_the_line(
+    two_voices: tuple[Home, dict[str, tuple[Path, str]], str], tmp_path: Path
+) -> None:
+    from voxledger.dashboards.report import build_dashboard
+
+    home, runs, _ = two_voices
+    for line, (corpus, run) in runs.items():
+        promote_adapter_fn(home, run, line_policy(line, f"first-{line[:5]}"), policy_name=f"first-{line[:5]}.yaml", corpus=corpus)
+
+    def cli(*args: str) -> Any:
+        res = CliRunner().invoke(main, ["--home", str(home.root), *args])
+        return res.exit_code, json.loads(res.output) if res.exit_code == 0 else res.output
+
+    code, rows = cli("alias", "history", "spk_u/tiny:champion", "--json")
+    assert code == 0 and rows and {(r["line"], r["alias"]) for r in rows} == {("spk_u/tiny", "champion")}
+    assert cli("alias", "history", "--line", "spk_t/tiny", "--json")[1] == [
+        r for r in cli("alias", "history", "--json")[1] if r["line"] == "spk_t/tiny"
+    ]
+    code, text = cli("alias", "history", "champion", "--line", "nobody/tiny")
+    assert code == 1 and "no alias 'champion' in line nobody/tiny" in text and "spk_t/tiny:champion" in text
+    code, champs = cli("provenance", "champion-at", "2100-01-01T00:00:00Z", "--json")
+    assert code == 0 and [c["line"] for c in champs] == ["spk_t/tiny", "spk_u/tiny"]
+    assert {c["target_sha256"] for c in champs} == {alias_state(home, line, "champion").target_sha256 for line in runs}  # type: ignore[union-attr]
+    assert [c["line"] for c in cli("provenance", "champion-at", "2100-01-01T00:00:00Z", "--line", "spk_u/tiny", "--json")[1]] == [
+        "spk_u/tiny"
+    ]
+    page = build_dashboard(home.catalog, tmp_path / "dash.html").read_text()
+    lines_section = page.split("<h3>Model lines", 1)[1].split("<h3>Alias history", 1)[0]
+    assert "spk_t/tiny" in lines_section and "spk_u/tiny" in lines_section

@@ -75,18 +75,19 @@ def speaker_cmd(ctx: click.Context, speaker: str, as_json: bool) -> None:
 @provenance.command("champion-at")
 @click.argument("when")
 @click.option("--alias", default="champion", show_default=True)
+@click.option("--line", default=None, help="One model line (VOICE/BACKEND, e.g. joe/tiny); default: every line.")
 @json_option("the rows")
 @click.pass_context
-def champion_at_cmd(ctx: click.Context, when: str, alias: str, as_json: bool) -> None:
-    """What the alias pointed at on a date, and why.
+def champion_at_cmd(ctx: click.Context, when: str, alias: str, line: str | None, as_json: bool) -> None:
+    """What the alias pointed at on a date in each model line, and why.
 
-    Example: voxledger provenance champion-at 2026-12-01T00:00:00Z
+    Example: voxledger provenance champion-at 2026-12-01T00:00:00Z --line joe/tiny
     """
     from voxledger.stores.provenance import champion_at
 
     with open_home(ctx, existing=True).catalog.connect(read_only=True) as con:
-        row = champion_at(con, alias, when)
-    _show([row] if row else [], as_json, f"{alias} at {when}")
+        rows = champion_at(con, alias, when, line)
+    _show(rows, as_json, f"{alias} at {when}" + (f" in line {line}" if line else ""))
 
 
 @provenance.command("normaliser")

@@ -30,7 +30,7 @@ SECTIONS = (
     ("audio", "Listen: candidates side by side"),
     ("equivalence", "Equivalence bands"),
     ("listening", "Listening tests"),
-    ("packages", "Packages and aliases"),
+    ("packages", "Packages and model lines"),
     ("reproductions", "Reproductions: receipts re-run and their verdicts"),
     ("lineage", "Lineage of the latest package, from corpus to ratings"),
 )
@@ -56,7 +56,7 @@ def build_dashboard(catalog: Catalog, out: Path, *, blobs: BlobReader | None = N
             "audio": audio.players(con, ev, blobs, prompts=audio_prompts),
             "equivalence": decisions.equivalence(con),
             "listening": _listening(q.listening_scores(con), q.packet_sets(con)),
-            "packages": _packages(q.packages(con), q.alias_history(con)),
+            "packages": _packages(q.packages(con), q.model_lines(con), q.alias_history(con)),
             "reproductions": _reproductions(q.reproductions(con)),
             "lineage": lineage(con),
         }
@@ -94,6 +94,7 @@ def _listening(rows: list[q.Row], packet_sets: int) -> str:
 
 PACKAGE_COLUMNS = [
     "package_sha256",
+    "line",
     "backend",
     "size_bytes",
     "reload_bitwise_equal",
@@ -110,7 +111,9 @@ PACKAGE_HEADERS = {
     "published_name": "published as",
     "finished_at": "finished",
 }
-MOVE_COLUMNS = ["alias", "target_sha256", "moved_at", "reason", "receipt_sha256"]
+MOVE_COLUMNS = ["line", "alias", "target_sha256", "moved_at", "reason", "receipt_sha256"]
+LINE_COLUMNS = ["line", "champion", "candidate", "moves", "last_moved_at"]
+LINE_HEADERS = {"last_moved_at": "last move"}
 MOVE_HEADERS = {"target_sha256": "target", "moved_at": "moved", "receipt_sha256": "receipt"}
 
 
@@ -120,11 +123,20 @@ def _promotion(value: object) -> str:
     return digest(str(value))
 
 
-def _packages(pkgs: list[q.Row], moves: list[q.Row]) -> str:
+def _packages(pkgs: list[q.Row], lines: list[q.Row], moves: list[q.Row]) -> str:
     cells = {"reload_bitwise_equal": status, "package_sha256": digest, "promotion": _promotion}
     package_table = table(pkgs, PACKAGE_COLUMNS, cells, empty="no packages yet", headers=PACKAGE_HEADERS)
+    line_table = table(
+        lines, LINE_COLUMNS, {"champion": digest, "candidate": digest}, empty="no model line has moved an alias yet", headers=LINE_HEADERS
+    )
     move_table = table(moves, MOVE_COLUMNS, empty="no alias moves yet", headers=MOVE_HEADERS)
-    return package_table + "<h3>Alias history</h3>" + move_table
+    return (
+        package_table
+        + "<h3>Model lines (one voice on one backend, each with its own aliases)</h3>"
+        + line_table
+        + "<h3>Alias history</h3>"
+        + move_table
+    )
 
 
 REPRODUCTION_COLUMNS = [

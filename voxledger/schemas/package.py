@@ -57,6 +57,9 @@ class PackageBinding(Frozen):
     audit_receipt: Sha256
     evaluation_receipts: tuple[Sha256, ...] = ()
     promotion_receipt: Sha256 | None = None
+    line: str | None = Field(
+        default=None, exclude_if=lambda v: v is None, description="the model line (VOICE/BACKEND) the adapter belongs to"
+    )
     plan_sha256: Sha256
     data_manifest_sha256: Sha256
     audio_tree_sha256: Sha256

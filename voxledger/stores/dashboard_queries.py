@@ -165,21 +165,40 @@ def audio_clips(con: duckdb.DuckDBPyConnection, evaluation_sha256: str, prompts:
 def alias_history(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
     """The newest alias moves."""
     return _rows(
-        con, "SELECT line, alias, target_sha256, moved_at, reason, receipt_sha256 FROM alias_history ORDER BY moved_at DESC LIMIT ?", [limit]
+        con,
+        "SELECT line, alias, target_sha256, moved_at, reason, receipt_sha256 FROM alias_history ORDER BY moved_at DESC LIMIT ?",
+        [limit],
+    )
+
+
+def model_lines(con: duckdb.DuckDBPyConnection) -> list[Row]:
+    """Every model line with where its champion and candidate point now, and its moves."""
+    return _rows(
+        con,
+        """
+        SELECT l.line, c.target_sha256 AS champion, d.target_sha256 AS candidate, l.moves, l.last_moved_at
+        FROM model_lines l
+        LEFT JOIN aliases c ON c.line = l.line AND c.alias = 'champion'
+        LEFT JOIN aliases d ON d.line = l.line AND d.alias = 'candidate'
+        ORDER BY l.line""",
     )
 
 
 def packages(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[Row]:
-    """The newest packages with their reload check, equivalence band and the promotion that let them
-    through (None: built with --unpromoted from a checkpoint that passed no gate)."""
+    """The newest packages with their model line, reload check, equivalence band and the promotion that
+    let them through (None: built with --unpromoted from a checkpoint that passed no gate)."""
     return _rows(
         con,
         """
-        SELECT p.package_sha256, p.backend, p.size_bytes, p.reload_bitwise_equal, p.equivalence_band,
-               (SELECT min(e.src) FROM edges e
-                 WHERE e.dst = p.receipt_sha256 AND e.role = 'promotion' AND e.direction = 'input') AS promotion,
-               p.published_name, p.finished_at
-        FROM packages p ORDER BY p.finished_at DESC LIMIT ?""",
+        SELECT p.package_sha256, a.line, p.backend, p.size_bytes, p.reload_bitwise_equal, p.equivalence_band,
+               a.receipt_sha256 AS promotion, p.published_name, p.finished_at
+        FROM packages p LEFT JOIN (
+            -- the line the promotion names; one written before lines: the line its moves were given
+            SELECT e.dst, min(e.src) AS receipt_sha256, coalesce(min(r.doc->>'$.parameters.line'), min(h.line)) AS line FROM edges e
+            LEFT JOIN receipts r ON r.receipt_sha256 = e.src LEFT JOIN alias_history h ON h.receipt_sha256 = e.src
+            WHERE e.role = 'promotion' AND e.direction = 'input' GROUP BY e.dst
+        ) a ON a.dst = p.receipt_sha256
+        ORDER BY p.finished_at DESC LIMIT ?""",
         [limit],
     )
 

@@ -24,6 +24,7 @@ from voxledger.schemas.package import (
     PackageManifest,
     PackageMember,
 )
+from voxledger.schemas.promotion import model_line
 from voxledger.schemas.training import BackendName
 from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.identity import code_identity
@@ -187,6 +188,7 @@ def build_manifest_and_members(store: LocalBlobStore, request: PackageRequest) -
             audit_receipt=b["audit_receipt"],
             evaluation_receipts=tuple(sorted(request.evaluation_receipts)),
             promotion_receipt=request.promotion_receipt,
+            line=model_line(config["new_speaker"], p["backend"]),
             plan_sha256=b["plan_sha256"],
             data_manifest_sha256=b["manifest_sha256"],
             audio_tree_sha256=b["audio_tree_sha256"],
