@@ -75,7 +75,7 @@ def line_of(run: TrainingRunReceipt, run_rid: str, policy: PromotionPolicy, poli
         raise GateFailedError(
             f"policy {policy_name} promotes into line {policy.line}, but run {run_rid[:16]} trained voice "
             f"{run_voice(run) or BASE_VOICE!r} on {run.parameters.backend} (line {own}); pass that line's policy "
-            "(`voxledger init` wrote one per corpus: plans/<corpus>/promote.yaml)"
+            "(`voxledger init` wrote one per corpus: plans-<corpus>/promote.yaml)"
         )
     return own
 
