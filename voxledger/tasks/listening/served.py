@@ -5,7 +5,8 @@ A rater's browser holds a cookie (given for the capability link) and the id of t
 every event it posts is numbered, timed here on arrival and checked against the rater's state
 (the trial on screen, the samples played to the end) before it is journalled. When the last trial
 is rated, the journal becomes a ``voxledger.submission/1`` file sealed with the rater's token, the
-same file the static page exports, so ``voxledger ratings aggregate`` reads it unchanged.
+same file the static page exports, so ``voxledger ratings aggregate`` reads it unchanged. Files that
+hold a token or a link secret (submissions, ``links.txt``) are written mode 0600.
 """
 
 from __future__ import annotations
@@ -365,9 +366,12 @@ class ServedSet:
         data = json.dumps(self.submission(rater_id), indent=1).encode("utf-8")
         path = self.submission_path(rater_id)
         if path.is_file() and path.read_bytes() == data:
+            os.chmod(path, 0o600)  # a file an older version wrote readable by all holds the packet's token
             return path
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        tmp.unlink(missing_ok=True)  # a kill's leftover; O_EXCL below then creates it 0600 whatever the umask
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -44,6 +44,7 @@ COMMON_HEADERS = {
 PAGE_CSP = "frame-ancestors 'none'"  # the page's own policy is in its <meta>; this part only works as a header
 OPERATOR_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers together, as sent (h11 only caps what is still incomplete)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ class ServerApp:
         ]
         self.app = Starlette(routes=routes, exception_handlers={404: self.not_found, 405: self.not_found})
         self.app.add_middleware(_Headers)
+        self.app.add_middleware(_HeaderCap)
         self.aggregator.kick()  # submissions finished before a restart are aggregated again (a cache hit when unchanged)
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
@@ -333,6 +335,32 @@ class ServerApp:
         return JSONResponse(self.status(), headers={"Cache-Control": "no-store"})
 
 
+class _HeaderCap:
+    """Refuse (431) a request whose request line and headers exceed ``MAX_HEADER_BYTES``.
+
+    uvicorn's h11 limit applies only while a head is still arriving: a 17-64 KiB head that comes in
+    one read is parsed whole and would pass, so the cap is applied here to every request.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            size = head_bytes(scope)
+            if size > MAX_HEADER_BYTES:
+                body = {"error": f"request line and headers are {size} bytes; at most {MAX_HEADER_BYTES} are accepted", "code": "too_large"}
+                await JSONResponse(body, status_code=431, headers=COMMON_HEADERS)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def head_bytes(scope: Any) -> int:
+    """The size of a request's line and headers as HTTP/1.1 writes them (``name: value\r\n`` each)."""
+    line = len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + 12
+    return line + sum(len(k) + len(v) + 4 for k, v in scope.get("headers", []))
+
+
 class _Headers:
     """The same security headers on every response, and no ``Server`` header (uvicorn's is off)."""
 
@@ -429,7 +457,7 @@ def run_server(server: ServerApp, host: str, port: int, announce: Callable[[str]
         access_log=False,
         server_header=False,
         timeout_keep_alive=5,
-        h11_max_incomplete_event_size=16 * 1024,  # request line and headers
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # a head still arriving; _HeaderCap checks a whole one
         limit_concurrency=1000,
         lifespan="off",
     )

@@ -44,6 +44,7 @@ from voxledger.tasks.listening.plausibility import check_log
 MAX_SUBMISSION_BYTES = 20_000_000
 MAX_JSON_INTEGER = 2**53 - 1  # RFC 8785 (I-JSON): larger integers have no exact canonical form
 MAX_JSON_DEPTH = 32  # the page writes 3 levels (object, ratings/log array, row object)
+MAX_JSON_TEXT = 1024  # characters in any key or string: the longest the page writes is a user agent (~200)
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,9 @@ def parse_json(data: bytes) -> object:
     """Decode UTF-8 JSON (a leading byte order mark is allowed) into the values a submission can hold.
 
     PacketError for a file over ``MAX_SUBMISSION_BYTES``, nested deeper than ``MAX_JSON_DEPTH``,
-    not UTF-8 JSON, with NaN, Infinity or an integer beyond +-2^53, or with a string that is not
-    valid Unicode (a lone surrogate written as an escape).
+    not UTF-8 JSON, with a key given twice in one object (which one counts differs between readers),
+    with NaN, Infinity or an integer beyond +-2^53, with a key or string longer than ``MAX_JSON_TEXT``
+    characters, or with a string that is not valid Unicode (a lone surrogate written as an escape).
     """
     if len(data) > MAX_SUBMISSION_BYTES:
         raise PacketError(f"file is {len(data)} bytes, more than the {MAX_SUBMISSION_BYTES} a submission can be")
@@ -170,13 +172,29 @@ def parse_json(data: bytes) -> object:
             f"JSON nested {depth} levels deep; a submission nests at most {MAX_JSON_DEPTH}, so this file was not written by the page"
         )
     try:
-        raw = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+        raw = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except DuplicateKeyError as exc:
+        raise PacketError(str(exc)) from None
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise PacketError(f"not UTF-8 JSON ({str(exc)[:200]})") from exc
     bad = _bad_value(raw)
     if bad:
         raise PacketError(bad)
     return raw
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in pairs:
+        if k in out:
+            shown = k[:40] + ("..." if len(k) > 40 else "")
+            raise DuplicateKeyError(f"duplicate key {shown!r} in one JSON object: a reader could take either value; export the file again")
+        out[k] = v
+    return out
 
 
 def _bad_value(value: object) -> str | None:
@@ -191,10 +209,16 @@ def _bad_value(value: object) -> str | None:
             continue
         if isinstance(v, int) and abs(v) > MAX_JSON_INTEGER or isinstance(v, float) and not math.isfinite(v):
             return f"number out of range at {where} ({v}): every number must be finite and integers within +-2^53; export the file again"
+        if isinstance(v, str) and len(v) > MAX_JSON_TEXT:
+            return f"text at {where} is {len(v)} characters; a submission's text holds at most {MAX_JSON_TEXT}; export the file again"
         if isinstance(v, str) and not _is_unicode(v):
             return f"text at {where} is not valid Unicode (a lone surrogate escape such as \\ud800); export the file again"
         if isinstance(v, dict):
             for k in v:
+                if len(k) > MAX_JSON_TEXT:
+                    return (
+                        f"a key at {where} is {len(k)} characters; a submission's text holds at most {MAX_JSON_TEXT}; export the file again"
+                    )
                 if not _is_unicode(k):
                     return f"a key at {where} is not valid Unicode (a lone surrogate escape such as \\ud800); export the file again"
             todo.extend((x, f"{where}.{k}") for k, x in reversed(list(v.items())))
