@@ -205,3 +205,28 @@ def test_a_forged_but_well_formed_promotion_is_never_served(setup: tuple[Home, P
     assert any("contradicts itself" in h for h in heard), heard
     with pytest.raises(ReceiptError, match="parts disagree"):
         record(home, forged)
+
+
+def test_a_failed_gate_names_the_closest_challenger_in_lines_never_cut(setup: tuple[Home, Path, str, str]) -> None:
+    """The hint names the challenger closest to passing (most rules passed, then lowest CV loss), not the
+    first one, and every line fits the error boundary's cap: nothing is cut mid-sentence."""
+    from voxledger.cli import MAX_LINE_CHARS, bounded
+    from voxledger.tasks.stages.promote import best_challenger, verdict
+
+    home, corpus, _, run = setup
+    rules = (*PASSING, *IMPOSSIBLE, *UNMEASURED, GateRule(metric="cer:basic", statistic="delta_high", op="<=", threshold=-5.0))
+    both_epochs = policy(rules, name="many-rules").model_copy(update={"best_k": 2})  # two challengers to choose between
+    out = promote_adapter_fn(home, run, both_epochs, policy_name="many-rules.yaml", corpus=corpus)
+    assert out.receipt.status == "failed" and len(out.receipt.error or "") > MAX_LINE_CHARS  # one line would have been cut
+    best = best_challenger(out.receipt.result)
+    assert best is not None
+    ranked = sorted(out.receipt.result.challengers, key=lambda d: (-sum(r.passed for r in d.rules), d.cv_loss, d.epoch))
+    assert len(ranked) == 2 and best == ranked[0]
+    with pytest.raises(GateFailedError) as err:
+        verdict(out)
+    message = str(err.value)
+    assert bounded(message) == message and all(len(line) <= MAX_LINE_CHARS for line in message.splitlines())
+    assert f"closest: {best.name} (tree {best.tree_sha256[:16]}" in message
+    assert all(r.detail[:60] in message for r in best.rules if not r.passed)
+    assert f"next: voxledger receipt show {out.receipt_id[:16]}" in message
+    assert f"--bind adapter={best.tree_sha256[:16]}" in message

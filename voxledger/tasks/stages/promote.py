@@ -444,19 +444,41 @@ def inputs(ctx: StageContext) -> dict[str, Any]:
     return {"corpus": ctx.corpus, "run_rid": ctx.rid("train_adapter")}
 
 
+def best_challenger(result: PromotionResult) -> ChallengerDecision | None:
+    """The challenger closest to passing: the most rules passed, then the lowest CV loss."""
+    if not result.challengers:
+        return None
+    return min(result.challengers, key=lambda d: (-sum(r.passed for r in d.rules), d.cv_loss, d.epoch))
+
+
+def failure_hint(rid: str, receipt: PromotionReceipt) -> str:
+    """What a failed gate says: one short line per fact (the best challenger, each rule it failed) and
+    one per complete next command, so no line is long enough to be cut by the error boundary."""
+    best = best_challenger(receipt.result)
+    lines = [f"no challenger passed every gate (promotion receipt {rid[:16]}, {len(receipt.result.challengers)} challenger(s))"]
+    if best is not None:
+        failed = [r for r in best.rules if not r.passed]
+        lines.append(
+            f"closest: {best.name} (tree {best.tree_sha256[:16]}, CV loss {best.cv_loss:.4f}) failed {len(failed)} of {len(best.rules)} rule(s):"
+        )
+        lines += [f"  {r.detail[:240]}" for r in failed]
+    base = receipt.parameters.serving_base_sha256
+    lines.append(f"next: voxledger receipt show {rid[:16]}   (every challenger's rule values)")
+    if best is not None:
+        lines.append(
+            f"next: voxledger eval run EVAL_PLAN --corpus CORPUS --bind base={base[:16] if base else 'BASE'} "
+            f"--bind adapter={best.tree_sha256[:16]}   (listen to it; docs/own-corpus.md)"
+        )
+    lines.append("or train longer or on more clips and run the pipeline again")
+    return "\n".join(lines)
+
+
 def verdict(out: StageOutcome[PromotionReceipt]) -> None:
-    """Raise GateFailedError (naming the receipt) unless a challenger was promoted."""
+    """Raise GateFailedError (naming the receipt and the challenger closest to passing) unless a challenger was promoted."""
     from voxledger.schemas.errors import GateFailedError
 
     if out.receipt.result.promoted is None:
-        rid = out.receipt_id
-        best = out.receipt.result.challengers[0].tree_sha256[:16] if out.receipt.result.challengers else "TREE"
-        raise GateFailedError(
-            f"{out.receipt.error}; receipt {rid}. Next: see each rule's value with `voxledger receipt show {rid[:12]}`; "
-            "train longer or on more clips and run the pipeline again, or evaluate a checkpoint by hand "
-            f"(`voxledger eval run EVAL_PLAN --corpus CORPUS --bind base=BASE --bind adapter={best}`, docs/own-corpus.md)",
-            receipt_id=rid,
-        )
+        raise GateFailedError(failure_hint(out.receipt_id, out.receipt), receipt_id=out.receipt_id)
 
 
 def rerun_arguments(home: Home, prep: Preparation, corpus: Path | None) -> dict[str, Any]:
