@@ -183,3 +183,17 @@ def test_alias_history_champion_at_and_the_dashboard_name_the_line(
     page = build_dashboard(home.catalog, tmp_path / "dash.html").read_text()
     lines_section = page.split("<h3>Model lines", 1)[1].split("<h3>Alias history", 1)[0]
     assert "spk_t/tiny" in lines_section and "spk_u/tiny" in lines_section
+
+
+def test_train_offers_the_policy_of_its_own_line(tmp_path: Path) -> None:
+    """`train`'s next hint names --policy: the policy beside the training plan for the run's line."""
+    import yaml
+
+    from voxledger.tasks.stages.promote import policies_beside
+
+    for line in VOICES:
+        speaker = VOICES[line][0]
+        (tmp_path / f"promote-{speaker}.yaml").write_text(yaml.safe_dump(line_policy(line, f"p-{speaker}").model_dump(mode="json")))
+    (tmp_path / "train-adapter.yaml").write_text(yaml.safe_dump(lora_plan().model_dump(mode="json")))
+    assert policies_beside(tmp_path / "train-adapter.yaml", "spk_u/tiny") == [tmp_path / "promote-spk_u.yaml"]
+    assert policies_beside(tmp_path / "train-adapter.yaml", "nobody/tiny") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from voxledger.cli.common import (
     resolve_receipt,
     run_flow,
 )
+
+if TYPE_CHECKING:
+    from voxledger.schemas.training import TrainingRunReceipt
 
 console = cli_console()
 PLANS = plans_dir()
@@ -53,7 +57,19 @@ def train(ctx: click.Context, corpus: Path, audit_rid: str, plan_file: Path, bas
     click.echo(f"best checkpoint (epoch {r.result.best_epoch}): {summary['best']}")
     click.echo(f"last checkpoint: {summary['last']}")
     click.echo(f"receipt {out.receipt_id}")
-    click.echo(f"next: voxledger promote {out.receipt_id[:12]} --corpus {corpus}")
+    if r.parameters.mode == "lora":
+        click.echo(f"next: voxledger promote {out.receipt_id[:16]} --policy {_policy_for(plan_file, r)} --corpus {corpus}")
+
+
+def _policy_for(plan_file: Path, run: TrainingRunReceipt) -> str:
+    """The promotion policy beside the training plan for this run's model line (the one that names
+    the line, else the only one there), or a placeholder that says what to pass."""
+    from voxledger.schemas.promotion import model_line
+    from voxledger.tasks.stages.promote import policies_beside, run_voice
+
+    line = model_line(run_voice(run), run.parameters.backend)
+    found = policies_beside(plan_file, line)
+    return str(found[0]) if len(found) == 1 else f"PROMOTION_POLICY.yaml   (the policy of line {line})"
 
 
 COMMANDS = (train,)

@@ -80,6 +80,23 @@ def line_of(run: TrainingRunReceipt, run_rid: str, policy: PromotionPolicy, poli
     return own
 
 
+def policies_beside(plan_file: Path, line: str) -> list[Path]:
+    """The promotion policies in a training plan's folder that promote into ``line`` (naming it, or
+    naming no line): what a ``train`` hint offers for ``--policy``."""
+    from voxledger.schemas.errors import VoxledgerError
+    from voxledger.tasks.plans import load_plan
+
+    found = []
+    for path in sorted(plan_file.parent.glob("*.yaml")):
+        try:
+            policy = load_plan(path, PromotionPolicy)
+        except VoxledgerError:
+            continue  # another kind of plan (or not a valid policy): not offered
+        if policy.line in (None, line):
+            found.append(path)
+    return found
+
+
 def select_challengers(home: Home, run: TrainingRunReceipt, policy: PromotionPolicy) -> list[tuple[str, CheckpointReceipt]]:
     """Best-k epochs by CV loss plus the last epoch (deduplicated), as (receipt id, receipt)."""
     ids = [r.sha256 for r in run.inputs if r.role.startswith("checkpoint:")]
