@@ -19,7 +19,18 @@ from voxledger.tasks.metrics.registry import EXTRACTORS, ExtractorDef, MetricDef
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 # receipt kinds whose documents are the whole record (no typed table beyond receipts/edges/artifacts)
-UNPROJECTED = {"ingest", "plan", "prune", "packet_set", "submission", "corpus_prepare", "pipe_materialise", "base_import", "reproduction"}
+UNPROJECTED = {
+    "ingest",
+    "plan",
+    "prune",
+    "packet_set",
+    "submission",
+    "corpus_prepare",
+    "pipe_materialise",
+    "base_import",
+    "reproduction",
+    "adapter_export",
+}
 
 
 def test_the_page_names_every_registry() -> None:
@@ -45,7 +56,7 @@ def test_backends_registry_matches_the_plan_schema() -> None:
 
 
 def test_receipt_kinds_are_listed_once_with_schema_and_projection() -> None:
-    assert len(RECEIPT_TYPES) == len(KINDS) == 18
+    assert len(RECEIPT_TYPES) == len(KINDS) == 19
     assert sorted(f"{k}.v1.schema.json" for k in KINDS) == sorted(schema_files())
     projected = set(PROJECTORS)
     assert projected <= set(KINDS), projected - set(KINDS)

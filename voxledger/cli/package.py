@@ -167,6 +167,12 @@ def _package_receipt(ctx: click.Context, sha256: str) -> tuple[str | None, dict[
     default=None,
     help="DSSE envelope (default PACKAGE.dsse.json).",
 )
+@click.option(
+    "--signature",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="For a folder: its OMS signature (default DIR/model.sig).",
+)
 @click.option("--reproduce", is_flag=True, help="Also re-run each evaluation the package binds and report which of its claims hold here.")
 @click.option(
     "--corpus",
@@ -182,6 +188,7 @@ def verify(
     package_ref: str,
     key: Path | None,
     attestation: Path | None,
+    signature: Path | None,
     reproduce: bool,
     corpus: Path | None,
     deep: bool,
@@ -190,13 +197,22 @@ def verify(
     """Re-hash every member against the manifest (naming any that differ) and, for a package named by
     digest, the whole file against that digest; optionally check a signature. With --reproduce,
     re-derive the package's evaluation claims here (exit status 1 when one does not hold).
+    A folder (a `package export`, or an unpacked package) is checked against its OMS signature
+    (DIR/model.sig) with --key, an ECDSA public key, by the model-signing library's own verifier.
 
     Example: voxledger package verify releases/t-lora-spk_t-613c67a6.tar --key release.pub
+
+    Example: voxledger package verify ./spk_t-peft --key ./keys/oms.pub
 
     Example: voxledger package verify releases/t-lora-spk_t-613c67a6.tar --reproduce --corpus ./demo/corpus
     """
     from voxledger.tasks.packaging.attest import verify_envelope
 
+    if Path(package_ref).is_dir():
+        _verify_folder(Path(package_ref), key, signature, as_json)
+        return
+    if signature is not None:
+        raise click.UsageError("--signature names an OMS model.sig, which signs a folder: give the folder (`package sign` wrote it)")
     path, in_store, verified = _verified_package(ctx, package_ref)
     signed_by = None
     if key is not None:
@@ -233,6 +249,20 @@ def verify(
         emit_json(result)
     if reproduce and any(not c["holds"] for c in result["claims"]):
         ctx.exit(1)
+
+
+def _verify_folder(folder: Path, key: Path | None, signature: Path | None, as_json: bool) -> None:
+    """``package verify DIR``: the folder's OMS signature, checked by the model-signing library."""
+    from voxledger.tasks.packaging.oms import SIGNATURE_NAME, verify_folder
+
+    if key is None:
+        raise click.UsageError(f"{folder} is a folder: its OMS signature is checked with --key (the ECDSA public key)")
+    n = verify_folder(folder, key, signature)
+    sig = signature or folder / SIGNATURE_NAME
+    if as_json:
+        emit_json({"folder": str(folder), "signature": str(sig), "files": n, "signature_key": str(key), "format": "oms-v1.0"})
+    else:
+        click.echo(f"ok: {folder}: OMS signature {sig} verified with {key} over {n} file(s)")
 
 
 def _reproduce_claims(
@@ -324,19 +354,95 @@ def attest(ctx: click.Context, package_ref: str, key: Path | None, output: Path 
     click.echo(f"wrote {output} ({'signed DSSE envelope' if key else 'unsigned statement'}) for {verified.sha256}")
 
 
+@package.command("export")
+@click.argument("package_ref", metavar="PACKAGE")
+@click.argument("dest", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["peft"]),
+    default="peft",
+    show_default=True,
+    help="peft: a folder peft.PeftModel.from_pretrained loads, with a model card (README.md) built from the receipts.",
+)
+@json_option("the result")
+@click.pass_context
+def export(ctx: click.Context, package_ref: str, dest: Path, fmt: str, as_json: bool) -> None:
+    """Write a package out as a folder another ecosystem loads; DIR must not exist. Recorded as an adapter_export receipt.
+
+    The same package always gives the same folder (same tree digest).
+
+    Example: voxledger package export releases/t-lora-spk_t-613c67a6.tar --format peft ./spk_t-peft
+    """
+    from voxledger.tasks.packaging.peft_export import check_destination
+
+    check_destination(dest)
+    path, in_store = _locate(ctx, package_ref)
+    package_arg = path.parent.name + path.name if in_store else str(path.absolute())
+    out = run_flow(ctx, "voxledger.flows.package_export:export_package", package_arg, str(dest.absolute()), fmt, quiet=as_json)
+    r = out.receipt.result
+    summary = {
+        "receipt": out.receipt_id,
+        "cached": out.cached,
+        "package_sha256": out.receipt.parameters.package_sha256,
+        "folder": str(dest),
+        "tree_sha256": r.tree_sha256,
+        "files": [f.path for f in r.files],
+        "base_model_name_or_path": r.base_model_name_or_path,
+        "gate_verdict": r.gate_verdict,
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"wrote {dest} ({fmt}: {', '.join(summary['files'])}), tree {r.tree_sha256}{' [cached]' if out.cached else ''}")
+    click.echo(f"base {r.base_model_name_or_path}; gate verdict: {r.gate_verdict}; {len(r.not_measured)} thing(s) not measured (README.md)")
+    click.echo(f"receipt {out.receipt_id}")
+
+
 @package.command("keygen")
 @click.argument("prefix", type=click.Path(dir_okay=False, path_type=Path))
-def keygen(prefix: Path) -> None:
-    """Write an ed25519 key pair: PREFIX.key (private, mode 0600) and PREFIX.pub.
+@click.option(
+    "--type",
+    "key_type",
+    type=click.Choice(["ed25519", "ecdsa-p256"]),
+    default="ed25519",
+    show_default=True,
+    help="ed25519 signs `package attest` envelopes; ecdsa-p256 signs OMS model.sig (`package sign`).",
+)
+def keygen(prefix: Path, key_type: str) -> None:
+    """Write a key pair: PREFIX.key (private, mode 0600) and PREFIX.pub.
 
     Example: voxledger package keygen ./keys/release
+
+    Example: voxledger package keygen ./keys/oms --type ecdsa-p256
     """
     from voxledger.tasks.packaging.attest import write_keypair
 
     if not prefix.absolute().parent.is_dir():
         raise click.BadParameter(f"folder {prefix.parent} does not exist; create it first (mkdir -p {prefix.parent})", param_hint="PREFIX")
-    key_path, pub_path = write_keypair(prefix)
-    click.echo(f"wrote {key_path} (0600) and {pub_path}")
+    key_path, pub_path = write_keypair(prefix, key_type)  # type: ignore[arg-type]  # click.Choice holds the literal's values
+    click.echo(f"wrote {key_path} (0600) and {pub_path} ({key_type})")
+
+
+@package.command("sign")
+@click.argument("folder", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="ECDSA P-256 private key (`package keygen --type ecdsa-p256`).",
+)
+def sign(folder: Path, key: Path) -> None:
+    """Write DIR/model.sig: an OpenSSF model signature (OMS v1.0) over every file of DIR, which
+    `model_signing verify key DIR --signature DIR/model.sig --public_key KEY.pub` checks.
+
+    DIR is a `package export` folder or an unpacked package; a signature is never overwritten.
+
+    Example: voxledger package sign ./spk_t-peft --key ./keys/oms.key
+    """
+    from voxledger.tasks.packaging.oms import sign_folder
+
+    click.echo(f"wrote {sign_folder(folder, key)} (OMS v1.0, ECDSA key signature)")
 
 
 COMMANDS = (package,)

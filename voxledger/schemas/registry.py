@@ -14,6 +14,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter
 
+from voxledger.schemas.adapter_export import AdapterExportReceipt
 from voxledger.schemas.audit import AuditReceipt
 from voxledger.schemas.base import ReceiptBase
 from voxledger.schemas.core import IngestReceipt, PlanReceipt
@@ -52,6 +53,7 @@ _LISTED: tuple[type[ReceiptBase], ...] = (
     MaterialiseReceipt,
     BaseImportReceipt,
     ReproductionReceipt,
+    AdapterExportReceipt,
 )
 
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from voxledger.schemas.canonical import canonical_bytes
 from voxledger.schemas.errors import SignatureError, VoxledgerError
@@ -98,10 +98,16 @@ def key_id(public_key: Any) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def write_keypair(prefix: Path) -> tuple[Path, Path]:
+KeyType = Literal["ed25519", "ecdsa-p256"]
+"""ed25519 signs voxledger's DSSE attestation (`sign_statement`); ECDSA P-256 signs OMS ``model.sig`` (`oms`)."""
+
+
+def write_keypair(prefix: Path, key_type: KeyType = "ed25519") -> tuple[Path, Path]:
     """Write ``PREFIX.key`` (PKCS#8 PEM, created 0600) and ``PREFIX.pub`` (PEM); refuse to overwrite."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     serialization, ed25519 = _crypto()
-    private = ed25519.Ed25519PrivateKey.generate()
+    private = ed25519.Ed25519PrivateKey.generate() if key_type == "ed25519" else ec.generate_private_key(ec.SECP256R1())
     key_path, pub_path = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
     for path in (key_path, pub_path):
         if path.exists():

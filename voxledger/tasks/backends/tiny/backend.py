@@ -280,6 +280,45 @@ class TinyBackend:
             raise TrainingError(f"no {ADAPTER_CONFIG}, so it is no LoRA checkpoint of the tiny backend")
         return str(json.loads(path.read_text(encoding="utf-8"))["new_speaker"])
 
+    def peft_files(self, adapter: dict[str, bytes], effective_config: dict[str, Any], base_model: str) -> tuple[dict[str, bytes], str]:
+        """The adapter as a folder ``peft.PeftModel.from_pretrained`` loads, and how to load it.
+
+        ``adapter``: the package's adapter files (name -> bytes); ``effective_config``: the training
+        run's (its ``model.speakers`` places the new speaker's row); ``base_model``: what
+        ``base_model_name_or_path`` says. The tensors keep their names and values (they came from
+        PEFT's own state dict); only the safetensors metadata becomes PEFT's (``format: pt``).
+        Returns ({file name: bytes}, a Python snippet that loads it).
+        """
+        from safetensors.torch import load
+
+        from voxledger.tasks.backends.tiny.model import lora_config
+        from voxledger.tasks.tensorio import deterministic_bytes
+
+        ours = json.loads(adapter[ADAPTER_CONFIG])
+        speakers = list(effective_config["model"]["speakers"])
+        if ours["new_speaker"] not in speakers:
+            raise TrainingError(
+                f"{ADAPTER_CONFIG} names speaker {ours['new_speaker']!r}, the training run's model has {speakers}: "
+                "this adapter does not belong to that run; rebuild the package"
+            )
+        row = speakers.index(ours["new_speaker"])
+        config = lora_config(ours["r"], ours["alpha"], ours["dropout"], tuple(ours["targets"]), (row,)).to_dict()
+        config |= {"base_model_name_or_path": base_model, "inference_mode": True}
+        # peft writes sets in hash order; sorted lists keep the bytes a function of the adapter alone
+        config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
+        files = {
+            "adapter_config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
+            "adapter_model.safetensors": deterministic_bytes(load(adapter[ADAPTER_FILE]), metadata={"format": "pt"}),
+        }
+        loading = (
+            "from peft import PeftModel\n"
+            "from voxledger.tasks.backends.tiny.model import load_tiny\n\n"
+            'base, norm = load_tiny("BASE/model.safetensors")  # BASE: the base tree named by base_model_name_or_path\n'
+            f"base.add_speaker({ours['new_speaker']!r})  # the row the adapter trains (row {row})\n"
+            'model = PeftModel.from_pretrained(base, "THIS_FOLDER")\n'
+        )
+        return files, loading
+
     def deliverables(self) -> dict[str, MemberRole]:
         return {ADAPTER_FILE: "adapter_weights", ADAPTER_CONFIG: "adapter_config"}
 

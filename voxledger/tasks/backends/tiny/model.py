@@ -283,15 +283,23 @@ def attach_lora(
         speaker_rows: speaker-table rows that train alongside the adapters (PEFT trainable
             tokens); default: the last row, i.e. the speaker `TinyTTS.add_speaker` appended.
     """
-    rows = list(speaker_rows) if speaker_rows is not None else [len(model.config.speakers) - 1]
-    lora = LoraConfig(
+    rows = tuple(speaker_rows) if speaker_rows is not None else (len(model.config.speakers) - 1,)
+    return get_peft_model(model, lora_config(r, alpha, dropout, targets, rows))
+
+
+def lora_config(r: int, alpha: float, dropout: float, targets: tuple[str, ...], speaker_rows: tuple[int, ...]) -> LoraConfig:
+    """The PEFT config of a tiny adapter: LoRA on ``targets`` plus trainable speaker rows.
+
+    The one place it is made: training (`attach_lora`) and the PEFT export
+    (`TinyBackend.peft_files`) write the same config, so PEFT rebuilds the very adapter that trained.
+    """
+    return LoraConfig(
         r=r,
         lora_alpha=alpha,  # type: ignore[arg-type]  # peft scales by alpha/r: a float is fine
         lora_dropout=dropout,
         target_modules=list(targets),
-        trainable_token_indices={"speaker_embedding": rows},
+        trainable_token_indices={"speaker_embedding": list(speaker_rows)},
     )
-    return get_peft_model(model, lora)
 
 
 def merge_lora(peft_model: PeftModel) -> TinyTTS:
