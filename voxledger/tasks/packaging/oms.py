@@ -12,6 +12,7 @@ statement; the two live side by side.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -86,5 +87,13 @@ def verify_folder(folder: Path, public_key: Path, signature: Path | None = None)
     try:
         verifying.Config().use_elliptic_key_verifier(public_key=public_key).verify(folder, sig)
     except ValueError as exc:  # the library reports every mismatch and a bad signature as ValueError
-        raise SignatureError(f"OMS signature {sig} does not verify over {folder} with key {public_key}: {exc}") from exc
+        raise SignatureError(f"OMS signature {sig} does not verify over {folder} with key {public_key}: {_readable(str(exc))}") from exc
     return sum(1 for p in folder.rglob("*") if p.is_file() and p.name != SIGNATURE_NAME)
+
+
+def _readable(message: str) -> str:
+    """The library's mismatch report without its digest reprs: which files changed, appeared or vanished."""
+    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", message)  # the library quotes inside a list's repr
+    moved = re.findall(r"((?:Extra|Missing) files (?:found )?in model '[^']*': [^'\"\]]+)", message)
+    parts = [*(f"{name} changed" for name in changed), *moved]
+    return "; ".join(parts) if parts else message
