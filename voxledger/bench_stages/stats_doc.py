@@ -30,7 +30,7 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     ("shipped demo gate (`new_failure_rate_high` + `kept_delta_high`)", r"^shipped demo gate",
      "bounds the newly failed share at its margin (15% at 36 prompts); a 5% catastrophic rate needs 94 prompts (`plan check`)"),
     ("two-part rule (`failure_rate_delta_high` + `kept_delta_*`)", r"two-part rule", "Newcombe's failure margin needs ~75 prompts to pass"),
-    ("`delta_high` on error rates (former demo rule)", r"(delta_high (<=|false)|sign-flip|former rule)",
+    ("`delta_high` on error rates (former demo rule)", r"^(catastrophic .*(delta_high|sign-flip)|former rule)",
      "holds on ordinary data; not under catastrophic prompts"),
     ("round-off tolerance (all methods)", r"^(round-off|identical challenger|float32)", "a real spread below 1e-5 of the scale in float32 reads as none"),
     ("failed generations as failures", r"^failed generations", "similarity and MOS rest on the valid prompts only"),
