@@ -76,6 +76,9 @@ class StimulusFeatures(Frozen):
     onset_25_s: float | None = None  # first 10 ms frame above -25 dBFS
     # not gated, rendering cannot remove it:
     cross_packet_correlation: float | None = None  # highest correlation with a labelled reference of its prompt in another rater's packet
+    # repetition (None where a receipt predates it): gated within a packet, stated across packets
+    repeats_in_packet: int | None = Field(default=None, exclude_if=lambda v: v is None)  # other trials of its packet with its audio
+    repeats_across_packets: int | None = Field(default=None, exclude_if=lambda v: v is None)  # other packets with its audio
 
 
 class FeatureSeparation(Frozen):

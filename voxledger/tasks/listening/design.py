@@ -4,8 +4,9 @@ Raters are blocks and prompts are treatments: every prompt goes to exactly ``k``
 greedily by (fewest prompts so far, fewest prompts shared with the raters already chosen, seeded
 tie-break), so block sizes differ by at most one; of several seeded passes the one whose rater
 pairs share prompts most evenly is kept (a true BIBD exists only for some sizes). A rater
-hears every candidate of each of their prompts. Positions are counterbalanced by rotation: each
-time a candidate set is laid out (ACR rounds, a MUSHRA screen, an A/B pair) its sorted order is
+hears every candidate of each of their prompts, in A/B or in ACR/MUSHRA but not both (``split``:
+no clip reappears across tasks within a packet, so repetition cannot tell conditions apart).
+Positions are counterbalanced by rotation: each time a candidate set is laid out (ACR rounds, a MUSHRA screen, an A/B pair) its sorted order is
 rotated one step further, so every candidate takes every ACR round / MUSHRA slot / A-B side in
 turn and the counts differ by at most one per candidate set. Trial order is then shuffled.
 """
@@ -122,6 +123,7 @@ class _Builder:
         self.skipped: list[str] = []
         self.ref = protocol.reference_candidate
         self.turns: Counter[tuple[str, ...]] = Counter()
+        self.prompt_groups: dict[str, list[int]] = {}  # prompt -> raters so far hearing it in (ACR/MUSHRA, A/B)
 
     def rotation(self, *key: str) -> int:
         """How many times this layout was used before (the rotation to apply now)."""
@@ -135,11 +137,36 @@ class _Builder:
         return Slot(role, candidate or s.candidate, s.prompt_id, s.category, src, s.audio_sha256, expected)
 
     def packet(self, mine: list[str]) -> list[TrialPlan]:
-        sections = {"acr": self.acr(mine), "mushra": self.mushra(mine), "ab": self.ab(mine)}
+        paired, single = self.split(mine)
+        sections = {"acr": self.acr(single, mine), "mushra": self.mushra(single), "ab": self.ab(paired, mine)}
         order = list(dict.fromkeys(c.task for c in self.protocol.criteria))
         return [t for task in order for t in sections[task]]
 
-    def acr(self, mine: list[str]) -> list[TrialPlan]:
+    def split(self, mine: list[str]) -> tuple[list[str], list[str]]:
+        """The rater's prompts for A/B and for ACR/MUSHRA: a prompt both could use goes to one of them.
+
+        A clip heard in both would reappear within the packet for exactly the candidates A/B pairs
+        (not the reference when ``include_reference`` is false): whether a clip comes back would
+        tell the conditions apart. Each such prompt goes to the group fewer of its raters so far
+        had, then the group this rater has fewer prompts in, then ACR/MUSHRA.
+        """
+        paired: list[str] = []
+        single: list[str] = []
+        mine_counts = [0, 0]
+        for p in mine:
+            category = next(iter(self.by_prompt[p].values())).category
+            uses = [any(c.applies_to(category) for c in self.protocol.criteria if (c.task == "ab") == bool(g)) for g in (0, 1)]
+            if not all(uses):
+                (paired if uses[1] else single).append(p)
+                continue
+            counts = self.prompt_groups.setdefault(p, [0, 0])
+            g = min((0, 1), key=lambda i: (counts[i], mine_counts[i], i))
+            counts[g] += 1
+            mine_counts[g] += 1
+            (paired if g else single).append(p)
+        return paired, single
+
+    def acr(self, mine: list[str], heard: list[str]) -> list[TrialPlan]:
         rounds: list[list[TrialPlan]] = []
         for p in mine:
             cands = sorted(self.by_prompt[p])
@@ -152,7 +179,7 @@ class _Builder:
                     rounds.append([])
                 rounds[j].append(trial)
         flat = [t for rnd in rounds for t in self.rng.permutation(np.array(rnd, dtype=object)).tolist()]
-        for check in self.checks(mine):
+        for check in self.checks(heard):
             flat.insert(int(self.rng.integers(1, len(flat) + 1)) if flat else 0, check)
         return flat
 
@@ -210,7 +237,7 @@ class _Builder:
                 )
         return [out[i] for i in self.rng.permutation(len(out))]
 
-    def ab(self, mine: list[str]) -> list[TrialPlan]:
+    def ab(self, mine: list[str], heard: list[str]) -> list[TrialPlan]:
         out: list[TrialPlan] = []
         ab_crits = [c for c in self.protocol.criteria if c.task == "ab"]
         for p in mine:
@@ -226,7 +253,7 @@ class _Builder:
                 out.append(
                     TrialPlan("ab", crits, (self.slot("stimulus", cands[a]), self.slot("stimulus", cands[b])), positions=[(a, 0), (b, 1)])
                 )
-        out += self.comparison_gold(mine)
+        out += self.comparison_gold(heard)
         return [out[i] for i in self.rng.permutation(len(out))]
 
     def comparison_gold(self, mine: list[str]) -> list[TrialPlan]:

@@ -8,6 +8,10 @@ same prompt in the same packet (the one file whose identity the page gives away)
 feature and each pair of candidates (files with role ``stimulus`` or ``hidden_reference``) the
 Mann-Whitney AUC says how well the feature separates them (folded: 0.5 = chance, 1 = perfectly).
 
+Repetition: how many other trials of the file's packet hold a copy of its audio
+(``repeats_in_packet``, gated: the design keeps it equal across conditions) and how many other
+packets do (``repeats_across_packets``, stated; see ``UNREMOVED``), each compared within a task.
+
 Also measured, never gated, and stated in the receipt (``unremoved``) when they separate a pair:
 the noise floor in speech pauses and the onset at -45 dBFS (what separates there is audible
 speech or vocoder noise, see ``UNREMOVED``), and the highest correlation with a labelled
@@ -44,6 +48,7 @@ GATED = (
     "reference_correlation",
     "onset_35_s",
     "onset_25_s",
+    "repeats_in_packet",
 )
 INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
 # what rendering cannot remove without changing what is judged: measured and stated in the receipt
@@ -59,7 +64,14 @@ INTRINSIC = ("trailing_silence_s", "rms_dbfs", "peak_dbfs")
 #   this one under the gate on the demo's voices (docs/listening.md).
 # - correlation with a labelled reference in another rater's packet: every rater of a MUSHRA screen
 #   hears the reference's own audio; hiding it would mean different audio for the same stimulus.
-UNREMOVED = ("pause_noise_dbfs", "onset_45_s", "cross_packet_correlation")
+# - repetition across packets: every rater of a prompt hears its candidates, but A/B leaves the
+#   reference out (``include_reference: false``), so a reference clip is in fewer packets; only
+#   raters who pool their files can count that.
+UNREMOVED = ("pause_noise_dbfs", "onset_45_s", "cross_packet_correlation", "repeats_across_packets")
+UNREMOVED_WHY = {
+    "": "rendering cannot remove it without changing what is judged, not gated",
+    "repeats_across_packets": "seen only by raters who pool their packets; A/B leaves the reference out, not gated",
+}
 ONSETS_DBFS = {"onset_45_s": -45.0, "onset_35_s": -35.0, "onset_25_s": -25.0}
 CANDIDATE_ROLES = ("stimulus", "hidden_reference")
 SILENCE_DBFS = -60.0  # a 10 ms frame below this RMS counts as silence for the silence features
@@ -80,7 +92,12 @@ RESOLUTION = {
     "onset_35_s": 0.01,
     "onset_25_s": 0.01,
     "cross_packet_correlation": 0.05,
+    "repeats_in_packet": 1.0,
+    "repeats_across_packets": 1.0,
 }
+# compared within each task (a rater sees which task a trial is): pooled over tasks, a candidate that
+# A/B leaves out would differ only by the tasks it takes part in, which every rater is shown
+BY_TASK = ("repeats_in_packet", "repeats_across_packets")
 MIN_FILES = 6  # fewer files of a candidate than this: the AUC is recorded but gates nothing
 
 
@@ -96,6 +113,7 @@ class PacketFile:
     candidate: str
     prompt_id: str
     pcm: np.ndarray  # int16 sample values
+    source: str = ""  # the audio it was rendered from (design.Slot.source): copies of one source are the same clip
 
 
 def _frame_rms(pcm: np.ndarray, rate: int) -> np.ndarray:
@@ -134,7 +152,23 @@ def max_correlation(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(xc)) / norm)
 
 
-def _features(f: PacketFile, rate: int, corr: float, cross: float) -> StimulusFeatures:
+def repetition(files: list[PacketFile]) -> dict[str, tuple[int, int]]:
+    """Per file: how many other trials of its packet, and other packets, hold a copy of its audio.
+
+    A copy differs from another only in its noise floor and dither (``render.samples``), so it
+    correlates with it near 1: a rater who compares clips finds every repeat. A MUSHRA hidden
+    reference and the open reference of its own screen are one trial (the rater is told).
+    """
+    trials: dict[tuple[str, str], set[str]] = defaultdict(set)  # (packet, source) -> trials
+    packets: dict[str, set[str]] = defaultdict(set)  # source -> packets
+    for f in files:
+        if f.source:
+            trials[(f.rater_id, f.source)].add(f.trial_id)
+            packets[f.source].add(f.rater_id)
+    return {f.pseudonym: (len(trials[(f.rater_id, f.source)]) - 1, len(packets[f.source]) - 1) if f.source else (0, 0) for f in files}
+
+
+def _features(f: PacketFile, rate: int, corr: float, cross: float, repeats: tuple[int, int]) -> StimulusFeatures:
     x = f.pcm.astype(np.float64)
     rms = float(np.sqrt(np.mean((x / 32768) ** 2)))
     peak = float(np.max(np.abs(x)) / 32768)
@@ -153,6 +187,8 @@ def _features(f: PacketFile, rate: int, corr: float, cross: float) -> StimulusFe
         pause_noise_dbfs=pause_noise_dbfs(f.pcm, rate),
         **{name: _silence_s(f.pcm, rate, False, level) for name, level in ONSETS_DBFS.items()},
         cross_packet_correlation=round(cross, 5),
+        repeats_in_packet=repeats[0],
+        repeats_across_packets=repeats[1],
     )
 
 
@@ -228,30 +264,35 @@ def _values(feats: list[StimulusFeatures], name: str) -> list[float]:
     return [round((getattr(f, name) or 0.0) / step) * step for f in feats]
 
 
+def _separation(name: str, by_cand: dict[str, list[StimulusFeatures]], a: str, b: str) -> FeatureSeparation:
+    return FeatureSeparation(
+        feature=name,
+        a=a,
+        b=b,
+        gated=name in GATED,
+        n_a=len(by_cand[a]),
+        n_b=len(by_cand[b]),
+        auc=round(auc(_values(by_cand[a], name), _values(by_cand[b], name)), 4),
+    )
+
+
 def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakCheck:
     """Measure every file, then every feature's best separation of a candidate pair."""
     corr, hidden = _correlations(files)
     linked = sum(c > LINK_CORRELATION for c in corr.values())
     cross = _cross_packet(files)
-    feats = [_features(f, rate, corr.get(f.pseudonym, 0.0), cross.get(f.pseudonym, 0.0)) for f in files]
+    repeats = repetition(files)
+    feats = [_features(f, rate, corr.get(f.pseudonym, 0.0), cross.get(f.pseudonym, 0.0), repeats[f.pseudonym]) for f in files]
     scored = [(f, ft) for f, ft in zip(files, feats, strict=True) if f.role in CANDIDATE_ROLES]
     by_cand: dict[str, list[StimulusFeatures]] = defaultdict(list)
-    for _, ft in scored:
+    by_task: dict[str, dict[str, list[StimulusFeatures]]] = defaultdict(lambda: defaultdict(list))
+    for f, ft in scored:
         by_cand[ft.candidate].append(ft)
+        by_task[f.task][ft.candidate].append(ft)
     worst, leaks, unremoved = [], [], []
     for name in (*GATED, *INTRINSIC, *UNREMOVED):
-        pairs = [
-            FeatureSeparation(
-                feature=name,
-                a=a,
-                b=b,
-                gated=name in GATED,
-                n_a=len(by_cand[a]),
-                n_b=len(by_cand[b]),
-                auc=round(auc(_values(by_cand[a], name), _values(by_cand[b], name)), 4),
-            )
-            for a, b in combinations(sorted(by_cand), 2)
-        ]
+        groups = list(by_task.values()) if name in BY_TASK else [by_cand]
+        pairs = [_separation(name, group, a, b) for group in groups for a, b in combinations(sorted(group), 2)]
         if not pairs:
             continue
         top = max(pairs, key=lambda p: p.auc)
@@ -259,9 +300,7 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
         if top.gated and top.auc > blinding.leak_auc_max and min(top.n_a, top.n_b) >= MIN_FILES:
             leaks.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f} > {blinding.leak_auc_max:g})")
         elif name in UNREMOVED and top.auc > blinding.leak_auc_max:
-            unremoved.append(
-                f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f}); rendering cannot remove it without changing what is judged, not gated"
-            )
+            unremoved.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f}); {UNREMOVED_WHY.get(name, UNREMOVED_WHY[''])}")
     return LeakCheck(
         auc_max=blinding.leak_auc_max,
         action=blinding.on_leak,

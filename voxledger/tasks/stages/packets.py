@@ -198,7 +198,7 @@ class _PacketWriter:
                 name = self._name(rater, f"{tid}/{slot_key}")
                 pcm = self.renderer.samples(slot.source, f"{self.set_id}|{name}", hidden_reference=slot.role == "hidden_reference")
                 data = encode_int16(pcm, self.renderer.rate)
-                self.files.append(PacketFile(rater, name, tid, plan.task, slot.role, slot.candidate, slot.prompt_id, pcm))
+                self.files.append(PacketFile(rater, name, tid, plan.task, slot.role, slot.candidate, slot.prompt_id, pcm, slot.source))
                 (folder / "audio" / f"{name}.wav").write_bytes(data)
                 audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
                 entries.append(self._entry(name, rater, tid, slot, sha256_hex(data)))
