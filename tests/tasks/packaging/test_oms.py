@@ -57,7 +57,7 @@ def test_the_librarys_own_verifier_accepts_and_rejects_one_changed_byte_or_an_ad
     weights = folder / "adapter_model.safetensors"
     original = weights.read_bytes()
     weights.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
-    with pytest.raises(ValueError, match="Hash mismatch for 'adapter_model.safetensors'"):
+    with pytest.raises(ValueError, match=r"Hash mismatch for \\*'adapter_model\.safetensors"):
         _library_verify(folder, pub)
     with pytest.raises(SignatureError, match="adapter_model.safetensors changed"):
         verify_folder(folder, pub)

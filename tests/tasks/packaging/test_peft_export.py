@@ -155,3 +155,60 @@ def test_the_card_writes_each_interval_the_evaluation_recorded(exported: Exporte
     card = ModelCard(text)
     (r,) = [r for r in card.data.eval_results if r.metric_type == "wer:whisper_en"]
     assert (r.metric_value, r.metric_args["low"], r.metric_args["high"]) == (0.25, 0.125, 0.375)
+
+
+def test_an_exported_folder_signed_with_oms_verifies_with_the_library_and_not_after_a_byte_changes(exported: Exported) -> None:
+    from model_signing import verifying
+
+    from voxledger.tasks.packaging.attest import write_keypair
+    from voxledger.tasks.packaging.oms import sign_folder
+
+    folder = exported.work / "signed"
+    shutil.copytree(exported.folder, folder)
+    key, pub = write_keypair(exported.work / "oms", "ecdsa-p256")
+    sig = sign_folder(folder, key)
+    verifier = verifying.Config().use_elliptic_key_verifier(public_key=pub)
+    verifier.verify(folder, sig)
+    weights = folder / "adapter_model.safetensors"
+    raw = bytearray(weights.read_bytes())
+    raw[-1] ^= 1
+    weights.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"Hash mismatch for \\*'adapter_model\.safetensors"):
+        verifying.Config().use_elliptic_key_verifier(public_key=pub).verify(folder, sig)
+
+
+def doc_commands() -> list[str]:
+    """The lines of docs/packaging.md's ``# doc-test: exports`` block."""
+    import re
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "packaging.md").read_text()
+    (block,) = re.findall(r"```bash\n# doc-test: exports\n(.*?)```", text, flags=re.S)
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_packaging_page_exports_sign_and_verify_as_written(exported: Exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    commands = doc_commands()
+    assert [c.split()[:3] for c in commands] == [
+        ["voxledger", "package", "export"],
+        ["voxledger", "package", "keygen"],
+        ["voxledger", "package", "sign"],
+        ["voxledger", "package", "verify"],
+        ["model_signing", "verify", "key"],
+    ]
+    for line in commands:
+        argv = shlex.split(line.replace("$PACKAGE", exported.verified.sha256))
+        if argv[0] == "voxledger":
+            r = CliRunner().invoke(main, ["--home", str(exported.home.root), *argv[1:]])
+            assert r.exit_code == 0, (line, r.output)
+        else:  # the library's own command, as a user runs it
+            tool = Path(sys.executable).with_name(argv[0])
+            done = subprocess.run([str(tool), *argv[1:]], capture_output=True, text=True, timeout=300, check=False)
+            assert done.returncode == 0 and "Verification succeeded" in done.stdout + done.stderr, (line, done.stderr)
+    assert _tree(tmp_path / "spk_t-peft") != exported.out["tree_sha256"]  # model.sig joined the folder
+    (tmp_path / "spk_t-peft" / "model.sig").rename(tmp_path / "model.sig")
+    assert _tree(tmp_path / "spk_t-peft") == exported.out["tree_sha256"]  # and nothing else changed

@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from voxledger.schemas.errors import SignatureError, UnsafePathError, VoxledgerError
 
@@ -42,7 +43,8 @@ def _check_key(path: Path, private: bool) -> None:
         )
 
 
-def _hashing(folder: Path) -> object:
+def _hashing() -> Any:
+    """Every file of the folder but its signature (and git's files, as `model_signing sign` leaves them out)."""
     from model_signing import hashing
 
     return hashing.Config().set_ignored_paths(paths=[SIGNATURE_NAME], ignore_git_paths=True)
@@ -66,7 +68,7 @@ def sign_folder(folder: Path, private_key: Path) -> Path:
     os.close(fd)
     tmp = Path(tmp_name)
     try:  # signed outside the folder, then moved in: the folder never holds a half-written signature
-        signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(_hashing(folder)).sign(folder, tmp)
+        signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(_hashing()).sign(folder, tmp)
         os.link(tmp, dest)  # fails rather than replace a signature written meanwhile
     finally:
         tmp.unlink(missing_ok=True)
@@ -93,7 +95,7 @@ def verify_folder(folder: Path, public_key: Path, signature: Path | None = None)
 
 def _readable(message: str) -> str:
     """The library's mismatch report without its digest reprs: which files changed, appeared or vanished."""
-    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", message)  # the library quotes inside a list's repr
+    changed = re.findall(r"Hash mismatch for \\*'([^'\\]+)\\*'", message)  # the library quotes inside a list's repr
     moved = re.findall(r"((?:Extra|Missing) files (?:found )?in model '[^']*': [^'\"\]]+)", message)
     parts = [*(f"{name} changed" for name in changed), *moved]
     return "; ".join(parts) if parts else message
