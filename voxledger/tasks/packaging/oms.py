@@ -47,7 +47,7 @@ def _hashing() -> Any:
     """Every file of the folder but its signature (and git's files, as `model_signing sign` leaves them out)."""
     from model_signing import hashing
 
-    return hashing.Config().set_ignored_paths(paths=[SIGNATURE_NAME], ignore_git_paths=True)
+    return hashing.Config().set_ignored_paths(paths=[SIGNATURE_NAME], ignore_git_paths=True)  # type: ignore[no-untyped-call]
 
 
 def sign_folder(folder: Path, private_key: Path) -> Path:
@@ -68,7 +68,7 @@ def sign_folder(folder: Path, private_key: Path) -> Path:
     os.close(fd)
     tmp = Path(tmp_name)
     try:  # signed outside the folder, then moved in: the folder never holds a half-written signature
-        signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(_hashing()).sign(folder, tmp)
+        signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(_hashing()).sign(folder, tmp)  # type: ignore[no-untyped-call]
         os.link(tmp, dest)  # fails rather than replace a signature written meanwhile
     finally:
         tmp.unlink(missing_ok=True)
@@ -87,7 +87,7 @@ def verify_folder(folder: Path, public_key: Path, signature: Path | None = None)
         raise SignatureError(f"no OMS signature at {sig}; sign the folder with `voxledger package sign {folder} --key KEY`")
     _check_key(public_key, private=False)
     try:
-        verifying.Config().use_elliptic_key_verifier(public_key=public_key).verify(folder, sig)
+        verifying.Config().use_elliptic_key_verifier(public_key=public_key).verify(folder, sig)  # type: ignore[no-untyped-call]
     except ValueError as exc:  # the library reports every mismatch and a bad signature as ValueError
         raise SignatureError(f"OMS signature {sig} does not verify over {folder} with key {public_key}: {_readable(str(exc))}") from exc
     return sum(1 for p in folder.rglob("*") if p.is_file() and p.name != SIGNATURE_NAME)

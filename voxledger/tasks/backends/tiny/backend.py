@@ -302,7 +302,7 @@ class TinyBackend:
                 "this adapter does not belong to that run; rebuild the package"
             )
         row = speakers.index(ours["new_speaker"])
-        config = lora_config(ours["r"], ours["alpha"], ours["dropout"], tuple(ours["targets"]), (row,)).to_dict()
+        config = lora_config(ours["r"], ours["alpha"], ours["dropout"], tuple(ours["targets"]), (row,)).to_dict()  # type: ignore[no-untyped-call]  # peft leaves it unannotated
         config |= {"base_model_name_or_path": base_model, "inference_mode": True}
         # peft writes sets in hash order; sorted lists keep the bytes a function of the adapter alone
         config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
