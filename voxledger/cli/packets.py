@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from voxledger.cli.common import cli_console, emit_json, json_option, open_home, plans_dir, resolve_receipt, run_flow
 
 console = cli_console()
+
+if TYPE_CHECKING:
+    from voxledger.schemas.listening_receipts import LeakCheck
 
 
 DEFAULT_PROTOCOL = plans_dir() / "listening-demo.yaml"
@@ -77,6 +81,7 @@ def packets_export(
         "balance": p.balance.model_dump(mode="json"),
         "loudness": p.loudness.model_dump(mode="json"),
         "skipped": list(p.skipped),
+        "leak_check": _leak_summary(p.leak_check),
     }
     if as_json:
         emit_json(summary)
@@ -90,7 +95,29 @@ def packets_export(
     click.echo(f"loudness: all clips at {p.loudness.applied_lufs} LUFS (spread {p.loudness.output_lufs_spread} LU)")
     for s in p.skipped:
         click.echo(f"skipped: {s}")
+    for line in _leak_lines(p.leak_check):
+        click.echo(line)
     click.echo(f"receipt {outcome.receipt_id}")
+
+
+def _leak_summary(lc: LeakCheck | None) -> dict[str, Any] | None:
+    if lc is None:
+        return None
+    return {"passed": lc.passed, "leaks": list(lc.leaks), "unremoved": list(lc.unremoved),
+            "families": [f.model_dump(mode="json") for f in lc.families], "families_disclosed": list(lc.families_disclosed)}  # fmt: skip
+
+
+def _leak_lines(lc: LeakCheck | None) -> list[str]:
+    """The leak check as the export prints it: verdict, each family's maximum against its null, what is disclosed."""
+    if lc is None:
+        return []
+    lines = [f"leak check {'passed' if lc.passed else 'FAILED (recorded: on_leak warn)'}, gate AUC {lc.auc_max:g}"]
+    for f in lc.families:
+        mark = "above the gate" if f.auc > lc.auc_max and f.auc > f.null_p95 else "under"
+        lines.append(f"  family {f.family} ({'gated' if f.gated else 'stated'}): max AUC {f.auc:.3f} ({f.member}, {f.a} vs {f.b}), "
+                     f"shuffled labels 95th percentile {f.null_p95:.3f}: {mark}")  # fmt: skip
+    lines += [f"  leak: {s}" for s in lc.leaks] + [f"  disclosed, not removed: {s}" for s in (*lc.unremoved, *lc.families_disclosed)]
+    return lines
 
 
 @packets.command("verify")

@@ -93,6 +93,21 @@ class FeatureSeparation(Frozen):
     gated: bool = True  # False for intrinsic and unremoved features (measured, never failing the export)
 
 
+class FamilySeparation(Frozen):
+    """The highest AUC over a feature family's variants and candidate pairs, beside the same maximum under shuffled labels."""
+
+    family: str
+    member: str  # the variant that separates best
+    members: int  # variants searched
+    a: str
+    b: str
+    n_a: int
+    n_b: int
+    auc: float
+    null_p95: float  # 95th percentile of the family maximum with candidate labels shuffled (a seeded generator)
+    gated: bool  # rendering families fail the export above the gate; speech families are disclosed in ``unremoved``
+
+
 class LeakCheck(Frozen):
     """The blinding-leak check of a packet set: per-file features and the worst separation per feature."""
 
@@ -107,6 +122,9 @@ class LeakCheck(Frozen):
     # older receipts also onset_30_s) that separate a pair above ``auc_max``: stated here, not gated
     unremoved: tuple[str, ...] = ()
     cross_packet_links: int = 0  # files correlating > 0.9 with a labelled reference of their prompt in another rater's packet
+    families: tuple[FamilySeparation, ...] = Field(default=(), exclude_if=lambda v: not v)  # empty before families were searched
+    # speech families (not gated) whose maximum is above ``auc_max`` and their null: disclosed, not removed
+    families_disclosed: tuple[str, ...] = Field(default=(), exclude_if=lambda v: not v)
     features: tuple[StimulusFeatures, ...]
 
 

@@ -34,4 +34,12 @@ def test_demo_like_export_passes_the_gate_and_states_what_remains(tmp_path: Path
     # phoneme's attack) and is stated, not gated
     unremoved = ("pause_noise_dbfs", "onset_45_s", "cross_packet_correlation")
     assert {s.split()[0] for s in leak.unremoved} == {n for n in unremoved if worst[n].auc > leak.auc_max}
+    for f in leak.families:  # docs/listening.md
+        print(
+            f"family {f.family:16s} {f.member:22s} {f.a:10s} {f.b:10s} AUC {f.auc:.3f} null95 {f.null_p95:.3f} {'gated' if f.gated else ''}"
+        )
+    assert all(f.auc <= max(leak.auc_max, f.null_p95) for f in leak.families if f.gated)
+    assert {s.split()[1] for s in leak.families_disclosed} == {
+        f.family for f in leak.families if not f.gated and f.auc > max(leak.auc_max, f.null_p95)
+    }
     assert leak.unremoved and all("cannot remove it" in s for s in leak.unremoved)

@@ -244,7 +244,8 @@ def test_leak_check_passes_on_what_the_server_sends(serving: Serving) -> None:
             e = key[sid]
             trial = next(t.id for t in r.manifest.trials if sid in t.stimuli or sid == t.reference)
             task = next(t.task for t in r.manifest.trials if t.id == trial)
-            files.append(PacketFile(ref.rater_id, sid, trial, task, e.role, e.candidate, e.prompt_id, np.asarray(pcm)))
+            source = f"{e.audio_sha256}:{e.candidate}"  # the key's source blob; an anchor or scrambled copy is named apart
+            files.append(PacketFile(ref.rater_id, sid, trial, task, e.role, e.candidate, e.prompt_id, np.asarray(pcm), source))
     assert len(files) == len(p.leak_check.features)  # type: ignore[union-attr]
     leak = check_leaks(files, rate, serving.served.protocol.blinding)
     assert leak.passed and not leak.leaks

@@ -21,6 +21,10 @@ remove them without changing what raters judge or giving them different audio fo
 stimulus. Receipts written before the onsets at -35 and -25 dBFS were gated hold ``onset_30_s``
 instead; they stay readable.
 
+Each feature is also searched over its family of variants (``families``: levels, frame sizes,
+percentiles, bands, crest) against a null from shuffled labels; rendering families are gated,
+the others disclosed in ``families_disclosed`` when they separate.
+
 Gated features describe rendering or linkage, not speech: a separation above
 ``blinding.leak_auc_max`` fails the export (``on_leak: fail``) or is recorded as a warning
 (``warn``). Intrinsic features (RMS, peak, trailing silence: they follow from spectral balance,
@@ -39,6 +43,7 @@ import numpy as np
 
 from voxledger.schemas.listening import Blinding
 from voxledger.schemas.listening_receipts import FeatureSeparation, LeakCheck, StimulusFeatures
+from voxledger.tasks.listening.families import search_families
 
 GATED = (
     "dc_lsb",
@@ -301,7 +306,19 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
             leaks.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f} > {blinding.leak_auc_max:g})")
         elif name in UNREMOVED and top.auc > blinding.leak_auc_max:
             unremoved.append(f"{name} separates {top.a} from {top.b} (AUC {top.auc:.3f}); {UNREMOVED_WHY.get(name, UNREMOVED_WHY[''])}")
+    disclosed: list[str] = []
+    families = search_families([f.pcm for f, _ in scored], [ft.candidate for _, ft in scored], rate)
+    for fam in families:
+        if fam.auc <= blinding.leak_auc_max or fam.auc <= fam.null_p95:
+            continue
+        found = f"family {fam.family} ({fam.members} variants): {fam.member} separates {fam.a} from {fam.b} (AUC {fam.auc:.3f}; shuffled labels' 95th percentile {fam.null_p95:.3f})"
+        if fam.gated and min(fam.n_a, fam.n_b) >= MIN_FILES:
+            leaks.append(f"{found} > {blinding.leak_auc_max:g}")
+        elif not fam.gated:
+            disclosed.append(f"{found}; {UNREMOVED_WHY['']}")
     return LeakCheck(
+        families=families,
+        families_disclosed=tuple(disclosed),
         auc_max=blinding.leak_auc_max,
         action=blinding.on_leak,
         passed=not leaks,
