@@ -7,7 +7,7 @@ from voxledger.bench_stages.stats_catastrophic import outlier_rows, shipped_gate
 
 def test_the_shipped_gate_at_36_prompts_holds_its_bounds_under_catastrophic_prompts() -> None:
     figures = shipped_gate_rows(36, 40, seed=41)  # a smoke run: docs/statistics.md has the 500-data-set rows
-    assert len(figures) == 7
+    assert len(figures) == 8
     bounded = [f for f in figures if "false pass" in f.name and "contrast" not in f.goal]
     assert len(bounded) == 4 and not [f"{f.name} = {f.value} ({f.goal})" for f in bounded if "SHORT" in f.goal]
     assert "(new_failure_rate_high <= 0.15, kept_delta_high <= 0.15)" in figures[0].name

@@ -61,3 +61,43 @@ def test_plan_check_prints_what_the_demo_gate_resolves(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--home", str(tmp_path / "home"), "plan", "check", str(policy)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "catastrophic prompts: with 36 gate prompts no rule can hold 0.83%" in result.output
+
+
+# Per-prompt WER (whisper_en, seed 0) of the gate evaluation 03e4d86b51be that promoted epoch47 in the
+# demo run of commit ea8250e (promotion 5468bb6f32ab), in prompt order: a healthy checkpoint of the
+# tiny demo model against the base, read from the catalog's observations table.
+DEMO_INCUMBENT = [0.4, 0.6667, 0.5714, 0.25, 0.3636, 0.2222, 0.125, 0.6, 0.2857, 1.0, 0.7143, 0.3333, 0.25, 0.3333, 0.5714, 0.25, 0.1111,
+                  0.125, 0.7778, 0.7143, 0.1111, 0.5, 0.1429, 0.125, 0.5, 0.2857, 0.1111, 0.5, 0.0, 0.0, 0.3333, 0.7778, 0.125, 0.7778,
+                  0.375, 0.1429]  # fmt: skip
+DEMO_EPOCH47 = [0.5, 1.0, 0.8571, 0.25, 0.5455, 0.1111, 0.375, 0.8, 0.5714, 0.4286, 0.8571, 0.3333, 0.125, 0.1667, 0.7143, 0.25, 0.2222,
+                0.125, 0.5556, 1.1429, 0.0, 0.375, 0.2857, 0.125, 0.0, 0.5714, 0.0, 0.4, 0.1429, 0.5, 0.1111, 0.3333, 0.625, 0.4444, 0.5,
+                0.2857]  # fmt: skip
+
+
+def test_the_demo_gate_fails_prompts_against_the_pair_so_noise_is_not_a_failure() -> None:
+    """Under the level rule (WER >= 0.5) the noisy tiny model 'newly fails' 7 of 36 prompts by noise and
+    no healthy checkpoint could pass; the shipped gate counts a prompt failed when the challenger is
+    0.6 worse on it, so the recorded healthy checkpoint passes both content rules, and a catastrophic
+    prompt (+0.8) still counts."""
+    from voxledger.schemas.evaluation import StatisticsSettings
+    from voxledger.schemas.promotion import PromotionPolicy
+    from voxledger.tasks.corpus.demo_plans import plans
+    from voxledger.tasks.evaluation.stats import failure_split
+    from voxledger.tasks.power import round_confidence
+
+    policy = PromotionPolicy.model_validate(plans()["promote-demo.yaml"])
+    gate = policy.gate_plan.statistics
+    assert (gate.failure_rule, gate.failure_threshold) == ("increase", 0.6)
+    st = gate.model_copy(update={"confidence": round_confidence(gate.confidence, 3)})
+
+    def pairs(values: list[float]) -> dict[tuple[str, int], float]:
+        return {(f"p{i:02d}", 0): v for i, v in enumerate(values)}
+
+    level = failure_split(pairs(DEMO_EPOCH47), pairs(DEMO_INCUMBENT), StatisticsSettings(confidence=st.confidence))
+    assert level.new_failures.mean * 36 == 7 and (level.new_failures.high or 0) > 0.15  # the level rule refuses it
+    split = failure_split(pairs(DEMO_EPOCH47), pairs(DEMO_INCUMBENT), st)
+    rules = {r.statistic: r.threshold for r in policy.rules}
+    assert split.new_failures.mean == 0 and (split.new_failures.high or 1) <= rules["new_failure_rate_high"]
+    assert split.kept.high is not None and split.kept.high <= rules["kept_delta_high"]
+    worse = [*DEMO_EPOCH47[:-1], DEMO_INCUMBENT[-1] + 0.8]  # one catastrophic prompt
+    assert failure_split(pairs(worse), pairs(DEMO_INCUMBENT), st).new_failures.mean * 36 == 1

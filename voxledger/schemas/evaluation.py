@@ -153,8 +153,12 @@ class StatisticsSettings(Frozen):
     deltas. Seeds are nested in prompts and averaged within each prompt first.
     ``multiplicity``: how the p-values of one evaluation's comparisons (its family) are adjusted:
     ``holm`` (familywise error, the default) or ``fdr_bh`` (Benjamini-Hochberg false discovery
-    rate). ``failure_threshold``: a prompt whose mean error rate (WER, CER) reaches it counts as a
-    failed prompt in the two-part comparison of error rates.
+    rate). ``failure_threshold`` and ``failure_rule``: which prompts count as failed in the
+    two-part comparison of error rates: under ``level`` a side fails a prompt whose mean error rate
+    (WER, CER) reaches the threshold; under ``increase`` a side fails a prompt on which its error
+    rate exceeds the other side's by at least the threshold (a catastrophic prompt, defined against
+    the pair, so a model whose per-prompt error rates are high and noisy does not "fail" prompts by
+    noise alone).
     """
 
     bootstrap_resamples: int = Field(default=2000, ge=100)
@@ -167,6 +171,7 @@ class StatisticsSettings(Frozen):
     # so the digests of plans written before them do not change
     multiplicity: Multiplicity = Field(default="holm", exclude_if=lambda v: v == "holm")
     failure_threshold: float = Field(default=0.5, gt=0, exclude_if=lambda v: v == 0.5)
+    failure_rule: Literal["level", "increase"] = Field(default="level", exclude_if=lambda v: v == "level")
 
     def min_units(self) -> int:
         """Fewest prompts the chosen interval and test need."""

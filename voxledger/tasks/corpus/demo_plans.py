@@ -28,6 +28,14 @@ from voxledger.tasks.evaluation.catastrophic import CATASTROPHIC_RATE, failure_m
 
 EVAL_PROMPTS = 20
 GATE_PROMPTS = 36
+FAILURE_INCREASE = 0.6
+"""A demo gate prompt is failed by the side whose error rate on it exceeds the other's by this much
+(``failure_rule: increase``). The tiny demo model's per-prompt WER is high and noisy: on the gate of
+a demo run its paired WER differences between two healthy checkpoints reached 0.50 (72 pairs), and
+37% of the incumbent's prompts sat at WER >= 0.5, so the level rule (WER >= 0.5) counted 7 of 36
+prompts as "newly failed" by noise alone; a catastrophic prompt (+0.8, issue 56's scenario) and a
+silent output against any prompt the incumbent says at WER <= 0.4 both still count."""
+GATE_STATISTICS = {"failure_rule": "increase", "failure_threshold": FAILURE_INCREASE}
 """`voxledger plan power plans/promote-demo.yaml --pilot <evaluation>` on the demo run's evaluation
 (adapter - base WER +0.015, prompt sd 0.237) recommends 36 for 80% power per 3-challenger round at
 the WER margin (48% at 20; docs/statistics.md); 10 had proved too few (a 2-point WER gap over 60
@@ -121,6 +129,7 @@ def plans() -> dict[str, dict[str, Any]]:
             "seeds": list(SEEDS),
             "speaker_references": _references(gate_prompts, refs, target),
             "metrics": {"mos": None},
+            "statistics": GATE_STATISTICS,
         },
         "rules": [
             {
@@ -171,7 +180,8 @@ def catastrophe_rules(metric: str, unit: str, prompts: int, why_margin: str = "a
             "threshold": margin,
             "why": (
                 f"catastrophic prompts: the upper end (Clopper-Pearson, at the round's confidence) of the share of the {prompts} "
-                f"prompts the challenger fails ({unit} >= 0.5) where the incumbent did not stays below {100 * margin:.0f}% ({prompts} "
+                f"prompts the challenger fails ({unit} at least {FAILURE_INCREASE:g} above the incumbent's on the prompt) stays below "
+                f"{100 * margin:.0f}% ({prompts} "
                 f"prompts cannot pass a margin under {100 * floor:.1f}%); a challenger failing {100 * CATASTROPHIC_RATE:g}% of prompts shows none in "
                 f"{100 * blind:.0f}% of gate evaluations, so this gate bounds catastrophic failures at {100 * margin:.0f}%, not "
                 f"{100 * CATASTROPHIC_RATE:g}% (voxledger plan check says how many prompts would)"
@@ -183,7 +193,7 @@ def catastrophe_rules(metric: str, unit: str, prompts: int, why_margin: str = "a
             "op": "<=",
             "threshold": 0.15,
             "why": (
-                f"non-inferiority on the prompts neither side failed: the upper end of the interval (t, at the round's confidence) "
+                f"non-inferiority on the prompts neither side failed (no {unit} difference of {FAILURE_INCREASE:g} or more): the upper end of the interval (t, at the round's confidence) "
                 f"of the {unit} increase stays below 15 points; {why_margin} (voxledger plan power)"
             ),
         },
@@ -226,6 +236,7 @@ def mandarin_plans(evaluation: dict[str, Any], promotion: dict[str, Any]) -> dic
             "seeds": list(SEEDS),
             "speaker_references": _references(gate_prompts, refs, target),
             "metrics": {**ZH_METRICS, "mos": None},
+            "statistics": GATE_STATISTICS,
         },
         "rules": rules,
     }

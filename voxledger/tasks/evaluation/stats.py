@@ -259,7 +259,10 @@ def failure_split(
     """
     _, c, b, scale, rel_tol = _paired_means(cand, base, what)
     thr = settings.failure_threshold
-    c_fail, b_fail = (c >= thr).astype(float), (b >= thr).astype(float)
+    if settings.failure_rule == "increase":  # failed against the pair: worse than the other side by thr or more
+        c_fail, b_fail = (c - b >= thr).astype(float), (b - c >= thr).astype(float)
+    else:
+        c_fail, b_fail = (c >= thr).astype(float), (b >= thr).astype(float)
     keep = (c_fail == 0) & (b_fail == 0)
     if c.size < MIN_PROMPTS[settings.interval]:
         rate = Interval(
