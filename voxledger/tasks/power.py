@@ -127,11 +127,13 @@ def prompts_needed(statistic: str, op: str, threshold: float, effect: float, sd:
     return hi
 
 
-def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold: float) -> list[PilotDeltas]:
+def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold: float, failure_rule: str = "level") -> list[PilotDeltas]:
     """Per-prompt deltas of every model candidate of the pilot on ``metric`` (not the baseline, not
     the recordings).
 
-    ``kept``: only prompts where neither side's mean reaches ``threshold`` (two-part rules).
+    ``kept``: only prompts neither side failed (two-part rules): under ``failure_rule`` ``level`` a
+    side fails a prompt whose mean reaches ``threshold``, under ``increase`` one whose mean exceeds
+    the other side's by ``threshold`` (``StatisticsSettings``).
 
     Raises:
         EvaluationError: the pilot never measured ``metric``.
@@ -157,10 +159,14 @@ def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold
         for (prompt, seed), v in values.items():
             if (prompt, seed) in base:
                 per[prompt].append((v - base[(prompt, seed)], v, base[(prompt, seed)]))
-        newly = [np.mean([x[1] for x in r]) >= threshold > np.mean([x[2] for x in r]) for r in per.values()]
+        fails = {
+            p: _failed(float(np.mean([x[1] for x in r])), float(np.mean([x[2] for x in r])), threshold, failure_rule)
+            for p, r in per.items()
+        }
+        newly = [c and not b for c, b in fails.values()]
         new_rate = float(np.mean(newly)) if newly else 0.0
         if kept:
-            per = {p: r for p, r in per.items() if np.mean([x[1] for x in r]) < threshold and np.mean([x[2] for x in r]) < threshold}
+            per = {p: r for p, r in per.items() if not any(fails[p])}
         if len(per) < 2:
             continue
         deltas = np.array([np.mean([x[0] for x in r]) for r in per.values()])
@@ -168,6 +174,13 @@ def pilot_deltas(home: Home, receipt_id: str, metric: str, kept: bool, threshold
         within = [np.var([x[0] for x in r], ddof=1) for r in per.values() if len(r) >= 2]
         out.append(PilotDeltas(cand, metric, deltas, seeds, float(np.mean(within)) if within else None, new_rate))
     return out
+
+
+def _failed(challenger: float, baseline: float, threshold: float, rule: str) -> tuple[bool, bool]:
+    """(challenger failed the prompt, baseline failed it), as ``failure_split`` counts them."""
+    if rule == "increase":
+        return challenger - baseline >= threshold, baseline - challenger >= threshold
+    return challenger >= threshold, baseline >= threshold
 
 
 def _sd_at(pilot: PilotDeltas, seeds: int) -> float:
@@ -193,7 +206,7 @@ def policy_power(home: Home, policy: PromotionPolicy, pilot_receipt: str, target
         pilots: list[PilotDeltas] = []
         if rule.statistic not in UNASSESSED:
             kept = rule.statistic.startswith("kept_")
-            pilots = pilot_deltas(home, pilot_receipt, rule.metric, kept, gate.statistics.failure_threshold)
+            pilots = pilot_deltas(home, pilot_receipt, rule.metric, kept, gate.statistics.failure_threshold, gate.statistics.failure_rule)
         out += rule_power(rule, pilots, len(gate.prompts), len(gate.seeds), conf, target)
     return out
 
