@@ -14,7 +14,7 @@ MODULES = sorted(p.stem for p in CLI.glob("*.py") if p.stem not in ("__init__", 
 
 
 def test_module_list_is_complete() -> None:
-    assert len(MODULES) == 32 and "common" in MODULES
+    assert len(MODULES) == 33 and "common" in MODULES
 
 
 def test_one_module_per_noun() -> None:
@@ -26,7 +26,7 @@ def test_one_module_per_noun() -> None:
         if module == "backends":
             continue
         assert names == (module,), f"cli/{module}.py holds {names}: one noun per module"
-    assert len(COMMAND_MODULES) == 31
+    assert len(COMMAND_MODULES) == 32
 
 
 @pytest.mark.parametrize("module", MODULES)

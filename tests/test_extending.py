@@ -30,6 +30,7 @@ UNPROJECTED = {
     "base_import",
     "reproduction",
     "adapter_export",
+    "sweep",
 }
 
 
@@ -56,7 +57,7 @@ def test_backends_registry_matches_the_plan_schema() -> None:
 
 
 def test_receipt_kinds_are_listed_once_with_schema_and_projection() -> None:
-    assert len(RECEIPT_TYPES) == len(KINDS) == 19
+    assert len(RECEIPT_TYPES) == len(KINDS) == 20
     assert sorted(f"{k}.v1.schema.json" for k in KINDS) == sorted(schema_files())
     projected = set(PROJECTORS)
     assert projected <= set(KINDS), projected - set(KINDS)

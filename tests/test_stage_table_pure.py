@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "voxledger"
 TABLE = PACKAGE / "schemas" / "stages.py"
 
-NOT_REPRODUCED = {"export_packets"}
+NOT_REPRODUCED = {"export_packets", "sweep"}
 """Stages ``voxledger reproduce`` does not re-run: packet sets (blinded with a fresh secret by design;
-the row says so)."""
+the row says so) and sweeps (each member is re-run on its own training receipt)."""
 
 ALLOWED: dict[str, str] = {
     "schemas/stages.py": "the table itself",
@@ -40,7 +40,7 @@ ALLOWED: dict[str, str] = {
 
 
 def _rows() -> list[StageRow]:
-    assert len(STAGE_ROWS) == 9, [r.name for r in STAGE_ROWS]  # 8 pipeline stages and equivalence
+    assert len(STAGE_ROWS) == 10, [r.name for r in STAGE_ROWS]  # 8 pipeline stages, equivalence and sweep
     return list(STAGE_ROWS)
 
 

@@ -49,6 +49,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "serve": ("serve",),
     "server": ("server",),
     "store": ("store",),
+    "sweep": ("sweep",),
     "train": ("train",),
 }
 """Command module (``voxledger.cli.<module>``) -> the names of the commands in its ``COMMANDS``.

@@ -151,6 +151,19 @@ STAGE_ROWS: tuple[StageRow, ...] = (
         pipeline=False,
         plan_model="voxledger.schemas.equivalence:EquivalencePlan",
     ),
+    StageRow(
+        name="sweep",
+        receipt="sweep",
+        receipt_model="voxledger.schemas.sweep:SweepReceipt",
+        flow="voxledger.flows.sweep:sweep",
+        task="voxledger.flows.sweep:sweep_step",
+        module="voxledger.tasks.stages.sweep",
+        cli="sweep run",
+        pipeline=False,
+        plan_model="voxledger.schemas.sweep:SweepPlan",
+        not_rerun="a sweep is its members and one decision: each member is an ordinary training run that "
+        "`voxledger reproduce` re-runs on its own receipt; the sweep receipt only names them",
+    ),
 )
 """Pipeline stages in run order, then the stages run only on their own."""
 

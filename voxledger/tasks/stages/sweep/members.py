@@ -1,0 +1,91 @@
+"""A sweep member's training run: served from cache when stored, else trained in a process of its own.
+
+Members train in separate processes, never in threads of one: torch's global random generator
+(seeded by the training loop and the backend at set-up), torch's thread count and the Python and
+NumPy generators a checkpoint saves are process-wide, so two members sharing a process would draw
+from one generator in an order set by the scheduler, and their runs would not be reproducible.
+A member's process takes the sweep's code identity (``tasks/member_process.py``) and runs the training stage's
+own function (``train_adapter_fn``), so each member is an ordinary training run: the same cache
+key, receipts, checkpoints and resume as ``voxledger train``. The catalog's file lock lets the member processes record into one home.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from voxledger.schemas.canonical import canonical_digest
+from voxledger.schemas.errors import TrainingError, VoxledgerError
+from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
+from voxledger.stores.home import Home, HomeRef
+from voxledger.stores.identity import code_identity
+from voxledger.tasks.member_process import start_member_process
+from voxledger.tasks.plans import plan_digest
+from voxledger.tasks.receipting import cache_key
+from voxledger.tasks.stage import StageOutcome, reuse
+
+
+def member_key(home: Home, corpus: Path, audit_rid: str, plan: TrainingPlan, *, base_sha: str | None) -> str:
+    """The cache key ``train_adapter_fn`` gives this run (the same inputs bound the same way), to serve a
+    finished member without starting a process (a sweep's re-run test fails if the two drift apart)."""
+    from voxledger.tasks.backends.base import get_backend
+    from voxledger.tasks.stages.train import bind_inputs, passing_audit
+
+    audit = passing_audit(home, audit_rid)
+    plan_sha = plan_digest(plan)
+    backend = get_backend(plan.backend)
+    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()), backend)
+    return cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
+
+
+def train_member(
+    home: HomeRef, corpus: str, audit_rid: str, plan: TrainingPlan, *, plan_name: str, base_sha: str | None, flow: str
+) -> StageOutcome[TrainingRunReceipt]:
+    """The member's run: its stored receipt when one verifies, else trained (or resumed) in a new process.
+
+    Raises:
+        TrainingError: the member's training failed (its message, naming the member), or its process
+            died (killed: re-run the sweep; finished members are served from cache, this one resumes).
+    """
+    h = home.open()
+    key = member_key(h, Path(corpus), audit_rid, plan, base_sha=base_sha)
+    hit = reuse(h, key, TrainingRunReceipt)
+    if hit is not None:
+        return hit
+    args = (home.model_dump(mode="json"), corpus, audit_rid, plan.model_dump(mode="json"), plan_name, base_sha, flow)
+    start = (code_identity().model_dump(mode="json"),)
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=start_member_process, initargs=start) as pool:
+            rid, cached = pool.submit(train_in_process, *args).result()
+    except BrokenProcessPool as exc:
+        raise TrainingError(
+            f"sweep member {plan_name}: its training process died before recording a run ({exc}); run the sweep again: "
+            "finished members are served from cache and this one resumes from its last checkpoint"
+        ) from None
+    receipt = h.receipts.read(rid, TrainingRunReceipt)
+    if receipt.parameters.bound.plan_sha256 != plan_digest(plan):
+        raise TrainingError(f"sweep member {plan_name}: its process recorded run {rid[:16]} of another plan; run the sweep again")
+    return StageOutcome(rid, receipt, cached=cached)
+
+
+def train_in_process(
+    home: dict[str, Any], corpus: str, audit_rid: str, plan: dict[str, Any], plan_name: str, base_sha: str | None, flow: str
+) -> tuple[str, bool]:
+    """The member process's work (plain arguments in; the training run's receipt id out, and whether it was stored).
+
+    Any failure comes back as one TrainingError naming the member (an exception raised in another
+    process crosses as its message only)."""
+    from voxledger.tasks.stages.train import train_adapter_fn
+
+    try:
+        h = HomeRef.model_validate(home).open()
+        training = TrainingPlan.model_validate(plan)
+        out = train_adapter_fn(h, Path(corpus), audit_rid, training, plan_name=plan_name, base_sha=base_sha, flow=flow)
+    except VoxledgerError as exc:
+        raise TrainingError(f"sweep member {plan_name}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the process boundary: the parent gets one line, not a foreign traceback
+        raise TrainingError(f"sweep member {plan_name}: training failed in its process: {type(exc).__name__}: {exc}") from None
+    return out.receipt_id, out.cached
