@@ -27,7 +27,7 @@ def _plan(plan_file: PlanRef | str) -> tuple[EquivalencePlan, str]:
 
 @task(name="compare_runtimes", **STAGE_TASK)
 def compare_runtimes(
-    home: HomeRef | str,
+    home: HomeRef,
     reference: str,
     candidate: str,
     plan_file: PlanRef | str,
@@ -37,7 +37,7 @@ def compare_runtimes(
     """Compare dump folders (or stored trees) stage by stage under a band plan; recorded whatever the band."""
     plan, plan_name = _plan(plan_file)
     return record_equivalence(
-        HomeRef.of(home).open(),
+        home.open(),
         reference,
         candidate,
         plan,
@@ -50,7 +50,7 @@ def compare_runtimes(
 
 @task(name="attribute_stages", **STAGE_TASK)
 def attribute_stages(
-    home: HomeRef | str,
+    home: HomeRef,
     base: str | None,
     adapter: str,
     plan_file: str,
@@ -62,7 +62,7 @@ def attribute_stages(
 ) -> StageOutcome[EquivalenceReceipt]:
     """Feed the reference runtime's intermediates through the candidate and record the comparison."""
     return attribute_adapter(
-        HomeRef.of(home).open(),
+        home.open(),
         base,
         adapter,
         load_equivalence_plan(Path(plan_file)),
@@ -80,7 +80,7 @@ def attribute_stages(
 def equivalence(
     home: HomeRef | str,
     how: Literal["compare", "attribute"],
-    reference: str,
+    reference: str | None,
     candidate: str,
     plan_file: PlanRef | str,
     ref_runtime: dict[str, object],
@@ -89,10 +89,15 @@ def equivalence(
     speaker: str | None = None,
     seed: int = 0,
 ) -> StageOutcome[EquivalenceReceipt]:
-    """``compare``: REFERENCE and CANDIDATE are dump folders or trees; ``attribute``: a base and an adapter tree.
-    ``plan_file`` is a band plan file, or (to compare) a plan reference."""
+    """``compare``: REFERENCE and CANDIDATE are dump folders or trees; ``attribute``: a base tree (None for a
+    backend whose base is its own configured model) and an adapter tree. ``plan_file`` is a band plan
+    file, or (to compare) a plan reference."""
     if how == "compare":
-        return compare_runtimes(home, reference, candidate, plan_file, ref_runtime, cand_runtime)
+        if reference is None:
+            raise PlanError("equivalence compare needs a reference dump folder or tree; none was given")
+        return compare_runtimes(HomeRef.of(home), reference, candidate, plan_file, ref_runtime, cand_runtime)
     if isinstance(plan_file, PlanRef):
         raise PlanError(f"equivalence attribute reads its band plan from a file; it was given plan {plan_file.source_name} by reference")
-    return attribute_stages(home, reference, candidate, plan_file, str(ref_runtime["name"]), str(cand_runtime["name"]), text, speaker, seed)
+    return attribute_stages(
+        HomeRef.of(home), reference, candidate, plan_file, str(ref_runtime["name"]), str(cand_runtime["name"]), text, speaker, seed
+    )
