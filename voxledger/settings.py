@@ -164,6 +164,15 @@ class VoxledgerSettings(BaseSettings):
             "see docs/ARCHITECTURE.md); false runs every flow in the command's own process."
         ),
     )
+    reload_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        le=86_400,
+        description=(
+            "`package build` reloads the package in a fresh process and stops that reload after this long (a real model on a "
+            "loaded CPU can take many minutes; the build then fails, naming this setting)."
+        ),
+    )
     query_timeout_s: float = Field(
         default=60.0,
         gt=0,

@@ -236,7 +236,7 @@ def test_red_merged_export_fails_packaging_and_publishes_nothing(built: Built, t
     assert rows == [("failed", "RED", None)]
 
 
-def test_the_reload_child_fails_with_its_reason_and_never_outlives_its_block(tmp_path: Path) -> None:
+def test_the_reload_child_fails_with_its_reason_and_never_outlives_its_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The child runs beside the package stage's own probes: its failure and its timeout are errors that say
     so, and leaving the block early (the stage's own probe failed) stops it and removes its scratch folder."""
     from voxledger.tasks.packaging.probe import FreshReload
@@ -251,6 +251,10 @@ def test_the_reload_child_fails_with_its_reason_and_never_outlives_its_block(tmp
         pytest.raises(EquivalenceError, match="did not finish within 0 s"),
     ):
         child.result()
+    monkeypatch.setenv("VOXLEDGER_RELOAD_TIMEOUT_S", "0.05")  # the setting reaches the stage's reload (it was a fixed 300 s)
+    with FreshReload(missing, None, "a text", 0, 1) as child, pytest.raises(EquivalenceError, match="VOXLEDGER_RELOAD_TIMEOUT_S"):
+        child.result()
+    monkeypatch.delenv("VOXLEDGER_RELOAD_TIMEOUT_S")
     with pytest.raises(KeyboardInterrupt), FreshReload(missing, None, "a text", 0, 1) as child:
         pid, scratch = child.pid, child._out.parent
         raise KeyboardInterrupt  # the stage's own probe stopped first

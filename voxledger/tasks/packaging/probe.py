@@ -79,8 +79,11 @@ class FreshReload:
     the caller's own probe) and removes its scratch folder. ``result`` waits for the child.
     """
 
-    def __init__(self, package: Path, base_dir: Path | None, text: str, seed: int, threads: int, timeout_s: float = 300.0) -> None:
-        self.package, self.timeout_s = package, timeout_s
+    def __init__(self, package: Path, base_dir: Path | None, text: str, seed: int, threads: int, timeout_s: float | None = None) -> None:
+        from voxledger.settings import load_settings
+
+        self.package = package
+        self.timeout_s = timeout_s if timeout_s is not None else load_settings().reload_timeout_s
         self._tmp = tempfile.TemporaryDirectory()
         self._out = Path(self._tmp.name) / "stages.npz"
         cmd = [
@@ -126,7 +129,8 @@ class FreshReload:
             self._proc.kill()
             self._proc.communicate()
             raise EquivalenceError(
-                f"the fresh-process reload of {self.package} did not finish within {self.timeout_s:.0f} s; it was stopped"
+                f"the fresh-process reload of {self.package} did not finish within {self.timeout_s:.0f} s; it was stopped. "
+                "On a slow or loaded machine give it longer: VOXLEDGER_RELOAD_TIMEOUT_S=3600 (docs/settings.md)"
             ) from None
         wall = time.perf_counter() - self._started
         if self._proc.returncode != 0:
