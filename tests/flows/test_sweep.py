@@ -1,0 +1,147 @@
+"""A sweep of 4 tiny members on the test corpus, 2 at a time: ordinary member runs, one gate decision, a re-run all cached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.flows.conftest import write_plans
+from voxledger.flows.audit import audit
+from voxledger.flows.sweep import sweep
+from voxledger.flows.train import train
+from voxledger.schemas.errors import PlanError
+from voxledger.schemas.promotion import PromotionReceipt
+from voxledger.schemas.sweep import SweepPlan, sweep_members
+from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
+from voxledger.stores.home import Home
+from voxledger.tasks.plans import load_plan, plan_digest
+from voxledger.tasks.stages.sweep import members
+
+pytestmark = pytest.mark.prefect
+
+SWEEP = {
+    "kind": "sweep_plan",
+    "name": "lr-seed",
+    "training": "lora.yaml",
+    "policy": "promo.yaml",
+    "grid": {"peak_lr": [0.002, 0.004], "seed": [0, 1]},
+    "workers": 2,
+    "threads_per_member": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def trained_base(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str, str]:
+    """(home, plans, audit id, base tree): the smallest base the flow tests train (2 epochs x 3 steps)."""
+    root = tmp_path_factory.mktemp("sweep")
+    plans = write_plans(root / "plans")
+    lora = yaml.safe_load((plans / "lora.yaml").read_text())
+    (plans / "lora.yaml").write_text(yaml.safe_dump(lora | {"steps_per_epoch": 2}))
+    (plans / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    home = root / "h"
+    audited = audit(str(home), str(corpus), str(plans / "audit.yaml"))
+    base = train(str(home), str(corpus), audited.receipt_id, str(plans / "base.yaml"))
+    return home, plans, audited.receipt_id, base.receipt.subject("best").sha256
+
+
+def test_members_are_derived_deterministically(trained_base: tuple[Path, Path, str, str]) -> None:
+    _, plans, _, _ = trained_base
+    sweep_plan, training = load_plan(plans / "sweep.yaml", SweepPlan), load_plan(plans / "lora.yaml", TrainingPlan)
+    derived = sweep_members(sweep_plan, training)
+    assert [m.name for m, _ in derived] == ["m0", "m1", "m2", "m3"]
+    assert [(p.optim.peak_lr, p.seed) for _, p in derived] == [(0.002, 0), (0.002, 1), (0.004, 0), (0.004, 1)]
+    assert {p.threads for _, p in derived} == {1} and len({plan_digest(p) for _, p in derived}) == 4
+    assert [plan_digest(p) for _, p in sweep_members(sweep_plan, training)] == [plan_digest(p) for _, p in derived]
+    with pytest.raises(PlanError, match="exactly one of `grid`"):
+        bad = plans / "bad-sweep.yaml"
+        bad.write_text(yaml.safe_dump({k: v for k, v in SWEEP.items() if k != "grid"}))
+        load_plan(bad, SweepPlan)
+
+
+def test_a_sweep_trains_every_member_once_and_judges_all_in_one_decision(corpus: Path, trained_base: tuple[Path, Path, str, str]) -> None:
+    home_dir, plans, audit_rid, base = trained_base
+    first = sweep(str(home_dir), str(corpus), audit_rid, str(plans / "sweep.yaml"), str(plans), base)
+    h = Home(home_dir)
+    r = first.receipt.result
+    assert not first.cached and r.members_trained == 4 and [m.name for m in r.members] == ["m0", "m1", "m2", "m3"]
+    from voxledger.tasks.plans import PlanRef
+
+    refs = members(PlanRef.load(plans / "sweep.yaml", SweepPlan), PlanRef.load(plans / "lora.yaml", TrainingPlan))
+    for m, (_, ref) in zip(r.members, refs, strict=True):
+        run = h.receipts.read(m.training_run, TrainingRunReceipt)  # an ordinary training run of the member's own plan
+        assert run.parameters.bound.plan_sha256 == m.plan_sha256 == ref.sha256 and run.parameters.bound.base_sha256 == base
+        assert run.parameters.effective_config["plan"]["optim"]["peak_lr"] == m.settings.peak_lr  # type: ignore[index]
+    decision = h.receipts.read(r.promotion, PromotionReceipt)
+    judged = {c.name.rsplit("-epoch", 1)[0] for c in decision.result.challengers}
+    assert judged == {"m0", "m1", "m2", "m3"} and len(decision.result.challengers) == r.family.challengers >= 4
+    assert r.family.members == 4 and r.family.method == "bonferroni" and r.family.rules == 1
+    assert r.family.per_challenger_confidence == pytest.approx(1 - 0.05 / r.family.challengers)
+    assert (
+        "Bonferroni over the" in (decision.result.error_control or "")
+        and f"{r.family.challengers} challengers" in decision.result.error_control
+    )  # type: ignore[operator]
+    assert r.promoted is not None and decision.result.promoted == r.promoted  # the test policy's rule always passes: one winner
+    assert r.promoted_member == r.promoted.rsplit("-epoch", 1)[0]
+    winner = next(m for m in r.members if m.name == r.promoted_member)
+    assert decision.parameters.training_run == winner.training_run
+    champion = [mv for mv in decision.result.moves if mv.alias == "champion"]
+    assert len(champion) == 1 and champion[0].target_sha256 == next(
+        c.tree_sha256 for c in decision.result.challengers if c.name == r.promoted
+    )
+    with h.catalog.connect(read_only=True) as con:
+        gates = con.execute("SELECT count(*) FROM receipts WHERE kind = 'evaluation'").fetchone()
+    assert gates == (1,)  # one gate evaluation for every challenger of every member
+
+    again = sweep(str(home_dir), str(corpus), audit_rid, str(plans / "sweep.yaml"), str(plans), base)
+    assert again.cached and again.receipt_id == first.receipt_id  # every member, the decision and the sweep from cache
+    with h.catalog.connect(read_only=True) as con:
+        runs = con.execute("SELECT count(*) FROM receipts WHERE kind = 'training_run'").fetchone()
+    assert runs == (5,)  # the base and the 4 members, none trained twice
+
+
+def doc_commands() -> list[str]:
+    """The lines of docs/sweeps.md's ``# doc-test: sweep`` block."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sweeps.md").read_text()
+    (block,) = re.findall(r"```bash\n# doc-test: sweep\n(.*?)```", text, flags=re.S)
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_sweeps_page_runs_as_written(
+    corpus: Path, trained_base: tuple[Path, Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    import shlex
+
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+
+    home_dir, plans, audit_rid, base = trained_base
+    (tmp_path / "plans").symlink_to(plans)
+    monkeypatch.chdir(tmp_path)
+    commands = doc_commands()
+    assert [c.split()[:3] for c in commands] == [
+        ["voxledger", "sweep", "run"],
+        ["voxledger", "receipt", "show"],
+        ["voxledger", "receipt", "show"],
+        ["voxledger", "alias", "history"],
+        ["voxledger", "lineage", "$PROMOTION"],
+    ]
+    ids = {"$CORPUS": str(corpus), "$AUDIT": audit_rid, "$BASE": base}
+    outputs = []
+    for line in commands:
+        for name, value in ids.items():
+            line = line.replace(name, value)
+        r = CliRunner().invoke(main, ["--home", str(home_dir), *shlex.split(line)[1:]])
+        assert r.exit_code == 0, (line, r.output)
+        outputs.append(r.output)
+        if "$SWEEP" not in ids:
+            ids["$SWEEP"] = re.search(r"sweep receipt ([0-9a-f]{64})", r.output).group(1)  # type: ignore[union-attr]
+            ids["$PROMOTION"] = re.search(r"promotion receipt ([0-9a-f]{64})", r.output).group(1)  # type: ignore[union-attr]
+    assert "4 members" in outputs[0] and "in one family (bonferroni)" in outputs[0]
+    assert '"kind": "sweep"' in outputs[1] and '"kind": "promotion"' in outputs[2]
+    assert all(f"sweep_member:m{i}" in outputs[2] for i in range(4))  # the decision names every member's run
