@@ -49,7 +49,7 @@ def test_failures_exit_non_zero_with_a_reason(tmp_path: Path) -> None:
     # a read command pointed at a home that does not exist (a mistyped --home) is refused, naming
     # the folder, and creates nothing there
     for args in (("query", "SELECT 1"), ("receipt", "show", "deadbeefdeadbeef"), ("alias", "history", "champion"),
-                 ("provenance", "speaker", "spk1"), ("lineage", "deadbeefdeadbeef"), ("demo", "report")):  # fmt: skip
+                 ("provenance", "speaker", "spk1"), ("lineage", "deadbeefdeadbeef"), ("demo", "report"), ("capabilities",)):  # fmt: skip
         code, out = run(h, *args)
         assert code == 1 and out.startswith("Error: HomeNotFoundError: no voxledger home at " + str(h)), (args, out)
         assert not h.exists(), args

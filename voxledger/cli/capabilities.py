@@ -65,7 +65,7 @@ def capabilities(ctx: click.Context, as_json: bool, html_path: Path | None) -> N
     """
     from voxledger.stores.capabilities import capability_matrix
 
-    home = open_home(ctx)
+    home = open_home(ctx, existing=True)  # a question, not work: a mistyped --home is refused, never created empty
     with home.catalog.connect(read_only=True) as con:
         matrix = capability_matrix(con)
     if html_path is not None:
