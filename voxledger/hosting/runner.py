@@ -28,6 +28,10 @@ Guarantees (``tests/hosting/test_runner.py`` tests all but the thread check):
 
 ``VOXLEDGER_RUNNER=false`` turns it off; only the ``voxledger`` program itself uses it (a command
 invoked in-process, as by click's test runner, runs its flow in-process). Linux only.
+
+Longer than 500 lines on purpose: the runner's server and its client speak one framed protocol over
+one socket, and keeping both ends in one module keeps the framing, the version check and the
+fallbacks in step.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ speaker but the target (two or more speakers), or the base the backend ships
 straight to an adapter; a backend that adapts its own configured model (cosyvoice3, whose
 ``needs_stored_base`` is False) always does that. A corpus that lacks what a plan needs is refused with one line naming the
 value and the fix; nothing is written then.
+
+Longer than 500 lines on purpose: every plan it writes reads the same corpus facts (splits,
+speakers, language, backend recipe) and must agree with the others (the pipeline names each file),
+so they are written side by side.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ raters alone are independent. Every interval and test here is therefore clustere
   strongly connected (Ford 1957); otherwise the strengths are reported as not identifiable.
 - Krippendorff's alpha per criterion (``krippendorff``): ordinal for ACR/CMOS, interval for MUSHRA.
 - Per-rater bias: mean of (own score - other raters' mean) over shared units.
+
+Longer than 500 lines on purpose: every listening statistic shares the crossed rater x prompt
+variance estimator and its parametric-bootstrap reference distribution, which must stay one
+implementation.
 """
 
 from __future__ import annotations

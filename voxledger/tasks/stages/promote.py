@@ -1,4 +1,9 @@
-"""``promote_adapter`` as a plain function."""
+"""``promote_adapter`` as a plain function.
+
+Longer than 500 lines on purpose: a round's challengers, its incumbent on its model line, its gate,
+the rules judged and the aliases moved are decided together and recorded in one receipt, and the
+stage's contract (re-run, comparison, summary) sits with them.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,9 @@ Each accepted submission gets a ``submission`` receipt; the ``aggregate`` receip
 refused file and row with its reason, the attrition, the screening outcome per rater and the
 statistics. Opening the sealed blinding key puts it into the store, where it hashes to the
 commitment in the packet-set receipt, and makes it an input of the aggregate receipt.
+
+Longer than 500 lines on purpose: verifying, unblinding, screening and aggregating are one ordered
+procedure over the same rows, and each step's refusals are reported in the one aggregate receipt.
 """
 
 from __future__ import annotations
