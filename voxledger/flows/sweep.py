@@ -10,6 +10,8 @@ the sweep receipt (``record_sweep``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -76,7 +78,7 @@ def sweep_step(
     register_plan_task(home, policy, PromotionPolicy)
     listed = stage.members(plan, training)
     plans = [ref for _, ref in listed]
-    runner = ThreadPoolTaskRunner(max_workers=plan.validated(SweepPlan).workers)  # type: ignore[var-annotated]
+    runner: Any = ThreadPoolTaskRunner(max_workers=plan.validated(SweepPlan).workers)  # its future type is Prefect's business
     outcomes = train_members.with_options(task_runner=runner)(home, corpus, audit_rid, plans, base_sha)
     named = [(m.name, o.receipt_id) for (m, _), o in zip(listed, outcomes, strict=True)]
     prepared = prepare_gate(home, named, policy)

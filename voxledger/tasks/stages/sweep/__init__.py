@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError, PlanError
@@ -198,7 +198,7 @@ def compare(h: Home, s: Home, original: SweepReceipt, rerun: SweepReceipt, bands
 
 def summary(receipt: SweepReceipt) -> str:
     """Members, the family, and the winner."""
-    r = cast(SweepReceipt, receipt).result
+    r = receipt.result
     won = f"{r.promoted} promoted (member {r.promoted_member})" if r.promoted else "nothing promoted"
     return (
         f"{len(r.members)} members ({r.members_trained} trained, the rest cached), {r.family.challengers} challengers in one family: {won}"

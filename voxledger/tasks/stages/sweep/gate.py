@@ -29,7 +29,7 @@ from voxledger.schemas.promotion import (
     PromotionResult,
 )
 from voxledger.schemas.sweep import SweepFamily
-from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
+from voxledger.schemas.training import BackendName, CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import check_plan, plan_digest, register_plan
 from voxledger.tasks.power import round_confidence
@@ -127,7 +127,7 @@ def prepare_sweep_gate(
 
 
 def _incumbent(
-    backend: str, champion: AliasState | None, base_sha: str | None, speaker: str, policy: PromotionPolicy,
+    backend: BackendName, champion: AliasState | None, base_sha: str | None, speaker: str, policy: PromotionPolicy,
     challengers: list[SweepChallenger], bindings: dict[str, str],
 ) -> tuple[Candidate, str]:  # fmt: skip
     """The incumbent the promotion stage would judge against (the champion, else the base), its binding added."""
@@ -138,14 +138,14 @@ def _incumbent(
         base_ref = "input:base" if base_sha else OWN_BASE
         return Candidate(
             name="incumbent", backend=backend, runtime="adapter", artifact="input:incumbent", base=base_ref, speaker=speaker
-        ), champion.target_sha256  # type: ignore[arg-type]
+        ), champion.target_sha256
     if base_sha:
         return Candidate(
             name="incumbent", backend=backend, runtime="base", artifact="input:base", speaker=policy.baseline_speaker
-        ), base_sha  # type: ignore[arg-type]
+        ), base_sha
     # the backend's own base speaks from the voice prompt the adapters bundle (see prepare_promotion)
     bindings["incumbent"] = sha = challengers[0].checkpoint.subject("checkpoint").sha256
-    return Candidate(name="incumbent", backend=backend, runtime="base", artifact="input:incumbent", speaker=speaker), sha  # type: ignore[arg-type]
+    return Candidate(name="incumbent", backend=backend, runtime="base", artifact="input:incumbent", speaker=speaker), sha
 
 
 def _already_promoted(

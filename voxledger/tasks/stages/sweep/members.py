@@ -1,12 +1,13 @@
-"""A sweep member's training run: served from cache when stored, else trained in a process of its own.
+"""A sweep member's training run, in a process of its own.
 
 Members train in separate processes, never in threads of one: torch's global random generator
 (seeded by the training loop and the backend at set-up), torch's thread count and the Python and
 NumPy generators a checkpoint saves are process-wide, so two members sharing a process would draw
 from one generator in an order set by the scheduler, and their runs would not be reproducible.
-A member's process takes the sweep's code identity (``tasks/member_process.py``) and runs the training stage's
-own function (``train_adapter_fn``), so each member is an ordinary training run: the same cache
-key, receipts, checkpoints and resume as ``voxledger train``. The catalog's file lock lets the member processes record into one home.
+Each member's process is forked from a server that imported the model stack once
+(``tasks/member_preload.py``) and runs the training stage's own function (``train_adapter_fn``),
+so each member is an ordinary training run: the same cache key, reuse, receipts, checkpoints and
+resume as ``voxledger train``. The catalog's file lock lets the member processes record into one home.
 """
 
 from __future__ import annotations
@@ -14,58 +15,47 @@ from __future__ import annotations
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from voxledger.schemas.canonical import canonical_digest
 from voxledger.schemas.errors import TrainingError, VoxledgerError
 from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
-from voxledger.stores.home import Home, HomeRef
-from voxledger.stores.identity import code_identity
-from voxledger.tasks.member_process import start_member_process
+from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import plan_digest
-from voxledger.tasks.receipting import cache_key
-from voxledger.tasks.stage import StageOutcome, reuse
+from voxledger.tasks.processes import die_with_parent
+from voxledger.tasks.stage import StageOutcome
+
+MEMBER_PRELOAD = "voxledger.tasks.member_preload"
 
 
-def member_key(home: Home, corpus: Path, audit_rid: str, plan: TrainingPlan, *, base_sha: str | None) -> str:
-    """The cache key ``train_adapter_fn`` gives this run (the same inputs bound the same way), to serve a
-    finished member without starting a process (a sweep's re-run test fails if the two drift apart)."""
-    from voxledger.tasks.backends.base import get_backend
-    from voxledger.tasks.stages.train import bind_inputs, passing_audit
-
-    audit = passing_audit(home, audit_rid)
-    plan_sha = plan_digest(plan)
-    backend = get_backend(plan.backend)
-    bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()), backend)
-    return cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
+def member_processes() -> BaseContext:
+    """Where member processes come from: forked from a server that imported the model stack once
+    (``tasks/member_preload.py``); the server starts with the first member and serves the whole process."""
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload([MEMBER_PRELOAD])
+    return ctx
 
 
 def train_member(
     home: HomeRef, corpus: str, audit_rid: str, plan: TrainingPlan, *, plan_name: str, base_sha: str | None, flow: str
 ) -> StageOutcome[TrainingRunReceipt]:
-    """The member's run: its stored receipt when one verifies, else trained (or resumed) in a new process.
+    """The member's run, trained (resumed, or served from cache by the training stage itself) in a process of its own.
 
     Raises:
         TrainingError: the member's training failed (its message, naming the member), or its process
             died (killed: re-run the sweep; finished members are served from cache, this one resumes).
     """
-    h = home.open()
-    key = member_key(h, Path(corpus), audit_rid, plan, base_sha=base_sha)
-    hit = reuse(h, key, TrainingRunReceipt)
-    if hit is not None:
-        return hit
     args = (home.model_dump(mode="json"), corpus, audit_rid, plan.model_dump(mode="json"), plan_name, base_sha, flow)
-    start = (code_identity().model_dump(mode="json"),)
     try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=start_member_process, initargs=start) as pool:
+        with ProcessPoolExecutor(max_workers=1, mp_context=member_processes(), initializer=die_with_parent) as pool:
             rid, cached = pool.submit(train_in_process, *args).result()
     except BrokenProcessPool as exc:
         raise TrainingError(
             f"sweep member {plan_name}: its training process died before recording a run ({exc}); run the sweep again: "
             "finished members are served from cache and this one resumes from its last checkpoint"
         ) from None
-    receipt = h.receipts.read(rid, TrainingRunReceipt)
+    receipt = home.open().receipts.read(rid, TrainingRunReceipt)
     if receipt.parameters.bound.plan_sha256 != plan_digest(plan):
         raise TrainingError(f"sweep member {plan_name}: its process recorded run {rid[:16]} of another plan; run the sweep again")
     return StageOutcome(rid, receipt, cached=cached)
