@@ -258,7 +258,8 @@ def test_cli_bad_receipt_is_one_line_and_a_verdict_prints(copy: tuple[Path, dict
     packets = summary["export_packets"]["receipt_id"]
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", packets[:12], "--corpus", str(corpus)])
     assert (
-        res.exit_code != 0 and "is a packet_set receipt, not audit or training_run or promotion or evaluation or package" in res.output
+        res.exit_code != 0
+        and "is a packet_set receipt, not audit or base_import or training_run or promotion or evaluation or package" in res.output
     ), res.output
     assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
     res = CliRunner().invoke(main, ["--home", str(home), "reproduce", summary["train_base"]["receipt_id"][:12]])

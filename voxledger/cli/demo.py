@@ -163,12 +163,17 @@ def _stages_writing(kind: str) -> set[str]:
     return {r.name for r in rows_writing(kind)}
 
 
-def _receipt_kind(stage: str) -> str | None:
-    """The kind of receipt ``stage`` writes (None: a stage the table does not hold)."""
+def _summary(home: Any, stage: str, rid: str) -> str | None:
+    """The one-line summary the stage's module gives of its receipt (None: a stage the table does not hold)."""
+    import importlib
+
     from voxledger.schemas.stages import stage_row
 
     row = stage_row(stage)
-    return row.receipt if row is not None else None
+    if row is None:
+        return None
+    line: str = importlib.import_module(row.module).summary(home.receipts.read(rid))
+    return line
 
 
 def _final_table(home: Any, summary: Any, dash: Path, t_corpus: float, total: float) -> None:
@@ -202,10 +207,7 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     """
     from voxledger.cli.common import resolve_receipt
     from voxledger.schemas.evaluation import EvaluationReceipt
-    from voxledger.schemas.listening_receipts import PacketSetReceipt
     from voxledger.schemas.pipeline import PipelineRunReceipt
-    from voxledger.schemas.promotion import PromotionReceipt
-    from voxledger.schemas.training import TrainingRunReceipt
     from voxledger.stores.queries import latest_pipeline_run
 
     home = open_home(ctx, existing=True)
@@ -216,19 +218,8 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
     stages: list[dict[str, Any]] = []
     for st in run.stages:
         row: dict[str, Any] = {"stage": st.stage, "wall_s": round(st.wall_s, 1), "cached": st.cached, "status": st.status}
-        kind = _receipt_kind(st.stage) if st.receipt_id else None
-        if kind == "training_run":
-            tr = home.receipts.read(st.receipt_id, TrainingRunReceipt)
-            t, eff = tr.result, tr.parameters.effective_config
-            precision = eff.get("precision_effective") if isinstance(eff, dict) else None
-            row["result"] = (
-                f"{len(t.epochs)} epochs, {t.total_steps} steps, CV loss {t.epochs[0].cv_loss:.3f} -> "
-                f"{t.best_cv_loss:.3f} (best epoch {t.best_epoch}), stop: {t.stop_reason}" + (f", {precision}" if precision else "")
-            )
-        elif kind == "promotion":
-            row["result"] = _promotion_summary(home.receipts.read(st.receipt_id, PromotionReceipt))
-        elif kind == "packet_set":
-            row["result"] = _leak_summary(home.receipts.read(st.receipt_id, PacketSetReceipt))
+        if st.receipt_id:
+            row["result"] = _summary(home, st.stage, st.receipt_id)
         stages.append(row)
     ev_id = next((s.receipt_id for s in run.stages if s.stage in _stages_writing("evaluation")), None)
     candidates: list[dict[str, Any]] = []
@@ -265,33 +256,6 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
 
     for c in candidates:
         click.echo(f"| {c['candidate']} | {fmt(c['wer_mean'])} | {fmt(c['wer_pooled'])} | {fmt(c['speaker_sim'])} |")
-
-
-def _promotion_summary(p: Any) -> str:
-    """Which challenger was promoted against what, with each rule's value for it."""
-    r = p.result
-    if r.promoted is None:
-        return f"no challenger passed ({len(r.challengers)} judged against the {p.parameters.incumbent} incumbent)"
-    won = next(c for c in r.challengers if c.name == r.promoted)
-    rules = "; ".join(
-        f"{v.statistic}({v.metric}) = {'n/a' if v.value is None else f'{v.value:.3f}'} {v.op} {v.threshold:g}" for v in won.rules
-    )
-    return f"{r.promoted} promoted over the {p.parameters.incumbent} incumbent ({len(r.challengers)} challengers): {rules}"
-
-
-def _leak_summary(ps: Any) -> str:
-    """The blinding-leak check of a packet set: verdict, worst gated AUC, hidden-reference correlation."""
-    lc = getattr(ps.parameters, "leak_check", None)
-    if lc is None:
-        return "no leak check recorded"
-    gated = [w for w in lc.worst if w.gated]
-    worst = max(gated, key=lambda w: w.auc, default=None)
-    shown = f"max gated AUC {worst.auc:.3f} ({worst.feature}, {worst.a} vs {worst.b})" if worst else "no gated feature"
-    stated = f"; not removable, stated: {', '.join(s.split()[0] for s in lc.unremoved)}" if lc.unremoved else ""
-    return (
-        f"leak check {'passed' if lc.passed else 'FAILED'}: {shown}, threshold {lc.auc_max}; "
-        f"hidden-reference correlation max {lc.hidden_reference_correlation_max}{stated}"
-    )
 
 
 COMMANDS = (demo,)

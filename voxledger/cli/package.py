@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from voxledger.cli.common import emit_json, json_option, open_home, resolve_receipt, run_flow
+from voxledger.cli.common import emit_json, json_option, open_home, resolve_node, resolve_receipt, run_flow
 from voxledger.schemas.errors import BlobMissingError, CatalogError, VoxledgerError
 
 
@@ -21,7 +21,7 @@ def _checkpoint(ctx: click.Context, run_id: str, choice: str) -> str:
     doc = open_home(ctx).receipts.read_document(run_id)
     if choice in ("best", "last"):
         return str(next(a["sha256"] for a in doc["subjects"] if a["role"] == choice))
-    return choice
+    return resolve_node(ctx, choice)  # a whole digest or a unique prefix, as the gate hint and `eval run --bind` print them
 
 
 @package.command("build")

@@ -17,11 +17,11 @@ from voxledger.tasks.stages.corpus_prepare import PrepareOutcome, prepare_corpus
 
 
 @task(name="prepare_corpus", **STAGE_TASK)
-def prepare_task(home: HomeRef | str, src: str, policy_file: str, out: str | None, audio_roots: tuple[str, ...]) -> PrepareOutcome:
+def prepare_task(home: HomeRef, src: str, policy_file: str, out: str | None, audio_roots: tuple[str, ...]) -> PrepareOutcome:
     """Cut, down-mix, resample and loudness-normalise ``src`` into a derived corpus meeting the policy."""
     report(f"preparing {src}")
     return prepare_corpus_fn(
-        HomeRef.of(home).open(),
+        home.open(),
         Path(src),
         load_plan(Path(policy_file), AuditPolicy),
         policy_name=Path(policy_file).name,
@@ -36,15 +36,15 @@ def prepare_corpus(
     home: HomeRef | str, src: str, policy_file: str, out: str | None = None, audio_roots: tuple[str, ...] = ()
 ) -> PrepareOutcome:
     """``voxledger corpus prepare``."""
-    return prepare_task(home, src, policy_file, out, audio_roots)
+    return prepare_task(HomeRef.of(home), src, policy_file, out, audio_roots)
 
 
 @task(name="materialise_pipes", cache_policy=STAGE_TASK["cache_policy"])  # never retried: the commands ran
-def materialise_task(home: HomeRef | str, src: str, out: str, cwd: str | None, timeout_s: float) -> MaterialiseOutcome:
+def materialise_task(home: HomeRef, src: str, out: str, cwd: str | None, timeout_s: float) -> MaterialiseOutcome:
     """Run every pipe command of ``src`` once, without a shell, into a copy at ``out``."""
     report(f"running the pipe commands of {src}")
     return materialise_pipes_fn(
-        HomeRef.of(home).open(),
+        home.open(),
         Path(src),
         Path(out),
         cwd=Path(cwd) if cwd else None,
@@ -56,4 +56,4 @@ def materialise_task(home: HomeRef | str, src: str, out: str, cwd: str | None, t
 @flow(name="materialise_pipes")
 def materialise_pipes(home: HomeRef | str, src: str, out: str, cwd: str | None = None, timeout_s: float = 600.0) -> MaterialiseOutcome:
     """``voxledger corpus materialise``."""
-    return materialise_task(home, src, out, cwd, timeout_s)
+    return materialise_task(HomeRef.of(home), src, out, cwd, timeout_s)

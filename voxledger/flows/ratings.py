@@ -13,13 +13,14 @@ from voxledger.tasks.stages.ratings import aggregate_ratings as aggregate_rating
 
 
 @task(name="aggregate_ratings", **STAGE_TASK)
-def aggregate_ratings(home: HomeRef | str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
+def aggregate_ratings(home: HomeRef, packet_set: str, submissions: list[str]) -> AggregateOutcome:
     """Verify every submission, unseal the key, screen raters and compute the statistics."""
-    return aggregate_ratings_fn(HomeRef.of(home).open(), packet_set, [Path(s) for s in submissions], flow=flow_name())
+    return aggregate_ratings_fn(home.open(), packet_set, [Path(s) for s in submissions], flow=flow_name())
 
 
 @flow(name="ratings")
 def ratings(home: HomeRef | str, packet_set: str, submissions: list[str]) -> AggregateOutcome:
     """Run when submissions arrive (outside the scheduled pipeline)."""
-    with shared_store(home):
-        return aggregate_ratings(home, packet_set, submissions)
+    ref = HomeRef.of(home)
+    with shared_store(ref):
+        return aggregate_ratings(ref, packet_set, submissions)

@@ -59,32 +59,32 @@ SYNC_TASK: dict[str, Any] = {"cache_policy": NONE, "retries": 3, "retry_delay_se
 
 
 @task(name="push_to_shared_store", **SYNC_TASK)
-def push_task(home: HomeRef | str, full: bool = False) -> dict[str, Any]:
+def push_task(home: HomeRef, full: bool = False) -> dict[str, Any]:
     """Copy the home's receipts the shared store lacks, and the blobs they name (``push_to``)."""
     from voxledger.stores.s3 import S3BlobStore
     from voxledger.stores.sync import push_to
 
     remote = S3BlobStore.from_env()
-    return {"store": remote.url, **asdict(push_to(HomeRef.of(home).open(), remote, full=full))}
+    return {"store": remote.url, **asdict(push_to(home.open(), remote, full=full))}
 
 
 @task(name="pull_from_shared_store", **SYNC_TASK)
-def pull_task(home: HomeRef | str, full: bool = False) -> dict[str, Any]:
+def pull_task(home: HomeRef, full: bool = False) -> dict[str, Any]:
     """Ingest what the shared store added since the last pull, verified (``ingest_from``)."""
     from voxledger.stores.s3 import S3BlobStore
     from voxledger.stores.sync import ingest_from
 
     remote = S3BlobStore.from_env()
-    return {"store": remote.url, **asdict(ingest_from(remote, HomeRef.of(home).open(), full=full))}
+    return {"store": remote.url, **asdict(ingest_from(remote, home.open(), full=full))}
 
 
 @flow(name="push")
 def push(home: HomeRef | str, full: bool = False) -> dict[str, Any]:
     """Publish this home's receipts and blobs to the shared store named by ``VOXLEDGER_S3_*``."""
-    return push_task(home, full)
+    return push_task(HomeRef.of(home), full)
 
 
 @flow(name="pull")
 def pull(home: HomeRef | str, full: bool = False) -> dict[str, Any]:
     """Ingest the shared store's new receipts and blobs into this home and its catalog."""
-    return pull_task(home, full)
+    return pull_task(HomeRef.of(home), full)

@@ -245,7 +245,7 @@ def test_leak_check_gates_pause_noise_and_onsets() -> None:
     assert worst["onset_35_s"].gated and worst["onset_25_s"].gated and not worst["onset_45_s"].gated and not worst["pause_noise_dbfs"].gated
     from types import SimpleNamespace
 
-    from voxledger.cli.demo import _leak_summary  # what `voxledger demo run` prints for the packet set
+    from voxledger.tasks.stages.packets import summary as _leak_summary  # what `voxledger demo report` prints for the packet set
 
     assert _leak_summary(SimpleNamespace(parameters=SimpleNamespace(leak_check=slow))).endswith("; not removable, stated: onset_45_s")
     assert check_leaks(files(4.0, 0.0), 16000, Blinding()).passed

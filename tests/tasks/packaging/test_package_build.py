@@ -185,6 +185,9 @@ def test_cli_build_verify_attest_and_tampering(built: Built, tmp_path: Path) -> 
     code, out = _cli(built.home, "package", "build", built.lora.receipt_id[:12], "--checkpoint", "best", "--unpromoted", "--json")
     assert code == 0 and json.loads(out)["package_sha256"] == built.out.package_sha256 and json.loads(out)["cached"]
     assert json.loads(out)["promotion"] is None
+    best = built.lora.receipt.subject("best").sha256[:16]  # a checkpoint by the 16-hex prefix the gate hint prints
+    code, out = _cli(built.home, "package", "build", built.lora.receipt_id[:12], "--checkpoint", best, "--unpromoted", "--json")
+    assert code == 0 and json.loads(out)["package_sha256"] == built.out.package_sha256, out
     pkg = tmp_path / "p.tar"
     shutil.copyfile(built.out.package_path, pkg)
     assert _cli(built.home, "package", "keygen", str(tmp_path / "k"))[0] == 0

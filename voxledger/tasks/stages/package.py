@@ -179,13 +179,7 @@ def package_adapter_fn(
     )
     hit = reuse(home, key, PackageReceipt)
     if hit is not None:
-        receipt = hit.receipt
-        sha = receipt.result.package_sha256
-        path = home.blobs.path_of(sha)
-        published = None
-        if retention_root is not None:
-            published = publish_file(path, sha, retention_root, publication_name(verify_package(path).manifest.name, sha))
-        return PackageOutcome(hit.receipt_id, receipt, True, sha, path, published, verified=hit.verified)
+        return _served(home, hit, retention_root)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
         work = Path(tmp)
         sha, manifest = assemble_package(home.blobs, request, work / "package.tar")
@@ -209,17 +203,7 @@ def package_adapter_fn(
                 merged_probe = exc
             theirs, child_wall = child.result()
         reload = _reload_check(ours["pcm"], theirs["pcm"], probe_text, probe_seed, manifest.inference.speaker, threads, child_wall)
-        b = manifest.binding
-        inputs = [
-            InputRef(role="training_run", sha256=b.training_run, ref="receipt"),
-            InputRef(role="checkpoint", sha256=b.checkpoint_receipt, ref="receipt"),
-            InputRef(role="adapter_checkpoint", sha256=b.checkpoint_tree_sha256, ref="artifact"),
-            InputRef(role="audit", sha256=b.audit_receipt, ref="receipt"),
-            *(InputRef(role=f"evaluation:{i}", sha256=r, ref="receipt") for i, r in enumerate(b.evaluation_receipts)),
-            *([InputRef(role="promotion", sha256=b.promotion_receipt, ref="receipt")] if b.promotion_receipt else []),
-        ]
-        if base_dir is not None:  # a stored base tree; a backend's own base (cosyvoice3) is bound in the manifest's components
-            inputs.insert(3, InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"))
+        inputs = _bound_inputs(manifest, stored_base=base_dir is not None)
         subjects = [artifact(home.blobs, "package", sha, PACKAGE_MEDIA_TYPE)]
         result: dict[str, object] = {
             "package_sha256": sha,
@@ -270,6 +254,33 @@ def package_adapter_fn(
             f"package {sha} of run {training_run_rid} failed its checks ({error}); recorded as receipt {rid}", receipt_id=rid
         )
     return PackageOutcome(rid, receipt, False, sha, tar, published)
+
+
+def _served(home: Home, hit: StageOutcome[PackageReceipt], retention_root: Path | None) -> PackageOutcome:
+    """A package served from cache: its stored tar, published again where a retention root is given."""
+    sha = hit.receipt.result.package_sha256
+    path = home.blobs.path_of(sha)
+    published = None
+    if retention_root is not None:
+        published = publish_file(path, sha, retention_root, publication_name(verify_package(path).manifest.name, sha))
+    return PackageOutcome(hit.receipt_id, hit.receipt, True, sha, path, published, verified=hit.verified)
+
+
+def _bound_inputs(manifest: PackageManifest, *, stored_base: bool) -> list[InputRef]:
+    """The receipts and trees a package binds, as its receipt's inputs (the base model's tree when
+    it is a stored tree; a backend's own base, cosyvoice3's, is bound in the manifest's components)."""
+    b = manifest.binding
+    inputs = [
+        InputRef(role="training_run", sha256=b.training_run, ref="receipt"),
+        InputRef(role="checkpoint", sha256=b.checkpoint_receipt, ref="receipt"),
+        InputRef(role="adapter_checkpoint", sha256=b.checkpoint_tree_sha256, ref="artifact"),
+        InputRef(role="audit", sha256=b.audit_receipt, ref="receipt"),
+        *(InputRef(role=f"evaluation:{i}", sha256=r, ref="receipt") for i, r in enumerate(b.evaluation_receipts)),
+        *([InputRef(role="promotion", sha256=b.promotion_receipt, ref="receipt")] if b.promotion_receipt else []),
+    ]
+    if stored_base:
+        inputs.insert(3, InputRef(role="base_model", sha256=manifest.components.base_model_sha256, ref="artifact"))
+    return inputs
 
 
 def _stored_base(home: Home, training_run_rid: str, dest: Path) -> Path | None:

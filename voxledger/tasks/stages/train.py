@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
     from voxledger.tasks.stages.contract import StageContext
     from voxledger.tasks.stages.reproduce import Preparation
+    from voxledger.tasks.training.loop import LoopResult
 
 if TYPE_CHECKING:
     import torch
@@ -176,13 +177,7 @@ def train_adapter_fn(
     # an earlier attempt of this run may have recorded epochs its last checkpoint does not know of;
     # only then is each epoch looked up before recording (a catalog round trip saved per epoch)
     earlier_attempt = run_dir.exists() or home.find_cached(run_key) is not None
-    if _resume_is_damaged(home, run_dir, run_key):
-        # a checkpoint this run already recorded no longer verifies: resuming would re-use it, so
-        # train again from the start (same machine and build: the same bytes come back and heal it)
-        aside = run_dir.with_name(f"{run_dir.name}.damaged-{utc_now():%Y%m%dT%H%M%S}")
-        run_dir.rename(aside)
-        _say(progress, f"a recorded checkpoint of this run is damaged; retraining from the start ({aside.name} kept)")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _prepare_run_dir(home, run_dir, run_key, progress)
     with tempfile.TemporaryDirectory() as tmp, torch_threads(plan.threads):
         base_dir = None
         if base_sha is not None:
@@ -227,6 +222,34 @@ def train_adapter_fn(
         from voxledger.tasks.training.loop import run_loop  # torch: only a stage that trains imports it
 
         result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
+    receipt = _training_receipt(home, plan, result, bound, parents, run_key, setup.effective_config, flow=flow, started=started)
+    return record(home, receipt)
+
+
+def _prepare_run_dir(home: Home, run_dir: Path, run_key: str, progress: Callable[[str], None] | None) -> None:
+    """Make the run's folder; a folder whose recorded checkpoint no longer verifies is set aside, since
+    resuming would re-use it: the run trains again from the start (same machine and build: the same
+    bytes come back and heal the store)."""
+    if _resume_is_damaged(home, run_dir, run_key):
+        aside = run_dir.with_name(f"{run_dir.name}.damaged-{utc_now():%Y%m%dT%H%M%S}")
+        run_dir.rename(aside)
+        _say(progress, f"a recorded checkpoint of this run is damaged; retraining from the start ({aside.name} kept)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _training_receipt(
+    home: Home,
+    plan: TrainingPlan,
+    result: LoopResult,
+    bound: TrainingInputs,
+    parents: list[InputRef],
+    run_key: str,
+    effective_config: dict[str, Any],
+    *,
+    flow: str,
+    started: Any,
+) -> TrainingRunReceipt:
+    """The run's receipt from the loop's final state: its best and last checkpoints, every epoch."""
     st = result.state
     ckpts = [home.receipts.read(r, CheckpointReceipt) for r in st.epoch_receipts]
     best = ckpts[st.best_epoch].subject("checkpoint")
@@ -244,7 +267,7 @@ def train_adapter_fn(
             backend=plan.backend,
             mode=plan.mode,
             bound=bound,
-            effective_config={"plan": json.loads(canonical_bytes(plan)), **setup.effective_config},
+            effective_config={"plan": json.loads(canonical_bytes(plan)), **effective_config},
         ),
         result=TrainingResult(
             epochs=tuple(EpochRecord.model_validate(h) for h in st.history),
@@ -257,7 +280,7 @@ def train_adapter_fn(
             total_parameters=result.total_parameters,
         ),
     )
-    return record(home, receipt)
+    return receipt
 
 
 def _resume_is_damaged(home: Home, run_dir: Path, run_key: str) -> bool:
