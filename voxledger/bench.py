@@ -211,7 +211,7 @@ def _unit_of_work(cat: Catalog) -> tuple[float, float]:
 
 SECTIONS = (
     "hash", "corpus", "catalog", "cli", "audit", "train", "features", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
-    "listening-server", "install", "pipeline-rerun", "verify",
+    "listening-server", "install", "pipeline-rerun", "verify", "sweep",
 )  # fmt: skip
 """Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
 

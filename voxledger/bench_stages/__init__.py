@@ -38,6 +38,7 @@ STAGE_SECTIONS = (
     "listening-server",
     "pipeline-rerun",
     "verify",
+    "sweep",
 )
 __all__ = [
     "STAGE_SECTIONS",
@@ -117,6 +118,10 @@ def run_stages(
 
         figures += bench_scrub_throughput(work, 40 if quick else 1000)
         figures += bench_reuse_output_checks(home)
+    if "sweep" in sections:
+        from voxledger.bench_stages.sweep import bench_sweep
+
+        figures += bench_sweep(work, quick)
     if "install" in sections:
         from voxledger.bench_stages.install import bench_install_compile
 

@@ -147,6 +147,7 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
     from voxledger.bench_stages.stats_catastrophic import bench_catastrophic
     from voxledger.bench_stages.stats_limits import bench_limits
     from voxledger.bench_stages.stats_robust import bench_robust
+    from voxledger.bench_stages.stats_sweep import sweep_gate_rows
 
     reps = replications or (QUICK_REPLICATIONS if quick else DEFAULT_REPLICATIONS)
     boot_reps = max(100, reps // 4)
@@ -179,4 +180,4 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
             )
     for label, run, legacy in runs:
         figures += _figures(label, run(), legacy)
-    return figures + bench_robust(reps) + bench_limits(reps) + bench_catastrophic(reps)
+    return figures + bench_robust(reps) + bench_limits(reps) + bench_catastrophic(reps) + sweep_gate_rows(max(40, reps // 4), seed=41)

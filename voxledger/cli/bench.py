@@ -23,7 +23,8 @@ console = cli_console()
     "corpus-scale (audit of a large corpus), store-dvc (store against DVC), sync (push/pull against a local S3 server), "
     "listening-server (simulated raters against `packets serve`), install (byte-compiling a package as pip does "
     "against `voxledger.postinstall`), pipeline-rerun (a `pipeline run` with every stage cached: the home's runner "
-    "against the command's own process). The last seven are not in the default set.",
+    "against the command's own process), sweep (4 tiny members on 2 workers against 1, the gate's cost per member, "
+    "the sweep gate under no true effect). The last eight are not in the default set.",
 )
 @click.option(
     "--replications",
