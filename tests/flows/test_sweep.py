@@ -101,6 +101,18 @@ def test_a_sweep_trains_every_member_once_and_judges_all_in_one_decision(corpus:
     assert runs == (5,)  # the base and the 4 members, none trained twice
 
 
+def test_a_grown_sweep_trains_only_its_new_members(corpus: Path, trained_base: tuple[Path, Path, str, str]) -> None:
+    """A member is its derived plan: the same values under the same sweep name are the same run, so a
+    sweep grown by an axis value (or run again after being killed) trains only what is not stored."""
+    home_dir, plans, audit_rid, base = trained_base
+    first = sweep(str(home_dir), str(corpus), audit_rid, str(plans / "sweep.yaml"), str(plans), base)  # stored when run above
+    (plans / "sweep-6.yaml").write_text(yaml.safe_dump(SWEEP | {"grid": {"peak_lr": [0.002, 0.004, 0.008], "seed": [0, 1]}}))
+    grown = sweep(str(home_dir), str(corpus), audit_rid, str(plans / "sweep-6.yaml"), str(plans), base).receipt.result
+    assert [m.name for m in grown.members] == ["m0", "m1", "m2", "m3", "m4", "m5"] and grown.members_trained == 2
+    assert [m.training_run for m in grown.members[:4]] == [m.training_run for m in first.receipt.result.members]
+    assert grown.family.members == 6 and grown.promotion != first.receipt.result.promotion
+
+
 def doc_commands() -> list[str]:
     """The lines of docs/sweeps.md's ``# doc-test: sweep`` block."""
     import re
