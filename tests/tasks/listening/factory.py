@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -88,8 +88,8 @@ def durations_ms(packet_dir: Path, manifest: PacketManifest) -> dict[str, int]:
 
 
 def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scorer, *, skip_trials: int = 0, session: str = "a" * 32,
-                        play_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """The submission the page would export after rating every trial (but the last ``skip_trials``).
+                        play_ms: int | None = None, skip: Collection[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """The submission the page would export after rating every trial (but the last ``skip_trials``, and those in ``skip``).
 
     Each sample plays for its real duration, or ``play_ms`` when given (a fabricated log).
     """
@@ -104,7 +104,7 @@ def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scor
         log.append({"t_ms": t, "event": event, "trial": trial, "stimulus": stimulus, "detail": detail})
 
     note("start")
-    trials = manifest.trials[: len(manifest.trials) - skip_trials]
+    trials = [t for t in manifest.trials[: len(manifest.trials) - skip_trials] if t.id not in skip]
     for trial in trials:
         note("present", trial.id)
         for s in (trial.reference,) * (

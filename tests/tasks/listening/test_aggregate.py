@@ -11,10 +11,22 @@ from click.testing import CliRunner
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import QUALITY, oracle_scorer, simulate_submission, write_json
 from voxledger.cli import main
-from voxledger.schemas.listening import KeyEntry, PacketTrial
+from voxledger.schemas.listening import KeyEntry, PacketManifest, PacketTrial
 from voxledger.tasks.stages.ratings import aggregate_ratings
 
 BIASES = {"r01": -0.4, "r02": 0.0, "r03": 0.4, "r04": -0.4, "r05": 0.0, "r06": 0.4}
+
+
+def trials(ex: Exported, rater: str, task: str | None = None, role: str | None = None) -> list[PacketTrial]:
+    """The rater's trials as exported, of ``task`` and holding a stimulus of ``role`` when given."""
+    manifest = PacketManifest.model_validate_json((ex.packets / rater / "packet.json").read_bytes())
+    return [t for t in manifest.trials if task in (None, t.task) and (role is None or any(ex.key[s].role == role for s in t.stimuli))]
+
+
+def ab_pairs(ex: Exported, raters: tuple[str, ...] | dict[str, float]) -> int:
+    """Candidate A/B pairs the raters' packets hold: every prompt a rater hears in A/B (design.split) gives one
+    sys_a-sys_b pair (the demo plan leaves the reference out of A/B); the comparison gold trials hold no stimulus."""
+    return sum(len(trials(ex, r, "ab", "stimulus")) for r in raters)
 
 
 def submit(ex: Exported, tmp: Path, rater: str, scorer=None, **kw) -> Path:  # type: ignore[no-untyped-def]
@@ -38,10 +50,12 @@ def test_six_careful_raters(exported: Exported, tmp_path: Path) -> None:
     delta = next(d for d in res.deltas if (d.criterion, d.a, d.b) == ("naturalness", "sys_a", "sys_b"))
     assert delta.better == "sys_a" and delta.mean_delta < 0 and delta.p_value is not None and delta.p_value < 0.01
     ab = next(d for d in res.deltas if d.criterion == "preference")
-    assert (ab.a, ab.b, ab.better) == ("sys_a", "sys_b", "sys_a") and ab.pairs == 18  # 6 prompts x 3 raters
+    pairs = ab_pairs(exported, BIASES)  # 6 prompts x 3 raters, each rater hearing a prompt in A/B or in ACR/MUSHRA
+    assert 6 <= pairs < 18  # every prompt in A/B for at least one of its raters, none for all three
+    assert (ab.a, ab.b, ab.better) == ("sys_a", "sys_b", "sys_a") and ab.pairs == pairs
     bt = res.bradley_terry[0]
     # sys_a wins every comparison: separable data, the maximum-likelihood strengths do not exist
-    assert not bt.identifiable and not bt.converged and bt.strengths is None and "separable" in (bt.note or "") and bt.comparisons == 18
+    assert not bt.identifiable and not bt.converged and bt.strengths is None and "separable" in (bt.note or "") and bt.comparisons == pairs
     alpha = {a.criterion: a for a in res.agreement}
     assert alpha["naturalness"].alpha is not None and alpha["naturalness"].alpha > 0.5
     assert alpha["quality"].level == "interval" and alpha["quality"].alpha is not None and alpha["quality"].alpha > 0.8
@@ -92,7 +106,15 @@ def test_screening_excludes_careless_raters(exported: Exported, tmp_path: Path) 
     assert any(r.startswith("variance: ACR rating variance 0.000 below 0.1") for r in why["r02"])
     assert why["r03"] == ("gold: 1 of 3 gold answers outside +-1 (allowed 0)",)  # two ACR gold items, one A/B
     assert why["r04"] == why["r05"] == ()
-    assert all(s.raters == 2 for s in res.scores)  # statistics use the included raters only
+
+    # statistics use the included raters only: a score counts those of r04 and r05 whose packet rates the candidate
+    # under the criterion (design.split: a rater may hear no prompt in MUSHRA, or none in A/B)
+    def rates(rater: str, criterion: str, candidate: str) -> bool:
+        return any(criterion in t.criteria and candidate in {exported.key[s].candidate for s in t.stimuli if exported.key[s].role == "stimulus"}
+                   for t in trials(exported, rater))  # fmt: skip
+
+    assert res.scores and all(s.raters == sum(rates(r, s.criterion, s.candidate) for r in ("r04", "r05")) for s in res.scores)
+    assert {s.raters for s in res.scores if s.criterion == "naturalness"} == {2}  # both rate in ACR; r01-r03 do as well
     assert res.attrition.missing_raters == ("r06",) and res.attrition.missing_cells > 0
 
 
@@ -130,15 +152,22 @@ def test_comparison_gold_needs_both_sides_heard_and_is_never_a_candidate(exporte
         why[r] == () for r in ("r02", "r03", "r04", "r05", "r06")
     )
     assert "gold_degraded" not in {s.candidate for s in res.scores} and all("gold_degraded" not in (d.a, d.b) for d in res.deltas)
-    assert {d.pairs for d in res.deltas if d.criterion == "preference"} == {15}  # 6 prompts x 3 raters, r01 excluded: no gold pair
-    assert res.bradley_terry[0].comparisons == 15
+    # every candidate A/B pair but r01's (excluded); the gold pairs never count
+    pairs = ab_pairs(exported, ("r02", "r03", "r04", "r05", "r06"))
+    assert 0 < pairs < ab_pairs(exported, BIASES)
+    assert {d.pairs for d in res.deltas if d.criterion == "preference"} == {pairs}
+    assert res.bradley_terry[0].comparisons == pairs
 
 
 def test_incomplete_submission_is_attrition(exported: Exported, tmp_path: Path) -> None:
-    res = aggregate_ratings(exported.home, exported.receipt_id, [submit(exported, tmp_path, "r01", skip_trials=2)]).receipt.result
+    """Two unrated candidate trials are missing cells; a missing gold, attention or hidden-reference item would refuse the
+    file instead (test_submission_hardening), so the two are the last trials holding candidate stimuli only."""
+    plain = [t.id for t in trials(exported, "r01") if all(exported.key[s].role == "stimulus" for s in t.stimuli)][-2:]
+    assert len(plain) == 2
+    res = aggregate_ratings(exported.home, exported.receipt_id, [submit(exported, tmp_path, "r01", skip=plain)]).receipt.result
     assert res.submissions_accepted == 1
     assert {c.reason for c in res.attrition.cells} == {"not rated"} and {c.rater_id for c in res.attrition.cells} == {"r01"}
-    assert len({c.trial for c in res.attrition.cells}) == 2 and len(res.attrition.missing_raters) == 5
+    assert sorted({c.trial for c in res.attrition.cells}) == sorted(plain) and len(res.attrition.missing_raters) == 5
 
 
 @pytest.mark.prefect
@@ -166,7 +195,10 @@ def test_hidden_reference_and_anchor_are_reported_as_screening_not_candidates(ex
     assert {s.candidate for s in res.scores if s.task == "mushra"} == {"sys_a", "sys_b"}
     lines = summary_lines(res)
     assert not [line for line in lines if "low_anchor" in line or ("quality:" in line and "recordings" in line)]
-    assert "quality: hidden reference (screening: raters are told to score it 100) mean 100.0 over 9 ratings" in lines
+    # one hidden reference per MUSHRA screen: 3 news prompts x 3 raters, each rater hearing a prompt in MUSHRA or in A/B
+    screens = sum(len(trials(exported, r, "mushra", "hidden_reference")) for r in BIASES)
+    assert 3 <= screens < 9
+    assert f"quality: hidden reference (screening: raters are told to score it 100) mean 100.0 over {screens} ratings" in lines
     assert any(line.startswith("quality: low anchor (screening") for line in lines)
     # recordings stays a candidate where it is rated as one (ACR), compared like any other
     assert any((d.criterion, d.a) == ("naturalness", "recordings") for d in res.deltas)

@@ -141,7 +141,8 @@ A11Y_STATE = """(() => {
 
 
 def test_page_is_accessible_and_explains_itself(tmp_path: Path, home: Home) -> None:
-    stimuli = make_stimuli(home, prompts=dict(list(SHORT.items())[:1]), voices={"recordings": ("en-us", 50), "sys_a": ("en+f3", 65)})
+    # two prompts: a rater hears a prompt in A/B or in ACR/MUSHRA, never both (design.split), so one of each
+    stimuli = make_stimuli(home, prompts=dict(list(SHORT.items())[:2]), voices={"recordings": ("en-us", 50), "sys_a": ("en+f3", 65)})
     protocol = PROTOCOL.model_copy(update={"design": Design(raters=1, raters_per_prompt=1, gold_items=0, attention_checks=0, seed=3)})
     outcome = export_packets(home, protocol, stimuli, tmp_path / "packets", protocol_name="a11y-test")
     key = {e.pseudonym: e for e in open_sealed_key(home, outcome.receipt.parameters.key_commitment_sha256)[0].entries}
