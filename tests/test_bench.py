@@ -102,7 +102,7 @@ def test_unknown_section_is_refused() -> None:
 
 
 def test_noise_corpus_is_valid_distinct_and_passes_the_audit(tmp_path: Path) -> None:
-    from voxledger.bench_stages import audit_policy, build_noise_corpus
+    from voxledger.bench_sections import audit_policy, build_noise_corpus
     from voxledger.stores.home import Home
     from voxledger.tasks.stages.audit import audit_corpus_fn
 
@@ -119,7 +119,7 @@ def test_noise_corpus_is_valid_distinct_and_passes_the_audit(tmp_path: Path) -> 
 def test_stage_timers_time_real_calls_and_restore_them() -> None:
     import time
 
-    from voxledger.bench_stages import stage_timers
+    from voxledger.bench_sections import stage_timers
     from voxledger.tasks.metrics import textmetrics
 
     original = textmetrics.score_text
@@ -173,7 +173,7 @@ def test_quick_cli_reads_beside_the_interpreter_floor(tmp_path: Path) -> None:
 
 
 def test_stats_round_two_scenarios_run_through_the_gate() -> None:
-    from voxledger.bench_stages.stats_robust import bench_robust
+    from voxledger.bench_sections.stats_robust import bench_robust
 
     figures = bench_robust(10)  # a smoke run: the measured table is docs/statistics.md (1000 per row)
     names = [f.name for f in figures]
@@ -213,7 +213,7 @@ FEATURES = {"bind a training stage's features, 5 clips without alignment files: 
 def test_the_features_section_aligns_then_reads_the_memo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The section's measured pass, twice in this process (the section spawns one process each):
     the first aligns every clip and files it, the second reads every clip back, same digest."""
-    from voxledger.bench_stages.features import bind_child
+    from voxledger.bench_sections.features import bind_child
     from voxledger.schemas.training import DEFAULT_BACKEND
     from voxledger.tasks.backends.tiny import data
     from voxledger.tasks.corpus.demo import build_voice_corpus
@@ -244,7 +244,7 @@ def test_quick_pipeline_rerun_section(tmp_path: Path) -> None:
 
 
 def test_a_bare_goal_gets_its_verdict_from_the_value() -> None:
-    from voxledger.bench_stages.common import Figure
+    from voxledger.bench_sections.common import Figure
 
     cases = [("<= 5", 6.2, "<= 5: SHORT"), ("<= 5", 5.0, "<= 5: ok"), ("< 1", 1.0, "< 1: SHORT"), (">= 1.5", 2.0, ">= 1.5: ok"),
              ("> 10", 9.0, "> 10: SHORT"), ("3-7", 7.0, "3-7: ok"), ("3-7", 2.9, "3-7: SHORT"), ("< 1: ok", 0.2, "< 1: ok"),
@@ -256,7 +256,7 @@ def test_a_bare_goal_gets_its_verdict_from_the_value() -> None:
 def test_asr_models_rows_compare_the_two_packaged_models_on_the_same_clips() -> None:
     """`bench --only eval`'s ASR rows: s per audio s for tiny.en and base on the same English clips, batched against
     sequential, base on Mandarin told and detecting the language (2 clips each: a smoke run)."""
-    from voxledger.bench_stages.asr_models import bench_asr_models
+    from voxledger.bench_sections.asr_models import bench_asr_models
 
     names = [f.name for f in bench_asr_models(2)]
     for key in ("tiny.en/en", "base/en", "base/zh"):

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from voxledger.bench import SECTIONS
-from voxledger.bench_stages.listening_server import bench_listening_server
+from voxledger.bench_sections.listening_server import bench_listening_server
 
 SERVED = {
     "served test: 4 raters at once, requests": "requests", "served test: throughput": "requests/s",

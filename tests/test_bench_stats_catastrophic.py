@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voxledger.bench_stages.stats_catastrophic import outlier_rows, shipped_gate_rows
+from voxledger.bench_sections.stats_catastrophic import outlier_rows, shipped_gate_rows
 
 
 def test_the_shipped_gate_at_36_prompts_holds_its_bounds_under_catastrophic_prompts() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voxledger.bench_stages.stats_doc import DOC, LIMITS, LIMITS_BEGIN, LIMITS_END, limits_table
+from voxledger.bench_sections.stats_doc import DOC, LIMITS, LIMITS_BEGIN, LIMITS_END, limits_table
 
 
 def test_the_limits_table_is_generated_from_figures() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voxledger.bench_stages.stats_limits import bench_limits
+from voxledger.bench_sections.stats_limits import bench_limits
 
 
 def test_round_three_rows_meet_their_goals() -> None:

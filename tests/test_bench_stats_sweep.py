@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from voxledger.bench_stages.stats_sweep import sweep_gate_rows
+from voxledger.bench_sections.stats_sweep import sweep_gate_rows
 
 REPS = 60
 LEVEL = 2.5  # one-sided familywise level of the policy's 95% confidence, in percent

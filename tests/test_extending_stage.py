@@ -92,7 +92,9 @@ def test_a_new_stage_runs_everywhere_the_table_reaches(tmp_path: Path, corpus: P
 
     # `pipeline run`: the stage runs after the audit and its verdict stops the pipeline, its receipt recorded
     failed = vox("pipeline", "run", str(plans / "pipeline.yaml"), "--corpus", str(corpus), rc=1)
-    assert "AuditFailedError: pipeline stopped at balance: too few clips: train/spk_a" in " ".join(failed.stderr.split()), failed.stderr[-2000:]
+    assert "AuditFailedError: pipeline stopped at balance: too few clips: train/spk_a" in " ".join(failed.stderr.split()), failed.stderr[
+        -2000:
+    ]
     pipeline_rid = re.findall(r"pipeline receipt ([0-9a-f]{64})", failed.stderr)[-1]
     record = json.loads(vox("receipt", "show", pipeline_rid).stdout)
     stages = {s["stage"]: s for s in record["stages"]}

@@ -124,7 +124,7 @@ def test_binding_a_training_stage_imports_no_model_stack(tmp_path: Path) -> None
     corpus = build_small_corpus(tmp_path / "corpus")
     probe = f"""
 import json, sys
-from voxledger.bench_stages.features import bind_child
+from voxledger.bench_sections.features import bind_child
 got = bind_child({str(tmp_path / "home")!r}, {str(corpus)!r}, "tiny")
 seen = sorted(m for m in ("torch", "transformers", "peft") if m in sys.modules)
 from voxledger.tasks.backends.tiny.config import TinyTTSConfig

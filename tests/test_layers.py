@@ -26,9 +26,9 @@ FORBIDDEN = {
     "stores": ("voxledger.tasks", "voxledger.flows", "voxledger.dashboards", "prefect"),
     "tasks": ("voxledger.flows", "voxledger.dashboards"),
     "dashboards": ("voxledger.flows", "voxledger.tasks"),
-    "flows": ("voxledger.hosting", "voxledger.cli", "voxledger.bench", "voxledger.bench_stages"),
-    "hosting": ("voxledger.cli", "voxledger.bench", "voxledger.bench_stages", "voxledger.dashboards"),
-    "bench_stages": ("voxledger.cli",),
+    "flows": ("voxledger.hosting", "voxledger.cli", "voxledger.bench", "voxledger.bench_sections"),
+    "hosting": ("voxledger.cli", "voxledger.bench", "voxledger.bench_sections", "voxledger.dashboards"),
+    "bench_sections": ("voxledger.cli",),
     "bench": ("voxledger.cli",),
 }
 
@@ -41,7 +41,7 @@ DIRECTION = (
     "tasks",
     "flows",
     "hosting",
-    "bench_stages",
+    "bench_sections",
     "bench",
     "cli",
     "docgen",

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 
 if TYPE_CHECKING:
     from voxledger.stores.catalog import Catalog
-from voxledger.bench_stages.common import make_corpus as _make_corpus
-from voxledger.bench_stages.common import timed as _timed
+from voxledger.bench_sections.common import make_corpus as _make_corpus
+from voxledger.bench_sections.common import timed as _timed
 
 
 def bench_hash_large(work: Path, size_mib: int) -> list[Figure]:
@@ -213,7 +213,7 @@ SECTIONS = (
     "hash", "corpus", "catalog", "cli", "audit", "train", "features", "eval", "prefect", "demo", "stats", "corpus-scale", "store-dvc", "sync",
     "listening-server", "install", "pipeline-rerun", "verify", "sweep",
 )  # fmt: skip
-"""Every section, in run order: the stores' three, then the stages (``voxledger.bench_stages``)."""
+"""Every section, in run order: the stores' three, then the stages (``voxledger.bench_sections``)."""
 
 
 def run_all(
@@ -238,7 +238,7 @@ def run_all(
         if "catalog" in sections:
             figures += bench_catalog(work, 2_000 if quick else 100_000, 20_000 if quick else 1_000_000)
         if set(sections) - {"hash", "corpus", "catalog"}:
-            from voxledger.bench_stages import run_stages
+            from voxledger.bench_sections import run_stages
 
             figures += run_stages(work, sections, quick=quick, home=home, replications=replications)
     finally:

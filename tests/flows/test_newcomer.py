@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from tests.flows.conftest import run
-from voxledger.bench_stages.pipeline_rerun import smoke_plans as shrink
+from voxledger.bench_sections.pipeline_rerun import smoke_plans as shrink
 from voxledger.cli import main
 from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import TrainingRunReceipt

@@ -23,8 +23,8 @@ ORDER = ["audit", "train_base", "train_adapter", "promote", "evaluate", "package
 # where each stage's work is looked up by its flow module (the task calls it from there)
 TARGETS = {
     "audit": ("voxledger.flows.audit", "audit_corpus_fn"),
-    "train_base": ("voxledger.flows.train", "train_adapter_fn"),
-    "train_adapter": ("voxledger.flows.train", "train_adapter_fn"),
+    "train_base": ("voxledger.flows.train", "run_training"),
+    "train_adapter": ("voxledger.flows.train", "run_training"),
     "promote": ("voxledger.flows.promote", "prepare_promotion"),
     "evaluate": ("voxledger.flows.evaluate", "evaluate_plan_fn"),
     "package": ("voxledger.flows.package", "package_adapter_fn"),

@@ -159,7 +159,7 @@ def test_parallel_transfers_copy_many_blobs(bucket: S3BlobStore, tmp_path: Path)
 @pytest.mark.slow  # 15-75 s: a moto server process starts, and the baseline copies everything again
 def test_bench_sync_quick_meets_its_request_goals(tmp_path: Path) -> None:
     """``voxledger bench --only sync`` at a smoke size: a moto server process of its own, every figure present."""
-    from voxledger.bench_stages.sync import bench_sync
+    from voxledger.bench_sections.sync import bench_sync
 
     figures = {f.name: f for f in bench_sync(tmp_path, 20)}
     assert len(figures) == 9

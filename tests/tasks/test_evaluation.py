@@ -16,7 +16,7 @@ from voxledger.stores.home import Home
 from voxledger.tasks.evaluation.journal import Journal
 from voxledger.tasks.evaluation.stats import clustered_interval, paired_delta
 from voxledger.tasks.stages.evaluate import evaluate_plan_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +25,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Path, str, 
     corpus = build_small_corpus(root / "c")
     home = Home(root / "h")
     audit = audited(home, corpus)
-    base = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
+    base = run_training(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
     base_sha = base.receipt.subject("best").sha256
-    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base_sha)
+    lora = run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base_sha)
     return home, corpus, base_sha, lora.receipt.subject("best").sha256
 
 

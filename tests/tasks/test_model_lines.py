@@ -27,7 +27,7 @@ from voxledger.stores.migrations import MIGRATIONS
 from voxledger.stores.projections import PROJECTORS
 from voxledger.stores.queries import alias_moves
 from voxledger.tasks.stages.promote import alias_state, promote_adapter_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 VOICES = {"spk_t/tiny": ("spk_t", ("en+f3", 75)), "spk_u/tiny": ("spk_u", ("en+m4", 60))}
 
@@ -52,10 +52,10 @@ def two_voices(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, dict[str
         corpus = build_small_corpus(root / speaker, target=(speaker, voice))
         audit = audited(home, corpus)
         if not base_sha:
-            base = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
+            base = run_training(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
             base_sha = base.receipt.subject("best").sha256
         plan = lora_plan().model_copy(update={"new_speaker": speaker, "name": f"t-lora-{speaker}"})
-        run = train_adapter_fn(home, corpus, audit, plan, plan_name=f"t-lora-{speaker}.yaml", base_sha=base_sha)
+        run = run_training(home, corpus, audit, plan, plan_name=f"t-lora-{speaker}.yaml", base_sha=base_sha)
         runs[line] = (corpus, run.receipt_id)
     return home, runs, base_sha
 

@@ -17,7 +17,7 @@ from voxledger.schemas.promotion import GatePlan, GateRule, PromotionPolicy
 from voxledger.schemas.prune import PruneReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.stages.promote import alias_state, promote_adapter_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 LINE = "spk_t/tiny"  # the model line of lora_plan's voice on the tiny backend
 
@@ -53,8 +53,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Path, str, st
     corpus = build_small_corpus(root / "c")
     home = Home(root / "h")
     audit = audited(home, corpus)
-    base = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
-    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
+    base = run_training(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
+    lora = run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
     return home, corpus, audit, lora.receipt_id
 
 
@@ -100,8 +100,8 @@ def test_refuses_adapter_for_another_base(setup: tuple[Home, Path, str, str]) ->
     home, corpus, audit, run = setup
     if alias_state(home, LINE, "champion") is None:
         promote_adapter_fn(home, run, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
-    other = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1, seed=9), plan_name="t-base-9.yaml")
-    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=other.receipt.subject("best").sha256)
+    other = run_training(home, corpus, audit, base_plan(max_epochs=1, seed=9), plan_name="t-base-9.yaml")
+    lora = run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=other.receipt.subject("best").sha256)
     with pytest.raises(GateFailedError, match="serves on base .* trained on base"):
         promote_adapter_fn(home, lora.receipt_id, policy(PASSING), policy_name="gates.yaml", corpus=corpus)
 
@@ -140,7 +140,7 @@ def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home,
     from voxledger.tasks.stages.checkpoints import execute_plan, make_plan
 
     home, corpus, audit, _ = setup
-    run = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=4, name="prunable"), plan_name="prunable.yaml")
+    run = run_training(home, corpus, audit, base_plan(max_epochs=4, name="prunable"), plan_name="prunable.yaml")
     plan = make_plan(home, keep_best=1)
     removed = {e.checkpoint_receipt for e in plan.remove}
     kept = {e.checkpoint_receipt: e.reason for e in plan.keep}

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from voxledger.bench_stages.stats import eval_rates, legacy_eval_rates
+from voxledger.bench_sections.stats import eval_rates, legacy_eval_rates
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.evaluation import (
     Comparison,

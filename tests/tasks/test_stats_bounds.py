@@ -250,7 +250,7 @@ def test_power_formula_matches_simulation_through_the_gate() -> None:
 
 
 def test_power_of_the_demo_gate_wer_rule() -> None:
-    from voxledger.bench_stages.stats_robust import DEMO_WER_SD
+    from voxledger.bench_sections.stats_robust import DEMO_WER_SD
     from voxledger.tasks.power import RulePower, power_of, power_warning, prompts_needed
 
     # README: adapter - base WER +0.005 [-0.129, 0.140] over 20 prompts; rule delta_high <= 0.15.

@@ -18,7 +18,7 @@ from voxledger.schemas.training import LoraSettings, OptimSettings, TrainingPlan
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import load_plan
 from voxledger.tasks.stages.audit import audit_corpus_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = {"hidden_size": 64, "backbone_layers": 2, "attention_heads": 4, "kv_heads": 2, "ffn_size": 128,
@@ -53,14 +53,14 @@ def audited(home: Home, corpus: Path) -> str:
 def test_base_then_lora_records_curves_checkpoints_and_lineage(tmp_path: Path, corpus: Path) -> None:
     home = Home(tmp_path / "h")
     audit = audited(home, corpus)
-    base = train_adapter_fn(home, corpus, audit, base_plan(), plan_name="t-base.yaml")
+    base = run_training(home, corpus, audit, base_plan(), plan_name="t-base.yaml")
     r = base.receipt.result
     assert len(r.epochs) == 3 and r.stop_reason == "max_epochs"
     assert r.epochs[-1].train_loss < r.epochs[0].train_loss  # it learns
     assert base.receipt.parameters.effective_config["model"]["hidden_size"] == 64
-    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
+    lora = run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
     assert 0 < lora.receipt.result.trainable_parameters < lora.receipt.result.total_parameters / 5
-    again = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
+    again = run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
     assert again.cached and again.receipt_id == lora.receipt_id
     with home.catalog.connect(read_only=True) as con:
         curves = con.execute("SELECT mode, count(*) FROM training_epochs GROUP BY mode ORDER BY mode").fetchall()
@@ -87,9 +87,9 @@ def test_crash_after_an_epoch_was_recorded_does_not_record_it_twice(tmp_path: Pa
 
     monkeypatch.setattr(loop, "write_checkpoint", crash)
     with pytest.raises(KeyboardInterrupt):
-        train_adapter_fn(home, corpus, audit, plan, plan_name="t-base.yaml")
+        run_training(home, corpus, audit, plan, plan_name="t-base.yaml")
     monkeypatch.setattr(loop, "write_checkpoint", real)
-    out = train_adapter_fn(home, corpus, audit, plan, plan_name="t-base.yaml")
+    out = run_training(home, corpus, audit, plan, plan_name="t-base.yaml")
     assert len(out.receipt.result.epochs) == 2
     with home.catalog.connect(read_only=True) as con:
         per_epoch = con.execute("SELECT epoch, count(*) FROM checkpoints GROUP BY epoch ORDER BY epoch").fetchall()
@@ -108,19 +108,19 @@ def test_failed_audit_and_changed_corpus_are_refused(tmp_path: Path, corpus: Pat
     policy = load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy)
     failed = audit_corpus_fn(home, bad, policy, policy_name="audit-demo.yaml")
     with pytest.raises(TrainingError, match="failed .*split_leakage"):
-        train_adapter_fn(home, bad, failed.receipt_id, base_plan(), plan_name="t-base.yaml")
+        run_training(home, bad, failed.receipt_id, base_plan(), plan_name="t-base.yaml")
     good = tmp_path / "good"
     shutil.copytree(corpus, good)
     audit = audited(home, good)
     (good / "wavs" / "spk_a_0.wav").write_bytes((good / "wavs" / "spk_a_1.wav").read_bytes())
     with pytest.raises(TrainingError, match="changed since audit"):
-        train_adapter_fn(home, good, audit, base_plan(), plan_name="t-base.yaml")
+        run_training(home, good, audit, base_plan(), plan_name="t-base.yaml")
 
 
 def test_changed_base_corrupt_checkpoint_and_rebound_run_are_refused(tmp_path: Path, corpus: Path) -> None:
     home = Home(tmp_path / "h")
     audit = audited(home, corpus)
-    base = train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
+    base = run_training(home, corpus, audit, base_plan(max_epochs=1), plan_name="t-base.yaml")
     # tamper with the stored base weights: materialising the base must fail on the digest
     tree = json.loads(home.blobs.get_bytes(base.receipt.subject("best").sha256))
     weights = home.blobs.path_of(tree["entries"][0]["sha256"])
@@ -129,17 +129,17 @@ def test_changed_base_corrupt_checkpoint_and_rebound_run_are_refused(tmp_path: P
     data[-100] ^= 0xFF
     weights.write_bytes(bytes(data))
     with pytest.raises(DigestMismatchError):
-        train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
+        run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
     # a run folder whose checkpoints were made for other inputs is refused, naming the change
     run_dir = tmp_path / "run"
-    train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1, name="r"), plan_name="r1.yaml", run_dir=run_dir)
+    run_training(home, corpus, audit, base_plan(max_epochs=1, name="r"), plan_name="r1.yaml", run_dir=run_dir)
     with pytest.raises(TrainingError, match="bound inputs changed .*plan_sha256"):
-        train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1, name="r", seed=5), plan_name="r2.yaml", run_dir=run_dir)
+        run_training(home, corpus, audit, base_plan(max_epochs=1, name="r", seed=5), plan_name="r2.yaml", run_dir=run_dir)
     newest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
     (newest / "trainable.safetensors").write_bytes(b"garbage")
     with pytest.raises(TrainingError, match="is corrupt: trainable.safetensors"):
         # (the finished r1 run itself would be served from cache, so ask for the other plan again)
-        train_adapter_fn(home, corpus, audit, base_plan(max_epochs=1, name="r", seed=5), plan_name="r2.yaml", run_dir=run_dir)
+        run_training(home, corpus, audit, base_plan(max_epochs=1, name="r", seed=5), plan_name="r2.yaml", run_dir=run_dir)
 
 
 TRAIN = """
@@ -148,8 +148,8 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[4])
 from tests.tasks.test_training import base_plan
 from voxledger.stores.home import Home
-from voxledger.tasks.stages.train import train_adapter_fn
-out = train_adapter_fn(Home(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], base_plan(max_epochs=2), plan_name="t-base.yaml", run_dir=Path(sys.argv[1]) / "run")
+from voxledger.tasks.stages.train import run_training
+out = run_training(Home(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], base_plan(max_epochs=2), plan_name="t-base.yaml", run_dir=Path(sys.argv[1]) / "run")
 print(out.receipt.subject("last").sha256, out.receipt.result.resumed_at_steps)
 """
 
@@ -162,9 +162,7 @@ def test_sigkill_mid_epoch_then_resume_gives_identical_bytes(tmp_path: Path, cor
     ref_home, crash_home = tmp_path / "ref", tmp_path / "crash"
     audits = {h: audited(Home(h), corpus) for h in (ref_home, crash_home)}
     # the uninterrupted reference runs in this process; the crash and the resume each in a process of their own
-    ref = train_adapter_fn(
-        Home(ref_home), corpus, audits[ref_home], base_plan(max_epochs=2), plan_name="t-base.yaml", run_dir=ref_home / "run"
-    )
+    ref = run_training(Home(ref_home), corpus, audits[ref_home], base_plan(max_epochs=2), plan_name="t-base.yaml", run_dir=ref_home / "run")
     ref_out = f"{ref.receipt.subject('last').sha256} {ref.receipt.result.resumed_at_steps}"
     proc = _train_proc(crash_home, corpus, audits[crash_home])
     ckpt = crash_home / "run" / "checkpoints" / "step-00000002"  # mid-epoch 0 (4 steps per epoch)

@@ -18,13 +18,13 @@ from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
-from voxledger.tasks.stages.train import train_adapter_fn, training_task_name
+from voxledger.tasks.stages.train import run_training, training_task_name
 
 
 def _train(home: HomeRef, corpus: str, audit_rid: str, plan: PlanRef, base_sha: str | None) -> StageOutcome[TrainingRunReceipt]:
     h, training = open_home(home), plan.validated(TrainingPlan)
     name = plan.source_name
-    return train_adapter_fn(h, Path(corpus), audit_rid, training, plan_name=name, base_sha=base_sha, flow=flow_name(), progress=report)
+    return run_training(h, Path(corpus), audit_rid, training, plan_name=name, base_sha=base_sha, flow=flow_name(), progress=report)
 
 
 @task(name="train_base", **STAGE_TASK)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from voxledger.bench_stages.corpus_scale import CLIP_S, bench_corpus_scale, build_scale_corpus
+from voxledger.bench_sections.corpus_scale import CLIP_S, bench_corpus_scale, build_scale_corpus
 from voxledger.stores.hashing import hash_files
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from voxledger.bench_stages.stats import listening_cells, listening_rates
+from voxledger.bench_sections.stats import listening_cells, listening_rates
 from voxledger.schemas.errors import EvaluationError
 from voxledger.schemas.listening import ScreeningRules, Statistics
 from voxledger.schemas.listening_receipts import RatingRow

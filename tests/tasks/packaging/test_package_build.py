@@ -30,7 +30,7 @@ from voxledger.tasks.stages.package import (
     package_adapter_fn,
     publication_name,
 )
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -55,8 +55,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     corpus = build_small_corpus(tmp / "corpus")
     home = Home(tmp / "home")
     audit = audited(home, corpus)
-    base = train_adapter_fn(home, corpus, audit, base_plan(), plan_name="t-base.yaml")
-    lora = train_adapter_fn(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
+    base = run_training(home, corpus, audit, base_plan(), plan_name="t-base.yaml")
+    lora = run_training(home, corpus, audit, lora_plan(), plan_name="t-lora.yaml", base_sha=base.receipt.subject("best").sha256)
     out = package_adapter_fn(home, lora.receipt_id, lora.receipt.subject("best").sha256, retention_root=tmp / "ret")
     return Built(home, base, lora, out, tmp / "ret")
 

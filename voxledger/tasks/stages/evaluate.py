@@ -311,7 +311,7 @@ def compare(h: Home, s: Home, original: EvaluationReceipt, rerun: EvaluationRece
 
 
 def summary(receipt: EvaluationReceipt) -> str:
-    """Candidates, prompts and generations, and the failed generations counted against their candidates."""
-    p = receipt.parameters
-    failed = len(getattr(receipt.result, "failures", ()) or ())
-    return f"{len(receipt.result.summaries)} candidate(s), {p.n_generations} generations, {failed} failed"
+    """Candidates and generations, and the failed generations counted against their candidates."""
+    p, r = receipt.parameters, receipt.result
+    failed = (r.failures or "").split(".")[0].removeprefix("failed generations per candidate: ")
+    return f"{len(r.summaries)} candidate(s), {p.n_generations} generations; failed: {failed or 'not recorded'}"

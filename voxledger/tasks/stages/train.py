@@ -147,7 +147,7 @@ def stage_of(receipt: TrainingRunReceipt) -> str:
     return "train_adapter" if receipt.parameters.mode == "lora" else "train_base"
 
 
-def train_adapter_fn(
+def run_training(
     home: Home,
     corpus: Path,
     audit_rid: str,
@@ -305,7 +305,7 @@ def _say(progress: Callable[[str], None] | None, message: str) -> None:
 
 # The stage contract (tasks/stages/contract.py): two rows (train_base, train_adapter) share this
 # module; each names its inputs, and ``stage_of`` tells their receipts apart.
-run = train_adapter_fn
+run = run_training
 verdict = never_stops
 
 

@@ -1,4 +1,4 @@
-"""The cosyvoice3 backend inside voxledger's own training run (audit -> train_adapter_fn -> receipts)."""
+"""The cosyvoice3 backend inside voxledger's own training run (audit -> run_training -> receipts)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from voxledger.tasks.backends.cosyvoice3.config import (
 from voxledger.tasks.backends.cosyvoice3.upstream import read_llm_state
 from voxledger.tasks.plans import load_plan
 from voxledger.tasks.stages.audit import audit_corpus_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 from voxledger.tasks.tensorio import save_deterministic
 
 from .test_training import make_plan
@@ -40,13 +40,13 @@ def test_train_adapter_fn_with_cosyvoice3(tmp_path: Path, fake_config: CosyVoice
     base.mkdir()
     save_deterministic({k: v.clone() for k, v in read_llm_state(fake_config.model_dir / "llm.pt").items()}, base / "llm.safetensors")
     base_sha, _ = put_tree(home.blobs, base)
-    out = train_adapter_fn(home, small_corpus, audit, make_plan(), plan_name="cv3-lora.yaml", base_sha=base_sha)
+    out = run_training(home, small_corpus, audit, make_plan(), plan_name="cv3-lora.yaml", base_sha=base_sha)
     receipt = out.receipt
     assert receipt.parameters.backend == "cosyvoice3" and len(receipt.result.epochs) == 2
     eff = receipt.parameters.effective_config
     assert eff["base_weights"] == "base/llm.safetensors" and eff["cosyvoice3"]["new_speaker"] == "spk_t"  # type: ignore[index]
     assert receipt.result.trainable_parameters == 2 * 4 * 8 * (32 + 32) - 2 * 2 * 8 * (32 - 16)  # r=8; k/v project to 16
-    assert train_adapter_fn(home, small_corpus, audit, make_plan(), plan_name="cv3-lora.yaml", base_sha=base_sha).cached
+    assert run_training(home, small_corpus, audit, make_plan(), plan_name="cv3-lora.yaml", base_sha=base_sha).cached
     best = tmp_path / "best"
     materialize_tree(home.blobs, receipt.subject("best").sha256, best)
     assert sorted(p.name for p in best.iterdir()) == ["adapter.safetensors", "adapter_config.json", "prompt.wav"]
@@ -67,11 +67,11 @@ def test_changed_upstream_files_change_the_training_key(tmp_path: Path, fake_con
         home, small_corpus, load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy), policy_name="audit-demo.yaml"
     ).receipt_id
     plan = make_plan(max_epochs=1)
-    first = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")  # no stored base: upstream's llm.pt
+    first = run_training(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")  # no stored base: upstream's llm.pt
     assert first.receipt.parameters.bound.base_sha256 is None
     with open(model / "hift.pt", "ab") as f:
         f.write(b"\0")
-    second = train_adapter_fn(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")
+    second = run_training(home, small_corpus, audit, plan, plan_name="cv3-lora.yaml")
     assert not second.cached and second.receipt_id != first.receipt_id
     assert second.receipt.parameters.bound.backend_sha256 != first.receipt.parameters.bound.backend_sha256
     assert second.receipt.parameters.run_key != first.receipt.parameters.run_key

@@ -32,7 +32,7 @@ from voxledger.tasks.backends.cosyvoice3.scaffold import SCAFFOLD_FILE
 from voxledger.tasks.backends.cosyvoice3.upstream import read_llm_state
 from voxledger.tasks.plans import load_plan
 from voxledger.tasks.stages.audit import audit_corpus_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 from .conftest import SCAFFOLD_LAYERS, SCAFFOLD_SEED, upstream_from
 from .test_training import make_plan
@@ -88,7 +88,7 @@ def test_audit_train_and_speak_with_the_adapter_on_upstreams_real_code(
         audit = audit_corpus_fn(home, small_corpus, policy, policy_name="audit-demo.yaml")
         assert audit.receipt.result.verdict == "pass"  # type: ignore[union-attr]
         plan = make_plan(max_epochs=1)  # four utterances of <= 3 s, 400 frames a batch: two steps
-        out = train_adapter_fn(home, small_corpus, audit.receipt_id, plan, plan_name="cv3-lora.yaml")
+        out = run_training(home, small_corpus, audit.receipt_id, plan, plan_name="cv3-lora.yaml")
         receipt = out.receipt
         assert receipt.parameters.backend == "cosyvoice3" and len(receipt.result.epochs) == 1
         assert receipt.result.total_steps == 2, {

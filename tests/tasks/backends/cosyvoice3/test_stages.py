@@ -24,7 +24,7 @@ from voxledger.tasks.packaging.probe import probe_package, probe_stages
 from voxledger.tasks.plans import load_plan
 from voxledger.tasks.stages.audit import audit_corpus_fn
 from voxledger.tasks.stages.package import package_adapter_fn
-from voxledger.tasks.stages.train import train_adapter_fn
+from voxledger.tasks.stages.train import run_training
 
 from .test_training import make_plan
 
@@ -56,7 +56,7 @@ def trained(env: CosyVoice3Config, small_corpus: Path, tmp_path_factory: pytest.
     home = Home(tmp_path_factory.mktemp("cv3-stages") / "home")
     policy = load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy)
     audit = audit_corpus_fn(home, small_corpus, policy, policy_name="audit-demo.yaml").receipt_id
-    out = train_adapter_fn(home, small_corpus, audit, make_plan(max_epochs=1), plan_name="cv3-lora.yaml")
+    out = run_training(home, small_corpus, audit, make_plan(max_epochs=1), plan_name="cv3-lora.yaml")
     best = out.receipt.subject("best").sha256
     adapter_dir = tmp_path_factory.mktemp("cv3-best")
     shutil.rmtree(adapter_dir)

@@ -5,7 +5,7 @@ Members train in separate processes, never in threads of one: torch's global ran
 NumPy generators a checkpoint saves are process-wide, so two members sharing a process would draw
 from one generator in an order set by the scheduler, and their runs would not be reproducible.
 Each member's process is forked from a server that imported the model stack once
-(``tasks/member_preload.py``) and runs the training stage's own function (``train_adapter_fn``),
+(``tasks/member_preload.py``) and runs the training stage's own function (``run_training``),
 so each member is an ordinary training run: the same cache key, reuse, receipts, checkpoints and
 resume as ``voxledger train``. The catalog's file lock lets the member processes record into one home.
 """
@@ -68,12 +68,12 @@ def train_in_process(
 
     Any failure comes back as one TrainingError naming the member (an exception raised in another
     process crosses as its message only)."""
-    from voxledger.tasks.stages.train import train_adapter_fn
+    from voxledger.tasks.stages.train import run_training
 
     try:
         h = HomeRef.model_validate(home).open()
         training = TrainingPlan.model_validate(plan)
-        out = train_adapter_fn(h, Path(corpus), audit_rid, training, plan_name=plan_name, base_sha=base_sha, flow=flow)
+        out = run_training(h, Path(corpus), audit_rid, training, plan_name=plan_name, base_sha=base_sha, flow=flow)
     except VoxledgerError as exc:
         raise TrainingError(f"sweep member {plan_name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the process boundary: the parent gets one line, not a foreign traceback

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench_stages.common import SAMPLE_RATE_HZ, Figure, in_child
+from voxledger.bench_sections.common import SAMPLE_RATE_HZ, Figure, in_child
 
 ZH_SENTENCES = (
     "今天天气很好，我们去公园散步吧。",

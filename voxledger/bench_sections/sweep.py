@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench_stages.common import Figure, audit_policy, timed, train_plan
-from voxledger.bench_stages.stats_sweep import sweep_gate_rows
+from voxledger.bench_sections.common import Figure, audit_policy, timed, train_plan
+from voxledger.bench_sections.stats_sweep import sweep_gate_rows
 
 MEMBERS = {"peak_lr": [0.002, 0.004], "seed": [0, 1]}
 TARGET = "spk-t1"  # the demo corpus's held-out voice
@@ -79,7 +79,7 @@ def bench_sweep(work: Path, quick: bool) -> list[Figure]:
     from voxledger.tasks.plans import PlanRef
     from voxledger.tasks.stages.audit import audit_corpus_fn
     from voxledger.tasks.stages.sweep import beside, gate_members, members, train_members_locally
-    from voxledger.tasks.stages.train import train_adapter_fn
+    from voxledger.tasks.stages.train import run_training
 
     corpus = work / "sweep-corpus"
     build_demo_corpus(corpus, size="tiny" if quick else "small")
@@ -93,7 +93,7 @@ def bench_sweep(work: Path, quick: bool) -> list[Figure]:
     base_home = Home(work / "sweep-home")
     audit = audit_corpus_fn(base_home, corpus, audit_policy(), policy_name="bench-audit.yaml").receipt_id
     base = (
-        train_adapter_fn(base_home, corpus, audit, train_plan(True, steps_per_epoch=3), plan_name="bench-base.yaml")
+        run_training(base_home, corpus, audit, train_plan(True, steps_per_epoch=3), plan_name="bench-base.yaml")
         .receipt.subject("best")
         .sha256
     )

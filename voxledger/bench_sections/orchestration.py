@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 from voxledger.schemas.errors import VoxledgerError
 
 
@@ -52,7 +52,7 @@ def bench_prefect(work: Path, n_tasks: int) -> list[Figure]:
     """Orchestration cost per task; a subprocess (not a pool worker) so the temporary server exits cleanly."""
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect-home"), "VOXLEDGER_PREFECT": "ephemeral"}  # never the user's Prefect database
     env.pop("PREFECT_API_URL", None)
-    code = "import json, sys; from voxledger.bench_stages.orchestration import prefect_child; print('BENCH', json.dumps(prefect_child(int(sys.argv[1]))))"
+    code = "import json, sys; from voxledger.bench_sections.orchestration import prefect_child; print('BENCH', json.dumps(prefect_child(int(sys.argv[1]))))"
     proc = subprocess.run([sys.executable, "-c", code, str(n_tasks)], env=env, capture_output=True, text=True, timeout=600, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 
 PROMPTS = (
     "The birch canoe slid on the smooth planks.",
@@ -145,7 +145,7 @@ def bench_listening_server(work: Path, raters: int) -> list[Figure]:
 
     home, packet_set = build_served_set(work / "served", raters)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "voxledger.bench_stages.listening_server", str(home), packet_set]
+    cmd = [sys.executable, "-m", "voxledger.bench_sections.listening_server", str(home), packet_set]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
     try:
         assert proc.stdout is not None

@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from voxledger.bench_stages.common import Figure
-from voxledger.bench_stages.stats_robust import SETTINGS, Draw, _comparison, _goal, _passes, _pct
+from voxledger.bench_sections.common import Figure
+from voxledger.bench_sections.stats_robust import SETTINGS, Draw, _comparison, _goal, _passes, _pct
 from voxledger.schemas.evaluation import StatisticsSettings
 from voxledger.schemas.promotion import GateRule
 from voxledger.tasks.corpus.demo_plans import GATE_STATISTICS, catastrophe_rules

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from voxledger.bench_stages.common import BENCH_BACKEND, Figure
+from voxledger.bench_sections.common import BENCH_BACKEND, Figure
 from voxledger.schemas.evaluation import Candidate, EvaluationPlan, Generation, MetricSuite, Observation, Prompt
 from voxledger.schemas.promotion import GatePlan, GateRule
 from voxledger.tasks.power import round_confidence

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench_stages.common import BENCH_BACKEND, Figure
+from voxledger.bench_sections.common import BENCH_BACKEND, Figure
 from voxledger.schemas.evaluation import (
     Candidate,
     Comparison,

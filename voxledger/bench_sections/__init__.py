@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from voxledger.bench_stages.audit import bench_asr_agreement, bench_audit, bench_audit_rerun, build_noise_corpus
-from voxledger.bench_stages.common import (
+from voxledger.bench_sections.audit import bench_asr_agreement, bench_audit, bench_audit_rerun, build_noise_corpus
+from voxledger.bench_sections.common import (
     Figure,
     audit_policy,
     in_child,
@@ -19,9 +19,9 @@ from voxledger.bench_stages.common import (
     stage_timers,
     train_plan,
 )
-from voxledger.bench_stages.evaluation import bench_eval
-from voxledger.bench_stages.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
-from voxledger.bench_stages.train import bench_train
+from voxledger.bench_sections.evaluation import bench_eval
+from voxledger.bench_sections.orchestration import bench_cli_audit, bench_demo, bench_prefect, prefect_child
+from voxledger.bench_sections.train import bench_train
 
 STAGE_SECTIONS = (
     "cli",
@@ -66,7 +66,7 @@ def run_stages(
     ``replications`` sets the simulated data sets per row of ``stats``."""
     figures: list[Figure] = []
     if "cli" in sections:
-        from voxledger.bench_stages.cli_reads import bench_cli_reads
+        from voxledger.bench_sections.cli_reads import bench_cli_reads
 
         figures += bench_cli_reads(work, 3 if quick else 7)
     if "audit" in sections:
@@ -76,11 +76,11 @@ def run_stages(
     if "train" in sections:
         figures += bench_train(work, quick)
     if "features" in sections:
-        from voxledger.bench_stages.features import bench_features
+        from voxledger.bench_sections.features import bench_features
 
         figures += bench_features(work, quick)
     if "eval" in sections:
-        from voxledger.bench_stages.asr_models import bench_asr_models
+        from voxledger.bench_sections.asr_models import bench_asr_models
 
         figures += bench_eval(work, quick)
         figures += bench_asr_models(4 if quick else 16)
@@ -90,40 +90,40 @@ def run_stages(
     if "demo" in sections:
         figures += bench_demo(home)
     if "stats" in sections:
-        from voxledger.bench_stages.stats import bench_stats
+        from voxledger.bench_sections.stats import bench_stats
 
         figures += bench_stats(quick, replications)
     if "corpus-scale" in sections:
-        from voxledger.bench_stages.corpus_scale import bench_corpus_scale
+        from voxledger.bench_sections.corpus_scale import bench_corpus_scale
 
         figures += bench_corpus_scale(work, 300 if quick else None)
     if "store-dvc" in sections:
-        from voxledger.bench_stages.store_dvc import bench_store_dvc
+        from voxledger.bench_sections.store_dvc import bench_store_dvc
 
         figures += bench_store_dvc(work, 300 if quick else 10_000)
     if "sync" in sections:
-        from voxledger.bench_stages.sync import bench_sync
+        from voxledger.bench_sections.sync import bench_sync
 
         figures += bench_sync(work, 200 if quick else 10_000)
     if "listening-server" in sections:
-        from voxledger.bench_stages.listening_server import bench_listening_server
+        from voxledger.bench_sections.listening_server import bench_listening_server
 
         figures += bench_listening_server(work, 10 if quick else 50)
     if "pipeline-rerun" in sections:
-        from voxledger.bench_stages.pipeline_rerun import bench_pipeline_rerun
+        from voxledger.bench_sections.pipeline_rerun import bench_pipeline_rerun
 
         figures += bench_pipeline_rerun(work, 2 if quick else 5)
     if "verify" in sections:
-        from voxledger.bench_stages.verify import bench_reuse_output_checks, bench_scrub_throughput
+        from voxledger.bench_sections.verify import bench_reuse_output_checks, bench_scrub_throughput
 
         figures += bench_scrub_throughput(work, 40 if quick else 1000)
         figures += bench_reuse_output_checks(home)
     if "sweep" in sections:
-        from voxledger.bench_stages.sweep import bench_sweep
+        from voxledger.bench_sections.sweep import bench_sweep
 
         figures += bench_sweep(work, quick)
     if "install" in sections:
-        from voxledger.bench_stages.install import bench_install_compile
+        from voxledger.bench_sections.install import bench_install_compile
 
         figures += bench_install_compile(work, quick)
     return figures

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench_stages.audit import WORDS, speech_shaped_noise, wav_header
-from voxledger.bench_stages.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
+from voxledger.bench_sections.audit import WORDS, speech_shaped_noise, wav_header
+from voxledger.bench_sections.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
 from voxledger.settings import load_settings
 
 CLIP_S = 10

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from voxledger.bench_stages.common import Figure, make_corpus
+from voxledger.bench_sections.common import Figure, make_corpus
 from voxledger.schemas.errors import VoxledgerError
 from voxledger.settings import load_settings
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 from voxledger.schemas.errors import VoxledgerError
 
 
@@ -63,7 +63,7 @@ def smoke_plans(plans: Path, prompts: int = 3) -> None:
 def bench_pipeline_rerun(work: Path, repeats: int) -> list[Figure]:
     """A cached `pipeline run` through the warm runner and in the command's own process, each the
     best of ``repeats`` whole processes, beside ``python -c pass``."""
-    from voxledger.bench_stages.orchestration import wait_for_runner
+    from voxledger.bench_sections.orchestration import wait_for_runner
     from voxledger.hosting.server import stop_server
     from voxledger.tasks.corpus.demo import build_voice_corpus
 

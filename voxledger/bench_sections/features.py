@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench_stages.common import Figure, in_child
+from voxledger.bench_sections.common import Figure, in_child
 from voxledger.schemas.errors import VoxledgerError
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench_stages.common import (
+from voxledger.bench_sections.common import (
     BENCH_BACKEND,
     SAMPLE_RATE_HZ,
     Figure,
@@ -63,13 +63,13 @@ def _eval_inputs(work: Path, quick: bool) -> tuple[str, Path, dict[str, Any], st
     from voxledger.stores.home import Home
     from voxledger.tasks.corpus.demo import build_demo_corpus
     from voxledger.tasks.stages.audit import audit_corpus_fn
-    from voxledger.tasks.stages.train import train_adapter_fn
+    from voxledger.tasks.stages.train import run_training
 
     corpus = build_demo_corpus(work / "eval-corpus", size="tiny" if quick else "small").out_dir
     home = Home(work / "eval-home")
     audit = audit_corpus_fn(home, corpus, audit_policy(), policy_name="bench-audit.yaml").receipt_id
     base_plan = train_plan(quick, name="bench-eval-base", model={}, frames_per_batch=3000, max_epochs=1, steps_per_epoch=2, threads=1)
-    base = train_adapter_fn(home, corpus, audit, base_plan, plan_name="bench-eval-base.yaml").receipt.subject("best").sha256
+    base = run_training(home, corpus, audit, base_plan, plan_name="bench-eval-base.yaml").receipt.subject("best").sha256
     rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines()]
     target = [r for r in rows if r["speaker"] == "spk-t1"]
     ref = next(r["audio"] for r in target if r["split"] == "target_train")

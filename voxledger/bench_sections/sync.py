@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 from voxledger.schemas.errors import VoxledgerError
 
 FAKE_AWS = {

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 from voxledger.schemas.errors import VoxledgerError
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from voxledger.bench_stages.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
+from voxledger.bench_sections.common import SAMPLE_RATE_HZ, Figure, audit_policy, in_child, peak_rss_mb
 from voxledger.schemas.errors import AuditFailedError, VoxledgerError
 
 # 4-6 letter words: three per one-second clip is ~15 letters/s, ordinary read speech, so the

@@ -1,7 +1,7 @@
 """Write the measured tables of docs/statistics.md from a ``voxledger bench --only stats --json`` run.
 
     voxledger bench --only stats --json > stats.json
-    python -m voxledger.bench_stages.stats_doc stats.json --write
+    python -m voxledger.bench_sections.stats_doc stats.json --write
 
 The tables between the ``<!-- bench:stats -->`` markers are replaced, and so is the table of each
 method's limits between the ``<!-- bench:limits -->`` markers (``LIMITS``: which rows speak for

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxledger.bench_stages.common import Figure, audit_policy, backend_hooks, in_child, stage_timers, train_plan
+from voxledger.bench_sections.common import Figure, audit_policy, backend_hooks, in_child, stage_timers, train_plan
 from voxledger.schemas.errors import VoxledgerError
 
 TRAIN_METHODS = (("setup", "setup"), ("step", "train_step"), ("cv", "cv_loss"))
@@ -22,7 +22,7 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
     from voxledger.schemas.training import TrainingPlan
     from voxledger.stores.home import Home
     from voxledger.tasks.backends.base import get_backend
-    from voxledger.tasks.stages.train import train_adapter_fn
+    from voxledger.tasks.stages.train import run_training
 
     plan = TrainingPlan.model_validate(plan_doc)
     # torch before the clock starts, as the bare loop imports it: looking a backend up imports no
@@ -33,7 +33,7 @@ def _train_child(home: str, corpus: str, audit_rid: str, plan_doc: dict[str, Any
     get_backend(plan.backend)
     with stage_timers(backend_hooks(plan.backend, TRAIN_METHODS)) as stages:
         t0 = time.perf_counter()
-        out = train_adapter_fn(Home(home), Path(corpus), audit_rid, plan, plan_name=f"{plan.name}.yaml")
+        out = run_training(Home(home), Path(corpus), audit_rid, plan, plan_name=f"{plan.name}.yaml")
         wall, r = time.perf_counter() - t0, out.receipt.result
     if out.cached:
         raise VoxledgerError(f"training run {out.receipt_id} was served from cache; the benchmark needs a fresh home")

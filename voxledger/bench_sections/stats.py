@@ -24,7 +24,7 @@ from functools import partial
 import numpy as np
 from scipy import stats
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 from voxledger.schemas.evaluation import StatisticsSettings
 from voxledger.tasks.evaluation.stats import interval_of_means, t_test
 from voxledger.tasks.listening.stats import METHOD as LISTEN_METHOD
@@ -144,10 +144,10 @@ def bench_stats(quick: bool = False, replications: int | None = None) -> list[Fi
     catastrophic prompts (``stats_catastrophic``). ``replications`` data
     sets per t row (default 1000, 150 with ``quick``); bootstrap and legacy rows use a quarter of
     that (at least 100)."""
-    from voxledger.bench_stages.stats_catastrophic import bench_catastrophic
-    from voxledger.bench_stages.stats_limits import bench_limits
-    from voxledger.bench_stages.stats_robust import bench_robust
-    from voxledger.bench_stages.stats_sweep import sweep_gate_rows
+    from voxledger.bench_sections.stats_catastrophic import bench_catastrophic
+    from voxledger.bench_sections.stats_limits import bench_limits
+    from voxledger.bench_sections.stats_robust import bench_robust
+    from voxledger.bench_sections.stats_sweep import sweep_gate_rows
 
     reps = replications or (QUICK_REPLICATIONS if quick else DEFAULT_REPLICATIONS)
     boot_reps = max(100, reps // 4)

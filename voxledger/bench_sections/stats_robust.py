@@ -28,7 +28,7 @@ from functools import cache
 import numpy as np
 from scipy import stats
 
-from voxledger.bench_stages.common import Figure
+from voxledger.bench_sections.common import Figure
 from voxledger.schemas.evaluation import Comparison, StatisticsSettings
 from voxledger.schemas.listening import Statistics
 from voxledger.schemas.listening_receipts import RatingRow
