@@ -39,10 +39,10 @@ def test_dashboard_comparison_cells_show_the_adjusted_p() -> None:
 
 
 def test_promotion_views_state_the_round_error_control() -> None:
-    from voxledger.cli import stages
+    from voxledger.cli import promote as promote_module
 
     assert "error_control" in inspect.getsource(decisions.promotion)
-    assert "error_control" in inspect.getsource(stages.promote.callback)  # type: ignore[union-attr]
+    assert "error_control" in inspect.getsource(promote_module.promote.callback)  # type: ignore[union-attr]
 
 
 def test_formatting_never_prints_a_stored_zero_or_a_bare_p() -> None:

@@ -120,10 +120,12 @@ def test_plan_power_reads_a_stored_gate_evaluation(setup: tuple[Home, Path, str,
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
+    # every assessed rule twice: on the pilot as measured, then with catastrophic prompts (plan power)
     assert [r["rule"] for r in doc["rules"]] == [
         "challenger_mean(content_gate_pass) >= 0", "challenger_mean(cer:basic) <= 5", "delta_high(cer:basic) <= 0.05",
-        "failure_rate_delta_high(cer:basic) <= 0.1"]  # fmt: skip
-    assert doc["rules"][0]["note"].startswith("not assessed") and doc["rules"][3]["note"].startswith("not assessed")
+        "delta_high(cer:basic) <= 0.05", "failure_rate_delta_high(cer:basic) <= 0.1"]  # fmt: skip
+    assert doc["rules"][0]["note"].startswith("not assessed") and doc["rules"][4]["note"].startswith("not assessed")
+    assert [r["pilot"] for r in doc["rules"][2:4]] == ["as measured", "with 5% catastrophic prompts"]
     paired = doc["rules"][2]
     assert (
         paired["prompts"] == 5 and paired["candidate"].startswith("epoch") and paired["confidence"] == pytest.approx(0.975)
@@ -134,6 +136,32 @@ def test_plan_power_reads_a_stored_gate_evaluation(setup: tuple[Home, Path, str,
     assert bad.exit_code != 0 and "Traceback" not in bad.output
 
 
+def test_a_failed_gate_names_the_closest_challenger_in_lines_never_cut(setup: tuple[Home, Path, str, str]) -> None:
+    """The hint names the challenger closest to passing (most rules passed, then lowest CV loss), not the
+    first one, and every line fits the error boundary's cap: nothing is cut mid-sentence."""
+    from voxledger.cli import MAX_LINE_CHARS, bounded
+    from voxledger.tasks.stages.promote import best_challenger, verdict
+
+    home, corpus, _, run = setup
+    rules = (*PASSING, *IMPOSSIBLE, *UNMEASURED, GateRule(metric="cer:basic", statistic="delta_high", op="<=", threshold=-5.0))
+    both_epochs = policy(rules, name="many-rules").model_copy(update={"best_k": 2})  # two challengers to choose between
+    out = promote_adapter_fn(home, run, both_epochs, policy_name="many-rules.yaml", corpus=corpus)
+    assert out.receipt.status == "failed" and len(out.receipt.error or "") > MAX_LINE_CHARS  # one line would have been cut
+    best = best_challenger(out.receipt.result)
+    assert best is not None
+    ranked = sorted(out.receipt.result.challengers, key=lambda d: (-sum(r.passed for r in d.rules), d.cv_loss, d.epoch))
+    assert len(ranked) == 2 and best == ranked[0]
+    with pytest.raises(GateFailedError) as err:
+        verdict(out)
+    message = str(err.value)
+    assert bounded(message) == message and all(len(line) <= MAX_LINE_CHARS for line in message.splitlines())
+    assert f"closest: {best.name} (tree {best.tree_sha256[:16]}" in message
+    assert all(r.detail[:60] in message for r in best.rules if not r.passed)
+    assert f"next: voxledger receipt show {out.receipt_id[:16]}" in message
+    assert f"--bind adapter={best.tree_sha256[:16]}" in message
+
+
+# runs after every test that promotes the module's run: pruning removes checkpoints they judge
 @pytest.mark.prefect  # prune --execute runs as a Prefect flow
 def test_prune_plan_then_execute_keeps_referenced_checkpoints(setup: tuple[Home, Path, str, str], tmp_path: Path) -> None:
     from voxledger.schemas.errors import TrainingError
@@ -205,28 +233,3 @@ def test_a_forged_but_well_formed_promotion_is_never_served(setup: tuple[Home, P
     assert any("contradicts itself" in h for h in heard), heard
     with pytest.raises(ReceiptError, match="parts disagree"):
         record(home, forged)
-
-
-def test_a_failed_gate_names_the_closest_challenger_in_lines_never_cut(setup: tuple[Home, Path, str, str]) -> None:
-    """The hint names the challenger closest to passing (most rules passed, then lowest CV loss), not the
-    first one, and every line fits the error boundary's cap: nothing is cut mid-sentence."""
-    from voxledger.cli import MAX_LINE_CHARS, bounded
-    from voxledger.tasks.stages.promote import best_challenger, verdict
-
-    home, corpus, _, run = setup
-    rules = (*PASSING, *IMPOSSIBLE, *UNMEASURED, GateRule(metric="cer:basic", statistic="delta_high", op="<=", threshold=-5.0))
-    both_epochs = policy(rules, name="many-rules").model_copy(update={"best_k": 2})  # two challengers to choose between
-    out = promote_adapter_fn(home, run, both_epochs, policy_name="many-rules.yaml", corpus=corpus)
-    assert out.receipt.status == "failed" and len(out.receipt.error or "") > MAX_LINE_CHARS  # one line would have been cut
-    best = best_challenger(out.receipt.result)
-    assert best is not None
-    ranked = sorted(out.receipt.result.challengers, key=lambda d: (-sum(r.passed for r in d.rules), d.cv_loss, d.epoch))
-    assert len(ranked) == 2 and best == ranked[0]
-    with pytest.raises(GateFailedError) as err:
-        verdict(out)
-    message = str(err.value)
-    assert bounded(message) == message and all(len(line) <= MAX_LINE_CHARS for line in message.splitlines())
-    assert f"closest: {best.name} (tree {best.tree_sha256[:16]}" in message
-    assert all(r.detail[:60] in message for r in best.rules if not r.passed)
-    assert f"next: voxledger receipt show {out.receipt_id[:16]}" in message
-    assert f"--bind adapter={best.tree_sha256[:16]}" in message
