@@ -35,7 +35,10 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 LONGEST_GROUPS = (
     "first_run",
     "tests/flows/test_newcomer.py",
+    "tests/flows/test_sweep.py",
     "tests/tasks/test_promotion.py",
+    "tests/tasks/test_model_lines.py",
+    "tests/test_extending_stage.py",
     "tests/test_bench.py",
     "tests/tasks/test_evaluation.py",
     "tests/hosting/test_server.py",
