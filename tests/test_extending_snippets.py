@@ -63,5 +63,5 @@ def test_the_stage_snippets_compile_and_the_row_validates() -> None:
 
     for name in ("stage_schemas", "stage_module"):
         compile(snippets()[name], f"{DOC}:{name}", "exec")
-    (row,) = eval(snippets()["stage_row"].split("\n", 1)[1], {"StageRow": StageRow})  # noqa: S307  (the page's own code)
+    row = eval(snippets()["stage_row"].split("\n", 1)[1], {"StageRow": StageRow})  # noqa: S307  (the page's own code)
     assert (row.name, row.plan_field, row.cli, row.receipt) == ("balance", "balance_policy", "balance", "balance")

@@ -41,7 +41,7 @@ def _add_the_stage(src: Path) -> None:
     for path, name in NEW_FILES.items():
         (src / path).write_text(code[name])
     table = (src / TABLE).read_text()
-    row = "".join(f"    {line}\n" if line else "\n" for line in code["stage_row"].splitlines()[1:])
+    row = "".join(f"    {line}\n" if line else "\n" for line in code["stage_row"].rstrip().splitlines()[1:]).rstrip("\n") + ",\n"
     audit = table.index('        name="audit",')
     end = table.index("\n    ),\n", audit) + len("\n    ),\n")
     (src / TABLE).write_text(table[:end] + row + table[end:])
