@@ -59,6 +59,27 @@ def test_audit_section_counts_findings_by_code_and_severity(tmp_path: Path) -> N
     assert '<td>clipping</td><td><span class="warn">warning</span></td><td>2</td><td>6</td>' in html  # 2 findings naming 6 utterances
     assert html.index("split_leakage") < html.index("clipping")  # errors first
     assert "u4, u5, u6, u7 (+1)" in html
+    assert "Every corpus" not in html  # one corpus: its audit is the section
+
+
+def test_audit_section_lists_every_corpus_newest_audit_each(tmp_path: Path) -> None:
+    """Two voices in one home: the older corpus's failed audit stays on the dashboard beside the newer one."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    audits = [(hexd(1), "joe", "fail", "2026-01-01 10:00:00"), (hexd(2), "joe", "pass", "2026-01-02 10:00:00"),
+              (hexd(3), "ann", "fail", "2026-01-01 12:00:00")]  # fmt: skip
+    with catalog.connect() as con:
+        for rid, corpus, verdict, at in audits:
+            status = "succeeded" if verdict == "pass" else "failed"
+            con.execute("INSERT INTO receipts VALUES (?, 'audit', 1, 'f', 't', ?, ?, ?, NULL, ?)",
+                        [rid, status, at, at, json.dumps({"result": {"n_utterances": 40}})])  # fmt: skip
+            con.execute("INSERT INTO audits VALUES (?, ?, ?, ?)", [rid, corpus, verdict, hexd(9)])
+        con.execute("INSERT INTO audit_findings VALUES (?, 0, 'split_leakage', 'error', ['u1'], 'leak', NULL, NULL, NULL, NULL)", [hexd(3)])
+    with catalog.connect(read_only=True) as con:
+        html = audit(con)
+    every = html[html.index("Every corpus in this home (2)") : html.index("</table>")]
+    assert every.index(">joe<") < every.index(">ann<")  # newest first; joe's older failed audit replaced by its newer pass
+    assert f"title='{hexd(2)}'" in every and f"title='{hexd(3)}'" in every and f"title='{hexd(1)}'" not in every
+    assert '<span class="bad">fail</span>' in every and '<span class="ok">pass</span>' in every
 
 
 def test_dashboards_read_the_catalog_only_through_query_functions() -> None:

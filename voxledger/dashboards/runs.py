@@ -56,12 +56,21 @@ def _stage_table(stages: list[q.Row], names: dict[str, q.Row]) -> str:
 
 
 def audit(con: duckdb.DuckDBPyConnection) -> str:
-    """The newest audit: verdict, findings counted by code and severity, and the top findings."""
+    """Every corpus's newest audit in one table, then the newest audit's findings counted by code and
+    severity and its top findings (a home holding several voices shows each corpus's verdict)."""
     a = q.latest_audit(con)
     if a is None:
         return nothing("no audits yet")
     counts = q.audit_counts(con, a["receipt_sha256"])
-    head = (
+    corpora = q.latest_audits(con)
+    every = ""
+    if len(corpora) > 1:
+        for c in corpora:
+            c |= {"corpus": c["corpus_name"], "utterances": c["n_utterances"], "audited": c["finished_at"], "receipt": c["receipt_sha256"]}
+        every = f"<h3>Every corpus in this home ({len(corpora)}), newest audit each</h3>" + table(
+            corpora, ["corpus", "utterances", "verdict", "findings", "audited", "receipt"], {"verdict": status}
+        )
+    head = every + (
         f"<p>corpus <b>{escape(a['corpus_name'])}</b>: {a['n_utterances']} utterances, verdict {status(a['verdict'])}, "
         f"{sum(c['findings'] for c in counts)} findings &middot; <span class='muted'>audited {when(a['finished_at'])}, "
         f"receipt {digest(a['receipt_sha256'])}</span></p>"

@@ -105,6 +105,20 @@ def latest_audit(con: duckdb.DuckDBPyConnection) -> Row | None:
     return rows[0] if rows else None
 
 
+def latest_audits(con: duckdb.DuckDBPyConnection) -> list[Row]:
+    """Every corpus's newest audit (newest first): corpus name, verdict, utterances, findings, when."""
+    return _rows(
+        con,
+        """
+        SELECT a.receipt_sha256, a.corpus_name, a.verdict, r.finished_at,
+               CAST(r.doc->>'$.result.n_utterances' AS INTEGER) AS n_utterances,
+               (SELECT count(*) FROM audit_findings f WHERE f.receipt_sha256 = a.receipt_sha256) AS findings
+        FROM audits a JOIN receipts r USING (receipt_sha256)
+        QUALIFY row_number() OVER (PARTITION BY a.corpus_name ORDER BY r.finished_at DESC) = 1
+        ORDER BY r.finished_at DESC""",
+    )
+
+
 def audit_counts(con: duckdb.DuckDBPyConnection, audit_sha256: str) -> list[Row]:
     """Findings of one audit counted by code and severity, with the utterances they name."""
     return _rows(
