@@ -260,8 +260,10 @@ def test_power_of_the_demo_gate_wer_rule() -> None:
     assert power_of("delta_high", "<=", 0.15, 0.005, DEMO_WER_SD, 20, conf3) < 0.5
     assert prompts_needed("delta_high", "<=", 0.15, 0.005, DEMO_WER_SD, conf3, 0.8) == 45
     weak = RulePower("delta_high(wer:whisper_en) <= 0.15", "epoch1", 0.005, DEMO_WER_SD, 20, 1, conf3, 0.38, 45, {1: 45}, None)
-    assert "38% at 20 prompts, 45 for 80%" in (power_warning([weak]) or "")
+    assert "38% at 20 prompts, 45 prompts for 80%" in (power_warning([weak]) or "")
     assert power_warning([weak.__class__(**{**weak.__dict__, "power": 0.6})]) is None
+    hopeless = weak.__class__(**{**weak.__dict__, "prompts_needed": None})  # said in words, never "no feasible count of for 80%"
+    assert "no prompt count up to the search limit reaches 80%" in (power_warning([hopeless]) or "")
 
 
 def test_a_challenger_mean_on_too_few_surviving_prompts_fails() -> None:

@@ -305,7 +305,8 @@ def power_warning(results: list[RulePower]) -> str | None:
     if not weak:
         return None
     parts = [
-        f"{r.rule}: {100 * r.power:.0f}% at {r.prompts} prompts, {r.prompts_needed or 'no feasible count of'} for 80%"
+        f"{r.rule}: {100 * r.power:.0f}% at {r.prompts} prompts, "
+        + (f"{r.prompts_needed} prompts for 80%" if r.prompts_needed else "no prompt count up to the search limit reaches 80%")
         for r in weak
         if r.power is not None
     ]
