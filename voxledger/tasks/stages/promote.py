@@ -345,7 +345,15 @@ def promote_adapter_fn(
     prepared = prepare_promotion(home, training_run_rid, policy, policy_name=policy_name, flow=flow, progress=progress)
     if isinstance(prepared, StageOutcome):
         return prepared
-    ev = evaluate_plan_fn(
+    return decide_promotion(home, prepared, evaluate_gate(home, prepared, corpus, flow=flow, progress=progress), flow=flow)
+
+
+def evaluate_gate(
+    home: Home, prepared: Any, corpus: Path, *, flow: str, progress: Callable[[str], None] | None = None
+) -> StageOutcome[EvaluationReceipt]:
+    """The gate evaluation of a prepared round (a promotion's or a sweep's: its ``gate`` plan, its
+    ``gate_name``, its ``bindings`` and ``gate_parents()``), run once for every challenger."""
+    return evaluate_plan_fn(
         home,
         prepared.gate,
         plan_name=prepared.gate_name,
@@ -355,7 +363,6 @@ def promote_adapter_fn(
         progress=progress,
         parents=prepared.gate_parents(),
     )
-    return decide_promotion(home, prepared, ev, flow=flow)
 
 
 def _power_warning(home: Home, policy: PromotionPolicy, evaluation_rid: str) -> str | None:

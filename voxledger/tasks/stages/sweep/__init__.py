@@ -31,7 +31,7 @@ from voxledger.tasks.plans import PlanRef, register_plan
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
 from voxledger.tasks.stages.contract import not_in_pipeline
-from voxledger.tasks.stages.evaluate import evaluate_plan_fn
+from voxledger.tasks.stages.promote import evaluate_gate
 from voxledger.tasks.stages.sweep.gate import decide_sweep_gate, member_of, prepare_sweep_gate, sweep_family
 from voxledger.tasks.stages.sweep.members import train_member
 
@@ -144,16 +144,7 @@ def gate_members(home: Home, corpus: Path, named: list[tuple[str, str]], policy:
     prepared = prepare_sweep_gate(home, named, policy.validated(PromotionPolicy), policy_name=policy.source_name, flow=flow)
     if isinstance(prepared, StageOutcome):
         return prepared
-    ev = evaluate_plan_fn(
-        home,
-        prepared.gate,
-        plan_name=prepared.gate_name,
-        corpus=corpus,
-        bindings=prepared.bindings,
-        flow=flow,
-        parents=prepared.gate_parents(),
-    )
-    return decide_sweep_gate(home, prepared, ev, flow=flow)
+    return decide_sweep_gate(home, prepared, evaluate_gate(home, prepared, corpus, flow=flow), flow=flow)
 
 
 def sweep_fn(
