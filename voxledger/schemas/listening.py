@@ -2,7 +2,7 @@
 
 A protocol names criteria (question, scale with labelled anchors, direction, routing by prompt
 category) of three task types: ``acr`` (1-5 MOS), ``mushra`` (0-100 with a hidden reference and a
-3.5 kHz low-pass anchor) and ``ab`` (CMOS -3..+3, B relative to A). Raters see only keyed
+3.5 kHz low and 7 kHz mid low-pass anchors) and ``ab`` (CMOS -3..+3, B relative to A). Raters see only keyed
 pseudonyms; the pseudonym -> candidate key is sealed in the home and committed to by hash.
 """
 
@@ -16,7 +16,7 @@ from voxledger.schemas.base import Frozen, Sha256
 
 TaskType = Literal["acr", "mushra", "ab"]
 Direction = Literal["higher_better", "lower_better"]
-SlotRole = Literal["stimulus", "hidden_reference", "open_reference", "low_anchor", "gold", "attention"]
+SlotRole = Literal["stimulus", "hidden_reference", "open_reference", "low_anchor", "mid_anchor", "gold", "attention"]
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")]
 Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16,64}$")]
@@ -80,11 +80,25 @@ class AcrCriterion(_Criterion):
 
 
 class MushraCriterion(_Criterion):
-    """MUSHRA-style screen: every candidate of a prompt + hidden reference + low-pass anchor."""
+    """MUSHRA screen (ITU-R BS.1534-3): every candidate of a prompt + hidden reference + two low-pass anchors.
+
+    The low anchor (3.5 kHz) and the mid anchor (7 kHz) are the reference low-passed; ``None``
+    for the mid anchor leaves it out (screens as before BS.1534-3's second anchor).
+    """
 
     task: Literal["mushra"]
     scale: Scale = MUSHRA_SCALE
     low_anchor_cutoff_hz: float = Field(default=3500.0, gt=0)
+    mid_anchor_cutoff_hz: float | None = Field(default=7000.0, gt=0)
+
+    @model_validator(mode="after")
+    def _anchors(self) -> MushraCriterion:
+        if self.mid_anchor_cutoff_hz is not None and self.mid_anchor_cutoff_hz <= self.low_anchor_cutoff_hz:
+            raise ValueError(
+                f"mid_anchor_cutoff_hz {self.mid_anchor_cutoff_hz:g} must be above low_anchor_cutoff_hz {self.low_anchor_cutoff_hz:g} "
+                "(BS.1534-3: 7000 and 3500), or null to leave the mid anchor out"
+            )
+        return self
 
 
 class AbCriterion(_Criterion):
@@ -142,8 +156,8 @@ class ScreeningRules(Frozen):
 
     ``min_rating_variance`` is compared with the population variance (ddof = 0) of a rater's ACR
     stimulus ratings. ``mushra_anchor_max``: BS.1534-3 excludes an assessor who rates the mid-range
-    anchor above 90 on more than 15% of items; our screens carry only the 3.5 kHz low-range anchor,
-    so the rule is applied to it (a stricter sign of not listening).
+    (7 kHz) anchor above 90 on more than 15% of items; the same bound is applied on its own to the
+    3.5 kHz low-range anchor (a stricter sign of not listening).
     """
 
     version: Literal["voxledger.screening/1"] = "voxledger.screening/1"

@@ -244,6 +244,7 @@ class RaterScreening(Frozen):
     rating_variance: float | None  # population variance (ddof = 0) of the rater's ACR stimulus ratings
     mushra_reference_low_fraction: float | None
     mushra_anchor_high_fraction: float | None = None  # share of MUSHRA screens with the low anchor above the bound
+    mushra_mid_anchor_high_fraction: float | None = None  # the same for the 7 kHz mid anchor (BS.1534-3's rule)
 
 
 class MissingCell(Frozen):
@@ -389,8 +390,8 @@ class AggregateResult(Frozen):
     # agreement over candidate stimuli only: ``agreement`` also counts the MUSHRA hidden reference
     # and low anchor, which raters agree on easily and which inflate alpha
     agreement_candidates_only: tuple[Agreement, ...] = ()
-    # the MUSHRA hidden reference and low anchor are screening items, never candidates: their
-    # means are here (``candidate`` is the role, ``hidden_reference`` or ``low_anchor``), and
+    # the MUSHRA hidden reference and anchors are screening items, never candidates: their means
+    # are here (``candidate`` is the role, ``hidden_reference``, ``low_anchor`` or ``mid_anchor``), and
     # ``scores`` and ``deltas`` count candidate stimuli only
     screening_scores: tuple[CandidateScore, ...] = ()
 

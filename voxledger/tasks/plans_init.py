@@ -318,6 +318,7 @@ def _listening(name: str, sample_rate_hz: int) -> dict[str, Any]:
         "task": "mushra",
         "question": "Rate the overall quality of each sample against the reference.",
         "low_anchor_cutoff_hz": 3500,
+        "mid_anchor_cutoff_hz": 7000,
     }
     return {
         "kind": "listening_protocol",

@@ -39,7 +39,12 @@ def test_demo_sized_design_audit() -> None:
     assert (a.raters_per_prompt_min, a.raters_per_prompt_max) == (3, 3)
     assert a.prompts_per_rater_max - a.prompts_per_rater_min <= 1
     assert a.position_spread_max <= 1  # rotations: every candidate takes every ACR round / MUSHRA slot / A-B side
-    assert {(p.task, p.candidate) for p in a.positions} >= {("acr", "sys_a"), ("mushra", "low_anchor"), ("ab", "sys_b")}
+    assert {(p.task, p.candidate) for p in a.positions} >= {
+        ("acr", "sys_a"),
+        ("mushra", "low_anchor"),
+        ("mushra", "mid_anchor"),
+        ("ab", "sys_b"),
+    }
     # this is not a true BIBD (none exists for v=12, b=8, k=3): concurrence is near, not at, its ideal
     assert a.prompt_pair_concurrence_max <= 3 and a.rater_pair_overlap_max - a.rater_pair_overlap_min <= 2
     roles = [s.role for trials in plan.trials.values() for t in trials for s in t.slots]
@@ -47,7 +52,9 @@ def test_demo_sized_design_audit() -> None:
     first = plan.trials["r01"]
     assert [t.task for t in first] == sorted((t.task for t in first), key=["acr", "mushra", "ab"].index)
     assert all(t.reference and t.reference.role == "open_reference" for t in first if t.task == "mushra")
-    assert all(len(t.slots) == 4 for t in first if t.task == "mushra")  # 3 candidates + low anchor
+    assert all(len(t.slots) == 5 for t in first if t.task == "mushra")  # 3 candidates + low and mid anchor (BS.1534-3)
+    sources = {s.role: s.source for t in first if t.task == "mushra" for s in t.slots}
+    assert sources["low_anchor"].endswith(":3500") and sources["mid_anchor"].endswith(":7000")
 
 
 def test_seed_fixes_the_design() -> None:

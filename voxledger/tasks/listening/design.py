@@ -23,6 +23,7 @@ from voxledger.schemas.listening import ListeningProtocol, SlotRole, Stimulus, S
 from voxledger.schemas.listening_receipts import BalanceAudit, PositionBalance
 
 LOW_ANCHOR = "low_anchor"
+MID_ANCHOR = "mid_anchor"
 GOLD_BAD = "gold_degraded"
 ATTENTION = "attention_check"
 
@@ -222,13 +223,15 @@ class _Builder:
                 if ref is None:
                     self.skipped.append(f"mushra {crit.name}: prompt {p} has no reference candidate {self.ref!r}")
                     continue
-                names = sorted(cands) + [LOW_ANCHOR]
+                # BS.1534-3 anchors: the reference low-passed at 3.5 kHz (low) and 7 kHz (mid)
+                anchors = {LOW_ANCHOR: crit.low_anchor_cutoff_hz, MID_ANCHOR: crit.mid_anchor_cutoff_hz}
+                anchors = {n: hz for n, hz in anchors.items() if hz is not None}
+                names = sorted(cands) + sorted(anchors)
                 turn = self.rotation("mushra", crit.name, *names) % len(names)
                 names = names[turn:] + names[:turn]
-                anchor_src = f"anchor:{p}:{crit.low_anchor_cutoff_hz:g}"
                 slots = tuple(
-                    self.slot("low_anchor", ref, source=anchor_src, candidate=LOW_ANCHOR)
-                    if n == LOW_ANCHOR
+                    self.slot(n, ref, source=f"anchor:{p}:{anchors[n]:g}", candidate=n)  # type: ignore[arg-type]
+                    if n in anchors
                     else self.slot("hidden_reference" if n == self.ref else "stimulus", cands[n])
                     for n in names
                 )

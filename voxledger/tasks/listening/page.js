@@ -27,7 +27,7 @@
     acr: "Play the sample to the end, then choose the score that fits it best.",
     ab: "Play A and B, each to the end (in any order, as often as you like), then say how B compares with A.",
     mushra: "Play the Reference, then every sample, each to the end. One of the samples is the reference itself, hidden: " +
-      "find it and give it 100. One is a deliberately muffled version (a low-pass anchor): rate it for what it is. " +
+      "find it and give it 100. One or two are deliberately muffled versions of the reference (low-pass anchors): rate them for what they are. " +
       "Rate every sample with its slider; a slider counts only once you have moved or clicked it.",
   };
   const now = () => Math.max(0, Math.round(clockOffset + performance.now()));

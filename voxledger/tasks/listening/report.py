@@ -47,6 +47,7 @@ def format_agreement(a: Agreement, *, candidates_only: bool) -> str:
 SCREENING_LABELS = {
     "hidden_reference": "hidden reference (screening: raters are told to score it 100)",
     "low_anchor": "low anchor (screening: a low-passed copy of the reference)",
+    "mid_anchor": "mid anchor (screening: the reference low-passed at 7 kHz)",
 }
 
 

@@ -4,10 +4,10 @@ Rules of ``voxledger.screening/1``:
 - ``mushra_reference``: exclude a rater who scored the MUSHRA hidden reference below
   ``mushra_reference_min`` on more than ``mushra_reference_max_fraction`` of their screens
   (ITU-R BS.1534-3 post-screening).
-- ``mushra_anchor``: exclude a rater who scored the low anchor above ``mushra_anchor_max`` on more
-  than ``mushra_anchor_max_fraction`` of their screens. BS.1534-3 states this rule for the
-  mid-range anchor; our screens carry only the 3.5 kHz low-range anchor, which a listening rater
-  rates lower still, so a high score on it is the stronger sign of not listening.
+- ``mushra_mid_anchor``: exclude a rater who scored the mid-range (7 kHz) anchor above
+  ``mushra_anchor_max`` on more than ``mushra_anchor_max_fraction`` of their screens (BS.1534-3).
+- ``mushra_anchor``: the same bound on its own for the 3.5 kHz low-range anchor, which a listening
+  rater rates lower still, so a high score on it is the stronger sign of not listening.
 - ``gold``: exclude a rater with more than ``gold_max_failures`` gold answers outside
   ``+-gold_tolerance`` of the known answer (ITU-T P.808 gold questions). ACR gold items and A/B
   comparison gold items (``design.comparison_gold_items``: the reference against its scrambled
@@ -60,13 +60,8 @@ def screen_rater(
             f"mushra_reference: hidden reference below {rules.mushra_reference_min:g} on {low:.0%} of screens "
             f"(allowed {rules.mushra_reference_max_fraction:.0%})"
         )
-    anchors = [r.score for r in rows if r.role == "low_anchor"]
-    high = sum(s > rules.mushra_anchor_max for s in anchors) / len(anchors) if anchors else None
-    if high is not None and high > rules.mushra_anchor_max_fraction:
-        reasons.append(
-            f"mushra_anchor: low anchor above {rules.mushra_anchor_max:g} on {high:.0%} of screens "
-            f"(allowed {rules.mushra_anchor_max_fraction:.0%})"
-        )
+    high = _anchor_rule(rows, "low_anchor", "mushra_anchor: low anchor", rules, reasons)
+    mid_high = _anchor_rule(rows, "mid_anchor", "mushra_mid_anchor: mid anchor", rules, reasons)
     return RaterScreening(
         rater_id=rater_id,
         included=not reasons,
@@ -76,4 +71,18 @@ def screen_rater(
         rating_variance=None if variance is None else round(variance, 6),
         mushra_reference_low_fraction=None if low is None else round(low, 6),
         mushra_anchor_high_fraction=None if high is None else round(high, 6),
+        mushra_mid_anchor_high_fraction=None if mid_high is None else round(mid_high, 6),
     )
+
+
+def _anchor_rule(rows: list[RatingRow], role: str, what: str, rules: ScreeningRules, reasons: list[str]) -> float | None:
+    """Share of the rater's screens with this anchor above ``mushra_anchor_max`` (None: no such anchor); adds the reason."""
+    scores = [r.score for r in rows if r.role == role]
+    if not scores:
+        return None
+    high = sum(s > rules.mushra_anchor_max for s in scores) / len(scores)
+    if high > rules.mushra_anchor_max_fraction:
+        reasons.append(
+            f"{what} above {rules.mushra_anchor_max:g} on {high:.0%} of screens (allowed {rules.mushra_anchor_max_fraction:.0%})"
+        )
+    return high

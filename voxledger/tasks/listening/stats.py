@@ -53,8 +53,8 @@ from voxledger.schemas.listening_receipts import (
 )
 from voxledger.tasks.evaluation.intervals import REL_TOL, Bounds, adjust, bounded_t, delta_bounds, no_spread, round_off
 
-SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor")  # rated on the scale (agreement, bias)
-SCREENING_SCORED = ("hidden_reference", "low_anchor")  # MUSHRA screening items: never compared as candidates
+SCORED_ROLES = ("stimulus", "hidden_reference", "low_anchor", "mid_anchor")  # rated on the scale (agreement, bias)
+SCREENING_SCORED = ("hidden_reference", "low_anchor", "mid_anchor")  # MUSHRA screening items: never compared as candidates
 
 
 def _compared(r: RatingRow) -> bool:
