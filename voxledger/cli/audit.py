@@ -75,8 +75,9 @@ def _print_findings(doc: dict, max_rows: int) -> None:  # type: ignore[type-arg]
     order = {"error": 0, "warning": 1, "info": 2}
     findings = sorted(result["findings"], key=lambda f: (order[f["severity"]], f["code"]))
     for f in findings[:max_rows]:
-        ids = ", ".join(f["utterance_ids"][:4]) + (" ..." if len(f["utterance_ids"]) > 4 else "")
-        table.add_row(f["severity"], f["code"], ids, f["message"][:120])
+        more = len(f["utterance_ids"]) - 4
+        ids = ", ".join(f["utterance_ids"][:4]) + (f" (+{more} more)" if more > 0 else "")
+        table.add_row(f["severity"], f["code"], ids, f["message"])  # whole: a terminal wraps it, a pipe keeps it
     console.print(table)
     if len(findings) > max_rows:
         console.print(f'... {len(findings) - max_rows} more findings (voxledger query "SELECT * FROM audit_findings")')

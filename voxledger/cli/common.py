@@ -72,8 +72,7 @@ def run_flow(ctx: click.Context, flow: str, *args: Any, quiet: bool = False, **k
     home = open_home(ctx)
     console = cli_console(stderr=True)
     live = console.is_terminal and not quiet
-    with console.status("starting", spinner="dots") if live else nullcontext() as status:
-        lines = ProgressLines(enabled=not quiet and not live)
+    with console.status("starting", spinner="dots") if live else nullcontext() as status, ProgressLines(not quiet and not live) as lines:
 
         def show(message: str) -> None:
             if status is not None:
@@ -108,23 +107,68 @@ def cli_console(stderr: bool = False) -> Console:
 class ProgressLines:
     """Progress as plain lines on stderr when it is not a terminal (a log file, a pipe, CI), each
     with the time since the command started: every ``stage ...`` line, the first line of each new
-    phase (its first word changes: ``storing``, ``epoch``, ``measuring``), and otherwise at most
-    one line every ``every_s`` seconds."""
+    phase (its first word changes: ``storing``, ``training:``, ``measuring``), and otherwise at most
+    one line every ``every_s`` seconds.
+
+    Used as a context manager it also keeps a heartbeat: when no line has been printed for
+    ``every_s`` seconds (a model loading, a long step, a slow set-up), the newest message is printed
+    again with ``still:`` and how long it has been current, so a log never goes quiet for longer.
+    """
 
     def __init__(self, enabled: bool, every_s: float = 10.0) -> None:
+        import threading
         import time
 
         self.enabled, self.every_s, self.t0 = enabled, every_s, time.monotonic()
         self.last, self.phase = float("-inf"), ""
+        self.latest, self.latest_at, self.printed = "", self.t0, ""
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def __enter__(self) -> ProgressLines:
+        import threading
+
+        if self.enabled:
+            self._beat = threading.Thread(target=self._heartbeat, name="voxledger-progress", daemon=True)
+            self._beat.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._beat is not None:
+            self._beat.join(timeout=1.0)
 
     def show(self, message: str) -> None:
         import time
 
         now, phase = time.monotonic(), message.split(" ", 1)[0]
-        if not self.enabled or (phase == self.phase and phase != "stage" and now - self.last < self.every_s):
-            return
-        self.last, self.phase = now, phase
+        with self._lock:
+            if message != self.latest:
+                self.latest, self.latest_at = message, now
+            if not self.enabled or (phase == self.phase and phase != "stage" and now - self.last < self.every_s):
+                return
+            self._print(now, message)
+            self.phase = phase
+
+    def _print(self, now: float, message: str) -> None:
+        self.last, self.printed = now, message
         click.echo(f"[{now - self.t0:7.1f} s] {message}", err=True)
+
+    def _heartbeat(self) -> None:
+        import time
+
+        tick = min(1.0, self.every_s / 4)
+        while not self._done.wait(tick):
+            with self._lock:
+                now = time.monotonic()
+                if not self.latest or now - self.last < self.every_s:
+                    continue
+                if self.latest != self.printed:
+                    self._print(now, self.latest)
+                else:
+                    self._print(now, f"still: {self.latest} ({now - self.latest_at:.0f} s)")
+                    self.printed = self.latest
 
 
 def emit_json(value: Any) -> None:

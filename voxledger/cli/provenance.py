@@ -19,7 +19,7 @@ def _show(rows: list[dict], as_json: bool, title: str) -> None:  # type: ignore[
         return
     table = Table(*rows[0].keys(), title=title)
     for r in rows:
-        table.add_row(*(str(v)[:70] for v in r.values()))
+        table.add_row(*(str(v) for v in r.values()))  # whole: a terminal wraps, a pipe keeps every character
     console.print(table)
 
 

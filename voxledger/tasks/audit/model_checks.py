@@ -94,7 +94,9 @@ def asr_agreement(
             policy,
             heard,
             fresh,
-            lambda: load_asr_model(spec, cpu_threads=ASR_THREADS),
+            _announced(
+                lambda: load_asr_model(spec, cpu_threads=ASR_THREADS), f"audit: loading the ASR model ({spec.model_name})", progress
+            ),
             lambda r, h: score_text(r, h, text_spec),
             progress,
         )
@@ -103,6 +105,22 @@ def asr_agreement(
             memo.put_many(ASR_MEMO_KIND, {uid: (keys[uid], doc) for uid, doc in fresh.items() if uid in keys})
     median = float(np.median([c.cer for c in clips])) if clips else None
     return findings, AsrAgreementResult(asr=spec, normaliser=text_spec.normaliser, clips=tuple(clips), median_cer=median)
+
+
+PROGRESS_EVERY_S = 2.0  # a slow recogniser still says where it is (the console shows a line at most every 10 s)
+
+
+def _announced(load: Callable[[], Any], message: str, progress: Callable[[str], None] | None) -> Callable[[], Any]:
+    """``load`` that says ``message`` before its first call (loading a model can take a while)."""
+    said: list[bool] = []
+
+    def wrapped() -> Any:
+        if not said and progress is not None:
+            progress(message)
+            said.append(True)
+        return load()
+
+    return wrapped
 
 
 def _agreement(
@@ -115,7 +133,10 @@ def _agreement(
     score_text: Callable[[str, str], Any],
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[Finding], list[ClipAgreement]]:
+    import time
+
     texts = [u.text for u in utts]
+    said = time.monotonic()
     fits = _BetterFit(utts, score_text) if policy.better_fit_margin is not None else None
     out, clips = [], []
     for i, u in enumerate(utts):
@@ -124,8 +145,9 @@ def _agreement(
         else:
             t = model_of().hear(_wav16k(facts[u.id]))
             doc = fresh[u.id] = {"text": t.text, "language": t.language, "language_probability": t.language_probability}
-            if progress is not None and (len(fresh) % 10 == 0):
+            if progress is not None and (len(fresh) % 10 == 0 or time.monotonic() - said >= PROGRESS_EVERY_S):
                 progress(f"audit: ASR agreement {i + 1}/{len(utts)} clips")
+                said = time.monotonic()
         hyp = str(doc["text"])
         cer = score_text(u.text, hyp).cer
         clips.append(

@@ -182,8 +182,11 @@ def run_training(
         base_dir = None
         if base_sha is not None:
             base_dir = Path(tmp) / "base"
+            _say(progress, f"training: unpacking the base model {base_sha[:16]} (each file checked against its digest)")
             materialize_tree(home.blobs, base_sha, base_dir)  # every file verified against its digest
+        _say(progress, f"training: setting up {plan.backend} (loading the model and the corpus features)")
         setup = backend.setup(corpus, plan, base_dir)
+        _say(progress, "training: set up; the first step follows")
         parents = [
             InputRef(role="audit", sha256=audit_rid, ref="receipt"),
             InputRef(role="plan", sha256=plan_rid, ref="receipt"),

@@ -62,13 +62,14 @@ EpochHook = Callable[[int, torch.nn.Module, EpochRecord], str]
 
 
 def _progress_line(state: LoopState, n_batches: int, max_epochs: int, total_steps: int, sums: dict[str, float]) -> str:
-    """``epoch 2/10 step 37/120 (412/1200 overall) loss 1.2345 ETA 3m05s``; the ETA assumes
+    """``epoch 2 (3 of 10) step 37/120 (412/1200 overall) loss 1.2345 ETA 3m05s``: the epoch as
+    receipts number it (from 0), then its place among the plan's epochs; the ETA assumes
     every remaining step costs this epoch's mean step time (early stopping only shortens it)."""
     mean_s = sums["wall"] / max(1.0, sums["steps"])
     eta_s = int(mean_s * max(0, total_steps - state.global_step))
     loss = sums["loss"] / max(1.0, sums["steps"])
     return (
-        f"training: epoch {state.epoch + 1}/{max_epochs} step {state.batch}/{n_batches} "
+        f"training: epoch {state.epoch} ({state.epoch + 1} of {max_epochs}) step {state.batch}/{n_batches} "
         f"({state.global_step}/{total_steps} overall) loss {loss:.4f} ETA {eta_s // 60}m{eta_s % 60:02d}s"
     )
 
@@ -144,6 +145,8 @@ def run_loop(
                 s["ckpt"] += time.perf_counter() - t1
             if progress:
                 progress(_progress_line(state, len(batches), plan.max_epochs, total_steps, s))
+        if progress:
+            progress(f"training: epoch {state.epoch} CV loss over {len(cv_batches)} batch(es)")
         cv = backend.cv_loss(model, cv_batches)
         s = state.sums
         n = max(1.0, s["steps"])
