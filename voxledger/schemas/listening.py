@@ -1,8 +1,9 @@
 """Blind listening tests: the protocol plan, stimuli, packets, blinding keys, submissions, receipts.
 
 A protocol names criteria (question, scale with labelled anchors, direction, routing by prompt
-category) of three task types: ``acr`` (1-5 MOS), ``mushra`` (0-100 with a hidden reference and a
-3.5 kHz low and 7 kHz mid low-pass anchors) and ``ab`` (CMOS -3..+3, B relative to A). Raters see only keyed
+category) of four task types: ``acr`` (1-5 MOS), ``mushra`` (0-100 with a hidden reference and
+3.5 kHz low and 7 kHz mid low-pass anchors), ``ab`` (CMOS -3..+3, B relative to A) and ``smos``
+(1-5 similarity to the target speaker's reference recording). Raters see only keyed
 pseudonyms; the pseudonym -> candidate key is sealed in the home and committed to by hash.
 """
 
@@ -14,7 +15,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from voxledger.schemas.base import Frozen, Sha256
 
-TaskType = Literal["acr", "mushra", "ab"]
+TaskType = Literal["acr", "mushra", "ab", "smos"]
 Direction = Literal["higher_better", "lower_better"]
 SlotRole = Literal["stimulus", "hidden_reference", "open_reference", "low_anchor", "mid_anchor", "gold", "attention"]
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
@@ -56,6 +57,14 @@ ACR_SCALE = Scale(
 )
 MUSHRA_SCALE = Scale(
     min=0, max=100, anchors=tuple(Anchor(value=10 + 20 * i, label=t) for i, t in enumerate(("Bad", "Poor", "Fair", "Good", "Excellent")))
+)
+SMOS_SCALE = Scale(
+    min=1,
+    max=5,
+    anchors=tuple(
+        Anchor(value=v, label=t)
+        for v, t in enumerate(("Not at all similar", "Slightly similar", "Moderately similar", "Very similar", "Extremely similar"), 1)
+    ),
 )
 CMOS_LABELS = ("A much better", "A better", "A slightly better", "About the same", "B slightly better", "B better", "B much better")
 CMOS_SCALE = Scale(min=-3, max=3, anchors=tuple(Anchor(value=v, label=t) for v, t in zip(range(-3, 4), CMOS_LABELS, strict=True)))
@@ -110,7 +119,19 @@ class AbCriterion(_Criterion):
     include_reference: bool = False  # whether the reference candidate takes part in the pairs
 
 
-Criterion = Annotated[AcrCriterion | MushraCriterion | AbCriterion, Field(discriminator="task")]
+class SmosCriterion(_Criterion):
+    """Similarity MOS: how alike the voice of one sample and the target speaker's reference recording sound.
+
+    The reference is a recording (``reference_candidate``) of another prompt, so the words never
+    match and only the voice is compared; every candidate of a prompt is compared with the same
+    reference, the reference candidate's own recording included (the same-speaker ceiling).
+    """
+
+    task: Literal["smos"]
+    scale: Scale = SMOS_SCALE
+
+
+Criterion = Annotated[AcrCriterion | MushraCriterion | AbCriterion | SmosCriterion, Field(discriminator="task")]
 
 
 class Design(Frozen):

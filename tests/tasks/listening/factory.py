@@ -34,6 +34,7 @@ PROMPTS = {
 SHORT = {"p01": ("news", "Good morning."), "p02": ("chat", "Thank you."), "p03": ("news", "See you soon.")}
 VOICES = {"recordings": ("en-us", 50), "sys_a": ("en+f3", 65), "sys_b": ("en+m7", 35)}
 QUALITY = {"recordings": 4.6, "sys_a": 3.6, "sys_b": 2.4, "low_anchor": 1.2, "gold_degraded": 1.0}  # ACR-like truth
+SIMILARITY = {"recordings": 4.7, "sys_a": 2.2, "sys_b": 3.4}  # SMOS-like truth: sys_b's voice is nearer the target's
 
 
 @cache
@@ -74,6 +75,8 @@ def oracle_scorer(bias: float = 0.0) -> Scorer:
         q = QUALITY.get(e.candidate, 3.0) + bias
         if trial.task == "acr":
             return int(min(5, max(1, round(q))))
+        if trial.task == "smos":
+            return int(min(5, max(1, round(SIMILARITY.get(e.candidate, 3.0) + bias))))
         if trial.task == "mushra":
             return 100 if e.role == "hidden_reference" else int(min(100, max(0, round(20 * q))))
         assert versus is not None
@@ -108,7 +111,7 @@ def simulate_submission(packet_dir: Path, key: dict[str, KeyEntry], scorer: Scor
     for trial in trials:
         note("present", trial.id)
         for s in (trial.reference,) * (
-            trial.task == "mushra" and trial.reference is not None
+            trial.task in ("mushra", "smos") and trial.reference is not None
         ) + trial.stimuli:  # the page asks for the reference first
             note("play", trial.id, s)
             note("ended", trial.id, s, after_ms=lengths[s] + 20 if play_ms is None else play_ms)

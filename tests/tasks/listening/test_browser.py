@@ -50,12 +50,12 @@ TRIAL_STATE = """(() => {
 
 def _rate(browser: Chromium, trial_id: str, manifest: PacketManifest, key: dict, scorer) -> None:  # type: ignore[no-untyped-def, type-arg]
     trial = next(t for t in manifest.trials if t.id == trial_id)
-    for stim in (trial.reference,) * (trial.task == "mushra" and trial.reference is not None) + trial.stimuli:
+    for stim in (trial.reference,) * (trial.task in ("mushra", "smos") and trial.reference is not None) + trial.stimuli:
         browser.evaluate(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').click()")
         browser.wait_for(f"document.querySelector('button.play[data-stimulus=\"{stim}\"]').classList.contains('done')", timeout_s=20)
     versus = key[trial.stimuli[0]] if trial.task == "ab" else None
     for crit in trial.criteria:
-        for stim in [trial.stimuli[1]] if trial.task == "ab" else trial.stimuli[:1] if trial.task == "acr" else trial.stimuli:
+        for stim in [trial.stimuli[1]] if trial.task == "ab" else trial.stimuli[:1] if trial.task in ("acr", "smos") else trial.stimuli:
             v = scorer(key[stim], crit, trial, versus)
             if trial.task == "mushra":
                 browser.evaluate(f"(() => {{ const e = document.querySelector('input[type=range][data-stimulus=\"{stim}\"]');"

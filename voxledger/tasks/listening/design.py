@@ -4,7 +4,7 @@ Raters are blocks and prompts are treatments: every prompt goes to exactly ``k``
 greedily by (fewest prompts so far, fewest prompts shared with the raters already chosen, seeded
 tie-break), so block sizes differ by at most one; of several seeded passes the one whose rater
 pairs share prompts most evenly is kept (a true BIBD exists only for some sizes). A rater
-hears every candidate of each of their prompts, in A/B or in ACR/MUSHRA but not both (``split``:
+hears every candidate of each of their prompts, in one of A/B, ACR/MUSHRA or SMOS (``split``:
 no clip reappears across tasks within a packet, so repetition cannot tell conditions apart).
 Positions are counterbalanced by rotation: each time a candidate set is laid out (ACR rounds, a MUSHRA screen, an A/B pair) its sorted order is
 rotated one step further, so every candidate takes every ACR round / MUSHRA slot / A-B side in
@@ -118,13 +118,18 @@ def plan_packets(protocol: ListeningProtocol, stimuli: StimulusSet) -> DesignPla
     return DesignPlan(trials, tuple(sorted(set(builder.skipped))), audit)
 
 
+GROUPS = (0, 1, 2)
+GROUP_OF = {"acr": 0, "mushra": 0, "ab": 1, "smos": 2}  # task type -> the prompt group it draws from (``_Builder.split``)
+
+
 class _Builder:
     def __init__(self, protocol: ListeningProtocol, by_prompt: dict[str, dict[str, Stimulus]], rng: np.random.Generator) -> None:
         self.protocol, self.by_prompt, self.rng = protocol, by_prompt, rng
         self.skipped: list[str] = []
         self.ref = protocol.reference_candidate
         self.turns: Counter[tuple[str, ...]] = Counter()
-        self.prompt_groups: dict[str, list[int]] = {}  # prompt -> raters so far hearing it in (ACR/MUSHRA, A/B)
+        self.prompt_groups: dict[str, list[int]] = {}  # prompt -> raters so far hearing it in (ACR/MUSHRA, A/B, SMOS)
+        self.gold_prompts: set[str] = set()  # the current rater's gold-item prompts (not reused as SMOS references)
 
     def rotation(self, *key: str) -> int:
         """How many times this layout was used before (the rotation to apply now)."""
@@ -138,34 +143,34 @@ class _Builder:
         return Slot(role, candidate or s.candidate, s.prompt_id, s.category, src, s.audio_sha256, expected)
 
     def packet(self, mine: list[str]) -> list[TrialPlan]:
-        paired, single = self.split(mine)
-        sections = {"acr": self.acr(single, mine), "mushra": self.mushra(single), "ab": self.ab(paired, mine)}
+        single, paired, similar = self.split(mine)
+        sections = {"acr": self.acr(single, mine), "mushra": self.mushra(single)}
+        sections |= {"ab": self.ab(paired, mine), "smos": self.smos(similar, mine)}
         order = list(dict.fromkeys(c.task for c in self.protocol.criteria))
         return [t for task in order for t in sections[task]]
 
-    def split(self, mine: list[str]) -> tuple[list[str], list[str]]:
-        """The rater's prompts for A/B and for ACR/MUSHRA: a prompt both could use goes to one of them.
+    def split(self, mine: list[str]) -> tuple[list[str], list[str], list[str]]:
+        """The rater's prompts for ACR/MUSHRA, for A/B and for SMOS: a prompt several could use goes to one.
 
-        A clip heard in both would reappear within the packet for exactly the candidates A/B pairs
-        (not the reference when ``include_reference`` is false): whether a clip comes back would
-        tell the conditions apart. Each such prompt goes to the group fewer of its raters so far
-        had, then the group this rater has fewer prompts in, then ACR/MUSHRA.
+        A clip heard in two task groups would reappear within the packet for exactly the candidates
+        the second one uses (A/B leaves the reference out unless ``include_reference``): whether a
+        clip comes back would tell the conditions apart. Each such prompt goes to the group fewer of
+        its raters so far had, then the group this rater has fewer prompts in, then the first group.
         """
-        paired: list[str] = []
-        single: list[str] = []
-        mine_counts = [0, 0]
+        groups: tuple[list[str], list[str], list[str]] = ([], [], [])
+        mine_counts = [0, 0, 0]
         for p in mine:
             category = next(iter(self.by_prompt[p].values())).category
-            uses = [any(c.applies_to(category) for c in self.protocol.criteria if (c.task == "ab") == bool(g)) for g in (0, 1)]
-            if not all(uses):
-                (paired if uses[1] else single).append(p)
+            uses = [g for g in GROUPS if any(c.applies_to(category) for c in self.protocol.criteria if GROUP_OF[c.task] == g)]
+            if len(uses) < 2:
+                groups[uses[0] if uses else 0].append(p)
                 continue
-            counts = self.prompt_groups.setdefault(p, [0, 0])
-            g = min((0, 1), key=lambda i: (counts[i], mine_counts[i], i))
+            counts = self.prompt_groups.setdefault(p, [0, 0, 0])
+            g = min(uses, key=lambda i: (counts[i], mine_counts[i], i))
             counts[g] += 1
             mine_counts[g] += 1
-            (paired if g else single).append(p)
-        return paired, single
+            groups[g].append(p)
+        return groups
 
     def acr(self, mine: list[str], heard: list[str]) -> list[TrialPlan]:
         rounds: list[list[TrialPlan]] = []
@@ -198,6 +203,7 @@ class _Builder:
                 self.skipped.append(f"gold items: no prompt has the reference candidate {self.ref!r} under criterion {check.name!r}")
                 break
             ref = self.by_prompt[with_ref[int(self.rng.integers(len(with_ref)))]][self.ref]
+            self.gold_prompts.add(ref.prompt_id)
             crits = tuple(c.name for c in self.protocol.criteria if c.task == "acr" and c.applies_to(ref.category))
             slot = (
                 self.slot("gold", ref, expected=check.scale.max)
@@ -239,6 +245,42 @@ class _Builder:
                     TrialPlan("mushra", (crit.name,), slots, self.slot("open_reference", ref), [(n, i) for i, n in enumerate(names)])
                 )
         return [out[i] for i in self.rng.permutation(len(out))]
+
+    def smos(self, mine: list[str], heard: list[str]) -> list[TrialPlan]:
+        """SMOS trials: each candidate of a prompt against one recording of the target speaker saying another prompt.
+
+        Every candidate of a prompt is compared with the same reference (so the reference is no
+        condition); it is drawn from prompts the rater hears nowhere else in the packet (nor as a
+        gold item), so the reference is never a clip the rater rates. Rounds and rotation as ACR.
+        """
+        crits_of = [c for c in self.protocol.criteria if c.task == "smos"]
+        if not crits_of:
+            self.gold_prompts = set()
+            return []
+        usable = sorted(p for p in self.by_prompt if self.ref in self.by_prompt[p])
+        rounds: list[list[TrialPlan]] = []
+        for p in mine:
+            cands = sorted(self.by_prompt[p])
+            crits = tuple(c.name for c in crits_of if c.applies_to(self.by_prompt[p][cands[0]].category))
+            if not crits:
+                continue
+            others = [q for q in usable if q != p]
+            pool = [q for q in others if q not in heard and q not in self.gold_prompts] or [q for q in others if q not in heard] or others
+            if not pool:
+                self.skipped.append(
+                    f"smos {', '.join(crits)}: prompt {p}: no other prompt has a reference candidate {self.ref!r} recording"
+                )
+                continue
+            ref = self.slot("open_reference", self.by_prompt[pool[int(self.rng.integers(len(pool)))]][self.ref])
+            turn = self.rotation("smos", *cands)
+            for j in range(len(cands)):
+                cand = cands[(j + turn) % len(cands)]
+                trial = TrialPlan("smos", crits, (self.slot("stimulus", self.by_prompt[p][cand]),), ref, positions=[(cand, j)])
+                while len(rounds) <= j:
+                    rounds.append([])
+                rounds[j].append(trial)
+        self.gold_prompts = set()
+        return [t for rnd in rounds for t in self.rng.permutation(np.array(rnd, dtype=object)).tolist()]
 
     def ab(self, mine: list[str], heard: list[str]) -> list[TrialPlan]:
         out: list[TrialPlan] = []

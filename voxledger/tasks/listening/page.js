@@ -29,6 +29,8 @@
     mushra: "Play the Reference, then every sample, each to the end. One of the samples is the reference itself, hidden: " +
       "find it and give it 100. One or two are deliberately muffled versions of the reference (low-pass anchors): rate them for what they are. " +
       "Rate every sample with its slider; a slider counts only once you have moved or clicked it.",
+    smos: "Play the Reference (the voice of the target speaker, saying other words) and the sample, each to the end, " +
+      "then say how similar the two voices are. Ignore the words, the quality of the recording and any errors: judge only the voice.",
   };
   const now = () => Math.max(0, Math.round(clockOffset + performance.now()));
 
@@ -259,10 +261,10 @@
     if (trial.task === "mushra") return trial.stimuli;
     return trial.task === "ab" ? [trial.stimuli[1]] : [trial.stimuli[0]];
   }
-  // A/B: both samples; MUSHRA: the open reference and the sample; ACR: the sample
+  // A/B: both samples; MUSHRA and SMOS: the open reference and the sample; ACR: the sample
   function needs(trial, stim) {
     if (trial.task === "ab") return trial.stimuli;
-    return trial.task === "mushra" && trial.reference ? [trial.reference, stim] : [stim];
+    return (trial.task === "mushra" || trial.task === "smos") && trial.reference ? [trial.reference, stim] : [stim];
   }
 
   function setRating(trial, stim, crit, score) {
@@ -344,6 +346,10 @@
     body.append(el("p", { class: "how" }, HOW[trial.task]));
     if (trial.task === "acr") {
       body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play sample", "the sample")));
+      trial.criteria.forEach((c) => body.append(el("h2", {}, CRIT[c].question), radios(trial, trial.stimuli[0], c)));
+    } else if (trial.task === "smos") {
+      body.append(el("div", { class: "players" }, player(trial, trial.reference, "▶ Reference voice", "the reference"),
+        player(trial, trial.stimuli[0], "▶ Play sample", "the sample")));
       trial.criteria.forEach((c) => body.append(el("h2", {}, CRIT[c].question), radios(trial, trial.stimuli[0], c)));
     } else if (trial.task === "ab") {
       body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play A", "A"), player(trial, trial.stimuli[1], "▶ Play B", "B")));

@@ -77,8 +77,8 @@ class Checked:
 
 
 def rated_stimuli(trial: PacketTrial) -> tuple[str, ...]:
-    """The stimuli that carry a rating: the one ACR sample, every MUSHRA sample, B of an A/B pair."""
-    return {"acr": trial.stimuli[:1], "ab": trial.stimuli[1:2], "mushra": trial.stimuli}[trial.task]
+    """The stimuli that carry a rating: the one ACR or SMOS sample, every MUSHRA sample, B of an A/B pair."""
+    return {"acr": trial.stimuli[:1], "ab": trial.stimuli[1:2], "mushra": trial.stimuli, "smos": trial.stimuli[:1]}[trial.task]
 
 
 def load_packets(blobs: LocalBlobStore, receipt: PacketSetReceipt) -> dict[str, Packet]:
@@ -274,11 +274,11 @@ def check_submission(name: str, data: bytes, packets: dict[str, Packet], secret:
 def needed_samples(trial: PacketTrial, stimulus: str) -> tuple[str, ...]:
     """The samples that must be played to the end before ``stimulus`` is rated in ``trial``.
 
-    A/B: both samples; MUSHRA: the open reference (what every sample is judged against) and the sample; ACR: the sample.
+    A/B: both samples; MUSHRA and SMOS: the open reference (what the sample is judged against) and the sample; ACR: the sample.
     """
     if trial.task == "ab":
         return trial.stimuli
-    return (trial.reference, stimulus) if trial.task == "mushra" and trial.reference else (stimulus,)
+    return (trial.reference, stimulus) if trial.task in ("mushra", "smos") and trial.reference else (stimulus,)
 
 
 def _check_rows(c: Checked) -> None:
