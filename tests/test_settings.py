@@ -78,7 +78,7 @@ def test_booleans_parse_one_way(env: str, monkeypatch: pytest.MonkeyPatch) -> No
         ("VOXLEDGER_S3_WORKERS", "abc", "VOXLEDGER_S3_WORKERS='abc' is not a whole number of at least 1; fix it or unset it (default: 16)"),
         ("VOXLEDGER_S3_WORKERS", "0", "VOXLEDGER_S3_WORKERS='0' is not a whole number of at least 1"),
         ("VOXLEDGER_PREFECT", "server", "VOXLEDGER_PREFECT='server' is not one of home, ephemeral"),
-        ("VOXLEDGER_COSYVOICE_DEVICE", "tpu", "VOXLEDGER_COSYVOICE_DEVICE='tpu' is not cpu, cuda or cuda:N"),
+        ("VOXLEDGER_COSYVOICE_DEVICE", "tpu", "VOXLEDGER_COSYVOICE_DEVICE='tpu' is not auto, cpu, cuda or cuda:N"),
         ("VOXLEDGER_BENCH_ROUNDS", "2.5", "VOXLEDGER_BENCH_ROUNDS='2.5' is not a whole number"),
         ("VOXLEDGER_S3", "not json", "VOXLEDGER_S3"),
         (

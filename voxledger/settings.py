@@ -82,10 +82,13 @@ class CosyVoiceSettings(BaseModel):
         default=None, description="Speech tokenizer; unset means `<model_dir>/speech_tokenizer_v3.onnx`."
     )
     device: str = Field(
-        default="cpu",
-        pattern=r"^(cpu|cuda(:\d+)?)$",
-        json_schema_extra={"accepts": "cpu, cuda or cuda:N"},
-        description="Training device; plain cuda means `cuda:$LOCAL_RANK` under torchrun.",
+        default="auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        json_schema_extra={"accepts": "auto, cpu, cuda or cuda:N"},
+        description=(
+            "The one device of every cosyvoice3 stage: auto is CUDA when torch sees a GPU, else cpu; plain cuda means "
+            "`cuda:$LOCAL_RANK` under torchrun; a stage upstream would run elsewhere is refused."
+        ),
     )
     work_dir: Path | None = Field(
         default=None, description="Cache of prepared data and file digests; unset means `~/.cache/voxledger/cosyvoice3`."

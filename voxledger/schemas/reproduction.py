@@ -30,6 +30,13 @@ class ReproductionBands(Frozen):
     cv_loss_rel_tol: float = Field(
         default=0.001, gt=0, description="training: largest |rerun - original| / original CV loss allowed in any epoch"
     )
+    cv_loss_rel_tol_by_precision: dict[str, float] = Field(
+        default_factory=lambda: {"bf16": 4e-3, "tf32": 1e-3},
+        description=(
+            "training: cv_loss_rel_tol for a run whose effective precision is named here (the unit round-off of its compute "
+            "dtype, bf16 2^-8 = 3.9e-3, never below cv_loss_rel_tol); other precisions use cv_loss_rel_tol"
+        ),
+    )
     probe: EquivalenceBands = Field(
         default=EquivalenceBands(),
         description="training: rel of the re-run model's stages (durations, mel, pcm) on the probe prompt; RED differs",

@@ -47,7 +47,9 @@ class TrainingPlan(Frozen):
     seed: int = 0
     threads: int = Field(default=2, ge=1)
     frames_per_batch: int = Field(default=3000, ge=100)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "tf32"] = Field(
+        default="fp32", description="fp32; bf16 autocast; tf32: CUDA TF32 matmuls (backend cosyvoice3 only, docs/cosyvoice3.md)"
+    )
     max_epochs: int = Field(default=20, ge=1)
     steps_per_epoch: int | None = Field(default=None, ge=1)
     patience: int = Field(default=3, ge=1)
@@ -64,6 +66,10 @@ class TrainingPlan(Frozen):
             raise ValueError("mode 'lora' needs a 'lora' section and 'new_speaker' (the voice being added)")
         if self.mode == "full" and self.lora is not None:
             raise ValueError("mode 'full' trains every weight: remove the 'lora' section or use mode 'lora'")
+        if self.precision == "tf32" and self.backend != "cosyvoice3":
+            raise ValueError(
+                f"precision tf32 (CUDA TF32 matmuls) is offered by backend cosyvoice3 only; backend {self.backend} takes fp32 or bf16"
+            )
         if set(self.train_splits) & set(self.cv_splits):
             raise ValueError(f"train_splits {self.train_splits} and cv_splits {self.cv_splits} overlap: CV must be held out")
         return self

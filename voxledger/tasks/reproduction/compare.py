@@ -112,15 +112,24 @@ def cv_curve(original: TrainingRunReceipt, rerun: TrainingRunReceipt, bands: Rep
         )
     devs = [abs(y - x) / abs(x) if x else abs(y - x) for x, y in zip(a, b, strict=True)]
     worst = max(range(len(devs)), key=devs.__getitem__)
-    detail = f"largest relative CV-loss change {devs[worst]:.2e} at epoch {worst} ({a[worst]:.6f} -> {b[worst]:.6f}); band {bands.cv_loss_rel_tol:.0e}"
+    tol, which = cv_band(original, bands)
+    detail = f"largest relative CV-loss change {devs[worst]:.2e} at epoch {worst} ({a[worst]:.6f} -> {b[worst]:.6f}); band {tol:.0e}{which}"
     if original.result.best_epoch != rerun.result.best_epoch:
         return OutputComparison(
             name="cv_loss_curve",
             verdict="differs",
             reason=f"best epoch {original.result.best_epoch} -> {rerun.result.best_epoch}; {detail}",
         )
-    verdict: Verdict = "within_bands" if devs[worst] <= bands.cv_loss_rel_tol else "differs"
+    verdict: Verdict = "within_bands" if devs[worst] <= tol else "differs"
     return OutputComparison(name="cv_loss_curve", verdict=verdict, reason=detail)
+
+
+def cv_band(original: TrainingRunReceipt, bands: ReproductionBands) -> tuple[float, str]:
+    """The CV-loss band of the original run's recorded effective precision, and the words saying which one it is."""
+    precision = original.parameters.effective_config.get("precision_effective")
+    if isinstance(precision, str) and precision in bands.cv_loss_rel_tol_by_precision:
+        return max(bands.cv_loss_rel_tol, bands.cv_loss_rel_tol_by_precision[precision]), f" (the band of {precision} runs)"
+    return bands.cv_loss_rel_tol, ""
 
 
 def compare_training(

@@ -38,7 +38,7 @@ def test_registry_returns_the_backend_and_env_config_needs_a_checkout(tmp_path: 
     monkeypatch.setenv("VOXLEDGER_COSYVOICE_MODEL_DIR", str(tmp_path / "model"))
     assert CosyVoice3Config.from_env().campplus_path == tmp_path / "model" / "campplus.onnx"
     monkeypatch.setenv("VOXLEDGER_COSYVOICE_DEVICE", "tpu")
-    with pytest.raises(SettingsError, match="VOXLEDGER_COSYVOICE_DEVICE='tpu' is not cpu, cuda or cuda:N"):
+    with pytest.raises(SettingsError, match="VOXLEDGER_COSYVOICE_DEVICE='tpu' is not auto, cpu, cuda or cuda:N"):
         CosyVoice3Config.from_env()
 
 

@@ -15,6 +15,13 @@ the LLM weights, speech tokenizer, vocoder and front end by digest (`package_com
 Synthesis is split into speech tokens, LLM log-probabilities, mel and pcm (`stages.py`), for
 packaging probes and stage attribution. Not yet supported, and refused with
 `BackendCapabilityError`: a measured recipe for generated plans.
+
+Every stage runs on one device (`runtime.resolve_device`), the plan's precision is honoured and
+recorded (`runtime.check_precision`), and inside a torch.distributed group of several ranks
+training is data-parallel (`distributed`).
+
+Longer than 500 lines on purpose: one class implements the whole `Backend` protocol (set-up,
+steps, sharding, synthesis, packaging hooks) over state its parts share.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from voxledger.schemas.package import ComponentDigests, MemberRole
 from voxledger.schemas.training import LoraSettings, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
-from voxledger.tasks.backends.cosyvoice3 import compat, data, rng, stages, synth, upstream
+from voxledger.tasks.backends.cosyvoice3 import compat, data, distributed, rng, stages, synth, upstream
+from voxledger.tasks.backends.cosyvoice3 import runtime as placement
 from voxledger.tasks.backends.cosyvoice3.config import (
     DEFAULT_SYSTEM_PROMPT,
     ENV_PYTHON,
@@ -85,10 +93,13 @@ class CosyVoice3Backend:
         self._train: list[data.Example] = []
         self._frames_per_batch = 0
         self._device = torch.device("cpu")
+        self._precision = placement.Precision("fp32", self._device)
         self._meta: dict[str, Any] | None = None
         self._prompt: tuple[bytes, str] | None = None
         self._seed = 0
         self._step = 0  # train steps taken: with the seed, it decides every draw of the next step
+        self._group: distributed.Group | None = None  # a data-parallel run's rank (None: one process)
+        self._ddp: torch.nn.Module | None = None
 
     @property
     def config(self) -> CosyVoice3Config:
@@ -127,6 +138,8 @@ class CosyVoice3Backend:
                 f"plan {plan.name}: backend cosyvoice3 trains LoRA adapters only; set mode: lora, a lora section and new_speaker"
             )
         opts = CosyVoice3Options.from_plan_model(plan.name, plan.model)
+        self._device = self.config.torch_device()  # one device for every stage: refused here before any work
+        self._precision = placement.check_precision(plan.name, plan.precision, self._device)
         identity = self.preflight()
         if opts.expect_upstream_sha256 and opts.expect_upstream_sha256 != identity.identity_sha256:
             raise TrainingError(
@@ -139,8 +152,8 @@ class CosyVoice3Backend:
         upstream.load_llm_strict(llm, upstream.read_llm_state(weights), weights)
         synth.seed_everything(plan.seed)  # loading the yaml reseeded every RNG
         adapted = lora.inject_lora(llm, plan.lora)
-        self._device = self.config.torch_device()
         llm.to(self._device)
+        self._group = distributed.current_group()
         tokenizer, allowed = configs["get_tokenizer"](), configs["allowed_special"]
         train_files = tuple(f for s in plan.train_splits for f in prep.parquet[s])
         train = data.load_examples(train_files, tokenizer, allowed, opts, plan.speakers)
@@ -156,17 +169,22 @@ class CosyVoice3Backend:
         self._prompt = (audio, "prompt" + Path(rel).suffix.lower())
         self._train, self._frames_per_batch = train.examples, plan.frames_per_batch
         self._seed, self._step = plan.seed, 0
+        if self._group is not None:
+            self._check_shards(plan)
+            self._ddp = distributed.wrap(llm, self._device)
         self._meta = {
             "format": FORMAT,
             "new_speaker": plan.new_speaker,
             "lora": plan.lora.model_dump(mode="json"),
             "options": opts.model_dump(mode="json"),
             "base_weights_sha256": weights_sha,
-            "lm_dtype": str(compat.LM_DTYPE).removeprefix("torch."),
+            "lm_dtype": self._precision.lm_dtype,  # what the LM computes in (its weights are float32 always)
             "upstream_patches": list(compat.PATCHES),
             "upstream": {"identity_sha256": identity.identity_sha256, **identity.model_dump(mode="json")},
             "prompt": {"utt": prompt.utt, "text": prompt.text, "file": self._prompt[1], "duration_s": prompt.duration_s},
         }
+        if plan.precision != "fp32":  # an fp32 run's adapter_config.json keeps the bytes it always had
+            self._meta["precision"] = plan.precision
         cv_batches = [
             data.collate([cv.examples[i] for i in idx])
             for idx in data.batch_indices(cv.examples, plan.frames_per_batch, 0, 0, shuffle=False)
@@ -174,7 +192,13 @@ class CosyVoice3Backend:
         effective = {
             "cosyvoice3": self._meta,
             "device": str(self._device),
+            "device_setting": self.config.device,
+            "precision_effective": plan.precision,
+            "precision": self._precision.record(),
             "frames_per_batch": plan.frames_per_batch,
+            "data_parallel": self._group.record(plan.frames_per_batch)
+            if self._group
+            else {"world_size": 1, "backend": None, "effective_frames_per_batch": plan.frames_per_batch},
             "lora_target_regex": lora.target_regex(plan.lora.targets),
             "adapted_modules": adapted,
             "base_weights": weights.name if base_dir is None else f"base/{weights.name}",
@@ -190,9 +214,34 @@ class CosyVoice3Backend:
         return TrainingSetup(model=llm, effective_config=effective, n_train_utterances=len(train.examples), cv_batches=cv_batches)
 
     def epoch_batches(self, epoch: int, seed: int) -> list[dict[str, Any]]:
+        """The epoch's batches; in a data-parallel run this rank's share of each (`distributed`), with the
+        positions of its utterances in the whole batch (``positions``, ``full_size``) for upstream's draws."""
         if not self._train:
             raise TrainingError("setup() must run before epoch_batches()")
-        return [data.collate([self._train[i] for i in idx]) for idx in data.batch_indices(self._train, self._frames_per_batch, epoch, seed)]
+        groups = data.batch_indices(self._train, self._frames_per_batch, epoch, seed)
+        if self._group is None:
+            return [data.collate([self._train[i] for i in idx]) for idx in groups]
+        batches = []
+        for idx in groups:
+            ordered = sorted((self._train[i] for i in idx), key=lambda e: -e.duration_s)  # collate's (stable) order
+            positions = distributed.shard_positions(len(ordered), self._group)
+            batch = data.collate([ordered[p] for p in positions])
+            batches.append({**batch, "positions": positions, "full_size": len(ordered)})
+        return batches
+
+    def _check_shards(self, plan: TrainingPlan) -> None:
+        """Every batch of every epoch must give each rank at least one utterance (DDP steps all ranks together)."""
+        sizes = [[len(idx) for idx in data.batch_indices(self._train, plan.frames_per_batch, e, plan.seed)] for e in range(plan.max_epochs)]
+        distributed.check_shards(plan.name, plan.frames_per_batch, sizes, self._group.world_size if self._group else 1)
+
+    def _step_random(self, batch: dict[str, Any]) -> random.Random:
+        """Upstream's generator for this step: (seed, step)'s; a rank of a data-parallel run gets that generator's
+        draws for its own utterances (`distributed.ReplayRandom`), so each utterance is laid out as in one process."""
+        own = random.Random(rng.derived_seed("cosyvoice3-upstream-random", self._seed, self._step))
+        if "positions" not in batch:
+            return own
+        draws = [own.random() for _ in range(batch["full_size"])]
+        return distributed.ReplayRandom([draws[p] for p in batch["positions"]])
 
     def train_step(
         self, model: torch.nn.Module, batch: dict[str, Any], optimizer: torch.optim.Optimizer, lr: float, max_grad_norm: float
@@ -204,23 +253,31 @@ class CosyVoice3Backend:
         # every draw of this step is a function of (seed, step): upstream's module-level random.random()
         # goes to a private generator, torch's (dropout) is reseeded; other threads' draws cannot reach either
         torch.manual_seed(rng.derived_seed("cosyvoice3-torch", self._seed, self._step) % 2**63)
-        with rng.private_random(random.Random(rng.derived_seed("cosyvoice3-upstream-random", self._seed, self._step))):
-            out = model(batch, self._device)
+        if self._ddp is None:
+            with rng.private_random(self._step_random(batch)), self._precision.compute():
+                out = model(batch, self._device)
+            loss = out["loss"]
+        else:  # DDP averages the ranks' gradients in backward: each loss weighted by its share of the batch
+            with rng.private_random(self._step_random(batch)), self._precision.compute(), distributed.counting_targets() as counts:
+                out = self._ddp(batch, self._device)
+            loss = out["loss"] * distributed.share_of_batch(model, sum(counts), len(batch["utts"]), self._device)
         self._step += 1
-        loss = out["loss"]
         if not torch.isfinite(loss):
             raise TrainingError(f"non-finite loss {float(loss)} on utterances {batch['utts'][:3]}; lower the learning rate")
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
         optimizer.step()
-        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "acc": float(out.get("acc", float("nan")))}
+        value = float(loss.detach())
+        if self._group is not None:  # the curve is the run's, not rank 0's share
+            value = distributed.mean_over_ranks(value, self._device)
+        return {"loss": value, "grad_norm": float(grad_norm), "acc": float(out.get("acc", float("nan")))}
 
     def cv_loss(self, model: torch.nn.Module, batches: list[dict[str, Any]]) -> float:
         """Utterance-weighted mean loss (as upstream's CV); upstream's draws come from a private generator
         seeded with `CV_RANDOM_SEED` (python's process-wide one is neither read nor advanced)."""
         model.eval()
         total, count = 0.0, 0
-        with torch.no_grad(), rng.private_random(random.Random(CV_RANDOM_SEED)):
+        with torch.no_grad(), rng.private_random(random.Random(CV_RANDOM_SEED)), self._precision.compute():
             for batch in batches:
                 total += float(model(batch, self._device)["loss"]) * len(batch["utts"])
                 count += len(batch["utts"])
@@ -228,7 +285,10 @@ class CosyVoice3Backend:
 
     def rng_state(self) -> dict[str, Any]:
         """What decides the next step's draws: the plan's seed and the steps taken (saved in checkpoints)."""
-        return {"format": RNG_FORMAT, "seed": self._seed, "step": self._step}
+        state: dict[str, Any] = {"format": RNG_FORMAT, "seed": self._seed, "step": self._step}
+        if self._group is not None:  # the shards and draws depend on it (a one-process state keeps its old shape)
+            state["world_size"] = self._group.world_size
+        return state
 
     def load_rng_state(self, state: dict[str, Any]) -> None:
         """Inverse of `rng_state` (a resumed run continues the uninterrupted run's draws).
@@ -238,6 +298,12 @@ class CosyVoice3Backend:
         """
         if state.get("format") != RNG_FORMAT:
             raise TrainingError(f"checkpoint RNG state {state} is not {RNG_FORMAT}; start a new run (it cannot be resumed exactly)")
+        world = self._group.world_size if self._group else 1
+        if int(state.get("world_size", 1)) != world:
+            raise TrainingError(
+                f"the checkpoint was written by a run of {state.get('world_size', 1)} rank(s), this one has {world}: each rank's "
+                "share of every batch depends on it, so it cannot be resumed exactly; resume with the same number of ranks or start a new run"
+            )
         self._seed, self._step = int(state["seed"]), int(state["step"])
 
     def batch_frames(self, batch: dict[str, Any]) -> tuple[int, int]:
@@ -286,8 +352,11 @@ class CosyVoice3Backend:
             from cosyvoice.cli.cosyvoice import CosyVoice3
 
             compat.patch_audio_loading()
+        device = self.config.torch_device()
+        placement.check_inference_device(device, placement.upstream_inference_device())  # before building: refused in one line
         with upstream.upstream_code(f"building upstream's CosyVoice3 from {self.config.model_dir}"):
             cosy = CosyVoice3(str(self.config.model_dir))
+        placement.check_inference_device(device, cosy.model.device)
         llm = cosy.model.llm
         weights, sha = self._base_weights(base_dir)
         if runtime in ("adapter", "merged") and sha != meta["base_weights_sha256"]:  # type: ignore[index]

@@ -13,7 +13,6 @@ Two kinds of settings, kept apart on purpose:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pydantic import Field, ValidationError
 from voxledger.schemas.base import Frozen, Sha256
 from voxledger.schemas.errors import PlanError, TrainingError, validation_lines
 from voxledger.settings import load_settings
+from voxledger.tasks.backends.cosyvoice3.runtime import DEVICE_PATTERN, resolve_device
 
 ENV_CHECKOUT = "VOXLEDGER_COSYVOICE_DIR"
 ENV_MODEL = "VOXLEDGER_COSYVOICE_MODEL_DIR"
@@ -42,8 +42,8 @@ class CosyVoice3Config(Frozen):
         model_dir: the Fun-CosyVoice3-0.5B folder (``cosyvoice3.yaml``, ``llm.pt``, ...).
         campplus_onnx / speech_tokenizer_onnx: the feature extractors; default to the files of
             the same name in ``model_dir``.
-        device: ``cpu``, ``cuda`` or ``cuda:N`` for training (synthesis uses upstream's own
-            choice: CUDA when available); see `torch_device`.
+        device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``: the device of every
+            stage (`runtime.resolve_device`); synthesis where upstream would place it elsewhere is refused.
         work_dir: cache for prepared data (Kaldi files, parquet) and file digests.
         python: another interpreter with upstream's own pins (torch 2.3.1, transformers 4.51.3,
             Python 3.10) to run upstream in. A configuration hook only: running through it is
@@ -55,7 +55,7 @@ class CosyVoice3Config(Frozen):
     model_dir: Path
     campplus_onnx: Path | None = None
     speech_tokenizer_onnx: Path | None = None
-    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
     work_dir: Path | None = None
     python: Path | None = None
 
@@ -68,10 +68,8 @@ class CosyVoice3Config(Frozen):
         return self.speech_tokenizer_onnx or self.model_dir / "speech_tokenizer_v3.onnx"
 
     def torch_device(self) -> torch.device:
-        """The training device; plain ``cuda`` under torchrun means ``cuda:$LOCAL_RANK``."""
-        if self.device == "cuda" and os.environ.get("LOCAL_RANK"):
-            return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        return torch.device(self.device)
+        """The device of every stage (`runtime.resolve_device`); plain ``cuda`` under torchrun means ``cuda:$LOCAL_RANK``."""
+        return resolve_device(self.device)
 
     @property
     def cache_dir(self) -> Path:

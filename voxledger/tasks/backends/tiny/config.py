@@ -73,6 +73,6 @@ def native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def effective_precision(requested: Precision) -> Precision:
+def effective_precision(requested: str) -> Precision:
     """The precision a step really uses here: bf16 only where the CPU has it natively."""
     return "bf16" if requested == "bf16" and native_bf16() else "fp32"

@@ -16,7 +16,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from voxledger.tasks.backends.tiny.config import PAD_ID, Precision, TinyTTSConfig, effective_precision
+from voxledger.tasks.backends.tiny.config import PAD_ID, TinyTTSConfig, effective_precision
 from voxledger.tasks.backends.tiny.data import TinyBatch
 
 # Recipes measured on the full demo corpus (1200 train utterances, 4 voices; 100 target
@@ -97,7 +97,7 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     lr: float | None = None,
     max_grad_norm: float = 1.0,
-    precision: Precision = "fp32",
+    precision: str = "fp32",  # a plan's precision: tf32 never reaches here (TrainingPlan refuses it for tiny)
 ) -> dict[str, float]:
     """One optimisation step; returns the losses, the gradient norm and the lr used.
 

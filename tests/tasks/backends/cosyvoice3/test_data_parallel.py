@@ -1,0 +1,104 @@
+"""Data-parallel training (DDP, 2 gloo ranks on the CPU) against one process with the same effective batch (fake tree)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from voxledger.schemas.errors import TrainingError
+from voxledger.schemas.training import TrainingInputs
+from voxledger.tasks.backends.cosyvoice3.backend import ADAPTER_FILE, RNG_FORMAT, CosyVoice3Backend
+from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
+from voxledger.tasks.backends.cosyvoice3.distributed import RankJob, ReplayRandom, check_shards, launch
+from voxledger.tasks.training.loop import run_loop
+
+from .test_training import make_plan
+
+BOUND = TrainingInputs(audit_receipt="a" * 64, plan_sha256="b" * 64, base_sha256=None, manifest_sha256="c" * 64,
+                       audio_tree_sha256="d" * 64, features_sha256="e" * 64, code_sha256="f" * 64, backend_sha256="0" * 64)  # fmt: skip
+PLAN = make_plan(frames_per_batch=800, max_epochs=2)  # 4 training utterances: 2 batches of 2 per epoch, one utterance per rank
+# Two ranks compute what one process computes (each rank's loss weighted by its share of the batch's scored tokens, each
+# utterance given its one-process draw); only the order of float sums differs (DDP's all-reduce, per-rank matmuls).
+# Measured here: max |2 ranks - 1 process| / max |1 process| = 1.2e-05 after 2 epochs of 1 step each (lr 3e-2).
+BAND = 1e-4
+
+
+def _adapter(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / ADAPTER_FILE))
+
+
+@dataclass
+class Runs:
+    one: dict[str, torch.Tensor]
+    one_losses: list[float]
+    two: dict[str, Any]
+    two_adapter: dict[str, torch.Tensor]
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def runs(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    from voxledger.tasks.threads import torch_threads
+
+    root = tmp_path_factory.mktemp("ddp")
+    with torch_threads(1):
+        backend = CosyVoice3Backend(fake_config)
+        setup = backend.setup(small_corpus, PLAN, None)
+        result = run_loop(backend, setup.model, setup.cv_batches, PLAN, BOUND, root / "one", lambda e, m, r: f"{e:064d}")
+        one = backend.trainable_state(result.model)
+    job = RankJob(config=fake_config, corpus=small_corpus, plan=PLAN, bound=BOUND, ckpt_dir=root / "two-ckpt", out_dir=root / "two")
+    two = launch(2, job)
+    return Runs(one, [h["train_loss"] for h in result.state.history], two, _adapter(root / "two" / "last"), root)
+
+
+def test_two_gloo_ranks_give_one_process_adapter_within_the_band(runs: Runs) -> None:
+    dp = runs.two["effective_config"]["data_parallel"]
+    assert dp["world_size"] == 2 and dp["backend"] == "gloo" and dp["effective_frames_per_batch"] == PLAN.frames_per_batch
+    assert runs.two["stop_reason"] == "max_epochs" and len(runs.two["history"]) == 2
+    assert set(runs.two_adapter) == set(runs.one)
+    scale = max(float(v.abs().max()) for v in runs.one.values())
+    worst = max(float((runs.two_adapter[k] - runs.one[k]).abs().max()) for k in runs.one)
+    print(f"2 gloo ranks vs 1 process: max |diff| / max |adapter| = {worst / scale:.2e}")
+    assert worst / scale <= BAND, (worst, scale)
+    assert any(not torch.equal(runs.two_adapter[k], runs.one[k]) for k in runs.one)  # two ranks really ran: not one process's bytes
+    losses = [h["train_loss"] for h in runs.two["history"]]
+    assert all(abs(a - b) <= BAND * abs(b) for a, b in zip(losses, runs.one_losses, strict=True)), (losses, runs.one_losses)
+
+
+@pytest.mark.slow  # two more 2-rank launches (about 60 s); the refusal below and test_training's one-process resume run fast
+def test_a_stopped_two_rank_run_resumes_exactly(runs: Runs, fake_config: CosyVoice3Config, small_corpus: Path) -> None:
+    job = RankJob(fake_config, small_corpus, PLAN, BOUND, runs.out / "crash-ckpt", runs.out / "crash", crash_at_epoch=1)
+    with pytest.raises(TrainingError, match="stopped before recording epoch 1"):
+        launch(2, job)
+    assert not list(runs.out.glob("crash-ckpt.rank*"))  # only rank 0 keeps checkpoints
+    resumed = launch(2, RankJob(fake_config, small_corpus, PLAN, BOUND, job.ckpt_dir, job.out_dir))
+    assert resumed["resumed_at"] == [runs.two["history"][0]["global_step"]]  # from epoch 0's boundary checkpoint
+    adapter = _adapter(job.out_dir / "last")
+    assert all(torch.equal(adapter[k], runs.two_adapter[k]) for k in runs.two_adapter)
+
+
+def test_a_checkpoint_of_another_world_size_is_refused(fake_config: CosyVoice3Config) -> None:
+    backend = CosyVoice3Backend(fake_config)  # one process
+    backend.load_rng_state({"format": RNG_FORMAT, "seed": 0, "step": 3})
+    with pytest.raises(TrainingError, match=r"written by a run of 2 rank\(s\), this one has 1: .* resume with the same number of ranks"):
+        backend.load_rng_state({"format": RNG_FORMAT, "seed": 0, "step": 3, "world_size": 2})
+
+
+def test_a_rank_replays_its_utterances_draws() -> None:
+    replay = ReplayRandom([0.25, 0.75])
+    assert [replay.random(), replay.random()] == [0.25, 0.75]
+    with pytest.raises(TrainingError, match="upstream drew 3 values for a shard of 2"):
+        replay.random()
+
+
+def test_batches_smaller_than_the_world_are_refused() -> None:
+    check_shards("p", 800, [[2, 2], [3, 4]], 2)
+    with pytest.raises(
+        TrainingError, match=r"plan p: epoch 1 has a batch of 1 utterance\(s\), fewer than the 2 ranks; raise frames_per_batch \(now 400\)"
+    ):
+        check_shards("p", 400, [[2, 2], [1, 3]], 2)
