@@ -13,6 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests judge what they generate, never how fast: on a loaded machine (CI's two cores, or
+# a suite beside other work) neither the per-example deadline nor the "too slow" health check may
+# fail them. A test's own @settings keeps this (it names only what it changes), except a
+# suppress_health_check list, which adds HealthCheck.too_slow itself.
+settings.register_profile("voxledger", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("voxledger")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")

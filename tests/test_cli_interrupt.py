@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,20 @@ from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.stores.home import Home
 
 ROOT = Path(__file__).resolve().parents[1]
-EXIT_WITHIN_S = 5.0  # measured 1.5 s on a 2-core machine at load 9 (it was 12-13 s before the fast exit)
+EXIT_WITHIN_S = 2.0  # the promise (docs/cli.md); measured with a busy sibling on every core, see below
+
+
+@contextmanager
+def busy_siblings() -> Iterator[None]:
+    """One process spinning on each core: the interrupted command competes for CPU, as on a loaded machine."""
+    spin = [sys.executable, "-c", "while True: pass"]
+    procs = [subprocess.Popen(spin) for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +62,14 @@ def test_sigint_stops_the_pipeline_with_a_failed_receipt(tmp_path: Path, corpus:
     try:
         for line in proc.stderr:  # plain progress lines: stderr is a pipe
             seen.append(line)
-            if "stage train_base: running" in line:
+            if "training: epoch" in line:  # between training steps
                 break
-        code, took, rest = interrupt(proc, after_s=2.0)  # well inside the base training
+        with busy_siblings():
+            code, took, rest = interrupt(proc, after_s=1.0)  # well inside the base training
     finally:
         proc.kill()
     assert code == 130, "".join(seen) + rest
+    print(f"SIGINT to exit under load: {took:.2f} s")
     assert took < EXIT_WITHIN_S, f"SIGINT took {took:.1f} s to end the pipeline"
     assert "Interrupted: pipeline interrupted at stage train_base; failed pipeline receipt" in rest and "Traceback" not in rest
     rid = rest.rsplit("failed pipeline receipt ", 1)[1].split()[0]
@@ -99,10 +115,12 @@ def test_sigint_stops_serve_and_its_run_in_progress_with_a_failed_receipt(tmp_pa
         assert list(home.glob("runs/tiny-base-*")), "the triggered run never reached train_base"
         time.sleep(1.0)
         runs = psutil.Process(proc.pid).children()
-        sent = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
-        took = time.perf_counter() - sent
+        with busy_siblings():
+            sent = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+            took = time.perf_counter() - sent
+        print(f"serve: SIGINT to exit under load: {took:.2f} s")
         psutil.wait_procs(runs, timeout=60)  # the run's own process reports its state after serve has gone
         drain.join(timeout=30)  # it shares the pipe, which closes when that process has gone too
         err = "".join(errs)

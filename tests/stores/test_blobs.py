@@ -19,7 +19,7 @@ from voxledger.schemas.errors import BlobMissingError, DigestMismatchError, Voxl
 from voxledger.stores.blobs import LocalBlobStore
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.binary(max_size=5000))
 def test_get_put_round_trip(tmp_path: Path, data: bytes) -> None:
     store = LocalBlobStore(tmp_path / "s")

@@ -87,7 +87,7 @@ def remote(make_store) -> S3BlobStore:  # type: ignore[no-untyped-def]
     return make_store()  # type: ignore[no-any-return]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.binary(max_size=5000))
 def test_get_put_round_trip(remote: S3BlobStore, data: bytes) -> None:
     digest = remote.put_bytes(data)

@@ -65,7 +65,7 @@ def serve(ctx: click.Context, plan_file: Path, corpus: Path, cron: str | None) -
     console.print("stopped")
 
 
-STOP_GRACE_S = 1.5
+STOP_GRACE_S = 1.0
 """How long Ctrl-C lets a run in progress record its failed receipt before ``serve`` exits."""
 
 
