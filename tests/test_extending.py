@@ -31,6 +31,7 @@ UNPROJECTED = {
     "reproduction",
     "adapter_export",
     "sweep",
+    "mlflow_export",
 }
 
 
@@ -57,7 +58,7 @@ def test_backends_registry_matches_the_plan_schema() -> None:
 
 
 def test_receipt_kinds_are_listed_once_with_schema_and_projection() -> None:
-    assert len(RECEIPT_TYPES) == len(KINDS) == 20
+    assert len(RECEIPT_TYPES) == len(KINDS) == 21
     assert sorted(f"{k}.v1.schema.json" for k in KINDS) == sorted(schema_files())
     projected = set(PROJECTORS)
     assert projected <= set(KINDS), projected - set(KINDS)

@@ -135,6 +135,10 @@ class ReproductionError(VoxledgerError):
     """A receipt cannot be re-run here: unknown or unsupported kind, a missing or damaged input, a changed corpus, or code drift."""
 
 
+class ExportError(VoxledgerError):
+    """An export into another tool's store cannot run: its optional extra is missing, or the store refused a write."""
+
+
 def error_path(error: Mapping[str, Any], sep: str = ".", root: str = "<top>") -> str:
     """Where one pydantic error sits, as ``criteria.1.weight`` (``root`` for the document itself)."""
     return sep.join(map(str, error["loc"])) or root

@@ -26,6 +26,7 @@ from voxledger.schemas.listening_receipts import (
     PacketSetReceipt,
     SubmissionReceipt,
 )
+from voxledger.schemas.mlflow_export import MlflowExportReceipt
 from voxledger.schemas.package import PackageReceipt
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.schemas.promotion import PromotionReceipt
@@ -54,6 +55,7 @@ _LISTED: tuple[type[ReceiptBase], ...] = (
     BaseImportReceipt,
     ReproductionReceipt,
     AdapterExportReceipt,
+    MlflowExportReceipt,
 )
 
 

@@ -193,3 +193,37 @@ def output_trees(catalog: Catalog, digests: list[str]) -> set[str]:
             "SELECT sha256 FROM artifacts WHERE media_type = ? AND list_contains(?, sha256)", [TREE_MEDIA_TYPE, digests]
         ).fetchall()
     return {str(r[0]) for r in rows}
+
+
+def receipts_of_kinds(catalog: Catalog, kinds: list[str]) -> list[tuple[str, str]]:
+    """(receipt id, kind) of every receipt of ``kinds``, oldest first (``export mlflow``)."""
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT receipt_sha256, kind FROM receipts WHERE list_contains(?, kind) ORDER BY finished_at, receipt_sha256", [kinds]
+        ).fetchall()
+    return [(str(a), str(b)) for a, b in rows]
+
+
+def succeeded_packages(catalog: Catalog) -> list[tuple[str, str, str]]:
+    """(package receipt, package digest, checkpoint tree) of every succeeded package build, oldest first."""
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT receipt_sha256, package_sha256, checkpoint_tree_sha256 FROM packages WHERE status = 'succeeded'"
+            " ORDER BY finished_at, receipt_sha256"
+        ).fetchall()
+    return [(str(a), str(b), str(c)) for a, b, c in rows]
+
+
+def evaluation_observations(catalog: Catalog, plan_sha256: str) -> dict[tuple[str, str], dict[str, float]]:
+    """(candidate, prompt) -> metric -> value of the first seed of every evaluation of ``plan_sha256`` (the newest wins)."""
+    with catalog.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT o.candidate, o.prompt_id, o.metric, o.value FROM observations o JOIN receipts r USING (receipt_sha256)"
+            " WHERE o.plan_sha256 = ? AND o.seed = (SELECT min(seed) FROM observations WHERE plan_sha256 = ?)"
+            " ORDER BY r.finished_at",
+            [plan_sha256, plan_sha256],
+        ).fetchall()
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for candidate, prompt, metric, value in rows:
+        out.setdefault((str(candidate), str(prompt)), {})[str(metric)] = float(value)
+    return out
