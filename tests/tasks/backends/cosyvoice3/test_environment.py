@@ -19,6 +19,7 @@ from voxledger.tasks.backends.cosyvoice3.environment import check_environment
 from voxledger.tasks.backends.cosyvoice3.manifest import load_manifest
 
 from .fake_model import FAKE_TREE
+from .test_upstream_errors import _reduce_mean_graph
 
 HANDLED = {"qwen-bf16-autodtype", "decode-short-mask", "torchaudio-torchcodec", "min-window-eos"}  # torch 2.13 / tf 5.24 / ta 2.11
 
@@ -98,6 +99,7 @@ OLD_TRITON = '__version__ = "2.3.1"\n'  # triton 2.3.1's top level as torch 2.13
         ("hydra-missing", "missing-module", ["module hydra is not installed", "pip install 'hydra-core==1.3.2'"]),
         ("triton-breaks-torch", "triton-breaks-imports", ["triton 2.3.1", "transformers.models.qwen2.modeling_qwen2", "pip uninstall -y triton"]),
         ("one-input-tokenizer", "onnx-signature", ["has 1 input(s)", "SPEECH_TOKENIZER_ONNX"]),
+        ("float-logits-tokenizer", "onnx-signature", ["returns float32 1x100 (not integer codes)", "SPEECH_TOKENIZER_ONNX"]),
         ("model-safetensors-missing", "missing-file", ["CosyVoice-BlankEN/model.safetensors is missing"]),
         ("transformers-outside-range", "transformers-version", ["transformers 4.30.0 is outside the tested range", "pip install transformers==5.24.0"]),
     ],
@@ -113,6 +115,8 @@ def test_preflight_fails_naming_the_cause_in_broken_environments(
         monkeypatch.setenv("PYTHONPATH", str(site))
     elif broken == "one-input-tokenizer":
         onnx = ["--speech-tokenizer-onnx", str(fake_config.campplus_path)]  # campplus has one input
+    elif broken == "float-logits-tokenizer":  # upstream's two inputs, but float logits out instead of integer codes
+        onnx = ["--speech-tokenizer-onnx", str(_reduce_mean_graph(tmp_path / "speech_tokenizer_v3.onnx", "speech_tokenizer"))]
     elif broken == "model-safetensors-missing":
         model = _linked_model(fake_config.model_dir, tmp_path / "model", "CosyVoice-BlankEN/model.safetensors")
     else:

@@ -98,3 +98,42 @@ def test_an_unreadable_onnx_file_is_named(fake_config: CosyVoice3Config, tmp_pat
     bad.write_bytes(b"version https://git-lfs.github.com/spec/v1\n")  # an LFS pointer instead of the graph
     with pytest.raises(UpstreamError, match=r"speech_tokenizer ONNX .*speech_tokenizer_v3.onnx does not load"):
         FeatureExtractor(fake_config.campplus_path, bad)
+
+
+def _reduce_mean_graph(path: Path, kind: str) -> Path:
+    """A graph with upstream's inputs for ``kind`` whose output is the features' mean over one axis: for campplus
+    (1, 80) floats instead of a 192-wide embedding, for the speech tokenizer (1, T) float logits instead of codes."""
+    from voxledger.tasks.backends.cosyvoice3 import onnxproto as op
+
+    if kind == "campplus":
+        inputs = [op.value_info("input", op.FLOAT, (1, "T", 80))]
+    else:
+        inputs = [op.value_info("feats", op.FLOAT, (1, 128, "T")), op.value_info("feats_length", op.INT32, (1,))]
+    out = "embedding" if kind == "campplus" else "indices"
+    node = op.Node("ReduceMean", ("input" if kind == "campplus" else "feats",), (out,), {"axes": [1], "keepdims": 0})
+    shape: tuple[int | str, ...] = (1, 80) if kind == "campplus" else (1, "T")
+    path.write_bytes(op.model("bad", [node], inputs, [op.value_info(out, op.FLOAT, shape)], [], producer="test"))
+    return path
+
+
+def test_onnx_outputs_upstream_cannot_read_are_refused_naming_the_file(fake_config: CosyVoice3Config, tmp_path: Path) -> None:
+    campplus = _reduce_mean_graph(tmp_path / "campplus.onnx", "campplus")
+    with pytest.raises(UpstreamError, match=r"campplus.onnx returns float32 1x80; upstream reads a speaker embedding of 192 floats"):
+        FeatureExtractor(campplus, fake_config.speech_tokenizer_path)
+    tokenizer = _reduce_mean_graph(tmp_path / "speech_tokenizer_v3.onnx", "speech_tokenizer")
+    with pytest.raises(UpstreamError, match=r"returns float32 1x100 \(not integer codes\); .*VOXLEDGER_COSYVOICE_SPEECH_TOKENIZER_ONNX"):
+        FeatureExtractor(fake_config.campplus_path, tokenizer)
+
+
+def test_the_install_fix_says_what_the_extra_installs_as_it_is() -> None:
+    import tomllib
+
+    from voxledger.tasks.backends.cosyvoice3 import upstream
+
+    extra = tomllib.loads((Path(__file__).resolve().parents[4] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {r.split("==")[0].lower() for r in extra["cosyvoice3"]}
+    assert upstream.extra_distributions() == names  # the installed metadata is this checkout's pyproject
+    whisper = upstream.install_fix("whisper.tokenizer")
+    assert whisper.startswith("pip install --no-deps --no-build-isolation 'openai-whisper==20231117'")
+    assert "the cosyvoice3 extra does not install openai-whisper" in whisper and "voxledger[cosyvoice3]" not in whisper
+    assert upstream.install_fix("tiktoken").endswith("(or all of them: pip install 'voxledger[cosyvoice3]')")

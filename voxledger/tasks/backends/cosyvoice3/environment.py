@@ -209,7 +209,7 @@ def _imports(probe: dict[str, Any]) -> list[EnvFinding]:
                     id="missing-module",
                     severity="error",
                     message=f"module {name} is not installed ({why.get(name, 'upstream import')})",
-                    fix=f"{upstream.pip_fix(name)} (or all of them: pip install 'voxledger[cosyvoice3]')",
+                    fix=upstream.install_fix(name),
                 )
             )
         else:
@@ -276,7 +276,7 @@ def _transformers_range(versions: dict[str, str | None]) -> list[EnvFinding]:
 
 
 def _onnx(config: CosyVoice3Config) -> list[EnvFinding]:
-    from voxledger.tasks.backends.cosyvoice3.features import ONNX_FIX, onnx_signature_problems
+    from voxledger.tasks.backends.cosyvoice3.features import ONNX_FIX, onnx_output_problems, onnx_signature_problems
 
     found = []
     for kind, path, env in (
@@ -290,7 +290,7 @@ def _onnx(config: CosyVoice3Config) -> list[EnvFinding]:
         except Exception as exc:  # noqa: BLE001  (onnxruntime's own untyped errors)
             problems = [f"{path} does not load as ONNX ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"]
         else:
-            problems = onnx_signature_problems(session, kind, path)
+            problems = onnx_signature_problems(session, kind, path) or onnx_output_problems(session, kind, path)
         found += [EnvFinding(id="onnx-signature", severity="error", message=p, fix=ONNX_FIX.format(env)) for p in problems]
     return found
 

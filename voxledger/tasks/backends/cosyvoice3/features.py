@@ -111,6 +111,37 @@ def onnx_signature_problems(session: onnxruntime.InferenceSession, kind: str, pa
     return problems
 
 
+SPEAKER_EMBEDDING_DIM = 192  # upstream flattens campplus's first output into the LM's spk_embed_dim (cosyvoice3.yaml)
+SPEECH_CODES = 6561  # FSQ codes of speech_tokenizer_v3: the LM's speech vocabulary before its 200 special ids
+PROBE_FRAMES = 100  # one second of features: 100 fbank / log-mel frames, 25 speech tokens
+
+
+def onnx_output_problems(session: onnxruntime.InferenceSession, kind: str, path: Path) -> list[str]:
+    """How a graph's *outputs* on one second of fixed features differ from what upstream reads (empty: they fit):
+    campplus must give 192 floats (upstream flattens it into the LM's 192-wide speaker embedding), the speech
+    tokenizer integer codes in [0, 6561)."""
+    feats = np.random.default_rng(0).standard_normal((1, PROBE_FRAMES, 80) if kind == "campplus" else (1, 128, PROBE_FRAMES))
+    names = [i.name for i in session.get_inputs()]
+    feed: dict[str, np.ndarray] = {names[0]: feats.astype(np.float32)}
+    if kind == "speech_tokenizer":
+        feed[names[1]] = np.array([PROBE_FRAMES], dtype=np.int32)
+    try:
+        out = np.asarray(session.run(None, feed)[0])
+    except Exception as exc:  # noqa: BLE001  (onnxruntime's own untyped errors)
+        return [f"{path} fails on one second of {kind} features ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"]
+    shape = "x".join(map(str, out.shape))
+    if kind == "campplus":
+        if not np.issubdtype(out.dtype, np.floating) or out.size != SPEAKER_EMBEDDING_DIM:
+            return [f"{path} returns {out.dtype} {shape}; upstream reads a speaker embedding of {SPEAKER_EMBEDDING_DIM} floats (1x192)"]
+        return []
+    if not np.issubdtype(out.dtype, np.integer):
+        return [f"{path} returns {out.dtype} {shape} (not integer codes); upstream reads speech tokens as integers in [0, {SPEECH_CODES})"]
+    if out.size == 0 or int(out.min()) < 0 or int(out.max()) >= SPEECH_CODES:
+        lo, hi = (int(out.min()), int(out.max())) if out.size else (None, None)
+        return [f"{path} returns codes in [{lo}, {hi}] ({shape}); upstream's speech vocabulary is [0, {SPEECH_CODES})"]
+    return []
+
+
 def open_onnx(path: Path, kind: str, option: onnxruntime.SessionOptions, providers: list[str]) -> onnxruntime.InferenceSession:
     """An onnxruntime session whose inputs and outputs are what upstream feeds and reads.
 
@@ -122,7 +153,7 @@ def open_onnx(path: Path, kind: str, option: onnxruntime.SessionOptions, provide
         session = onnxruntime.InferenceSession(str(path), sess_options=option, providers=providers)
     except Exception as exc:  # noqa: BLE001  (onnxruntime raises its own untyped Fail / InvalidGraph)
         raise UpstreamError(f"{kind} ONNX {path} does not load ({type(exc).__name__}: {exc}); {ONNX_FIX.format(env)}") from exc
-    problems = onnx_signature_problems(session, kind, path)
+    problems = onnx_signature_problems(session, kind, path) or onnx_output_problems(session, kind, path)
     if problems:
         raise UpstreamError(f"{'; '.join(problems)}; {ONNX_FIX.format(env)}")
     return session
@@ -131,13 +162,14 @@ def open_onnx(path: Path, kind: str, option: onnxruntime.SessionOptions, provide
 class FeatureExtractor:
     """The two ONNX models of the model folder, run with onnxruntime (one intra-op thread)."""
 
-    def __init__(self, campplus: Path, speech_tokenizer: Path) -> None:
+    def __init__(self, campplus: Path, speech_tokenizer: Path, device: torch.device | None = None) -> None:
+        """The speech tokenizer runs on CUDA where the stages' ``device`` is CUDA and onnxruntime has it (as upstream's
+        front end does), else on the CPU; campplus on the CPU (upstream's choice). ``providers`` is part of the data's key."""
         option = onnxruntime.SessionOptions()
         option.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         option.intra_op_num_threads = 1
-        self.providers = (
-            ["CUDAExecutionProvider"] if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else ["CPUExecutionProvider"]
-        )
+        cuda = device is not None and device.type == "cuda" and "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+        self.providers = ["CUDAExecutionProvider"] if cuda else ["CPUExecutionProvider"]
         self._campplus = open_onnx(campplus, "campplus", option, ["CPUExecutionProvider"])
         self._tokenizer = open_onnx(speech_tokenizer, "speech_tokenizer", option, self.providers)
 

@@ -104,7 +104,7 @@ def prepare_corpus(
         raise CorpusError(f"corpus {corpus_root}: {len(missing)} audio file(s) missing, e.g. {missing[:3]}")
     cache = StatCache(config.cache_dir / "stat-cache.sqlite")
     digests = hash_files([*paths.values(), config.campplus_path, config.speech_tokenizer_path], cache=cache)
-    fx = features.FeatureExtractor(config.campplus_path, config.speech_tokenizer_path)
+    fx = features.FeatureExtractor(config.campplus_path, config.speech_tokenizer_path, config.torch_device())
     rows = [
         [u.split, u.id, u.audio, digests[paths[u.id]], " ".join(u.text.split()), u.speaker, instruct_text(u.instruction, system_prompt)]
         for u in utts

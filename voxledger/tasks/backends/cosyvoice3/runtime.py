@@ -5,8 +5,9 @@ else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; plain ``cuda`` (and ``auto`` on 
 ``cuda:$LOCAL_RANK`` under torchrun, else torch's current CUDA device. Training runs there; upstream's
 ``CosyVoice3`` places synthesis by its own rule (``cuda`` when available, else ``cpu``), so a
 synthesising stage whose choice differs from upstream's is refused in one line (`check_inference_device`)
-rather than run on another device than training did. The ONNX feature extractors run on the CPU
-everywhere (the same speech tokens on any machine).
+rather than run on another device than training did. Of the ONNX feature extractors, the speech
+tokenizer follows the device where onnxruntime has CUDA (as upstream's front end), campplus runs on
+the CPU (upstream's choice); the providers are part of the prepared data's key.
 
 Precision (a training plan's ``precision``):
 

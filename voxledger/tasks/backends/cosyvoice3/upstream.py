@@ -190,6 +190,40 @@ def pip_fix(module: str) -> str:
     return " ".join(filter(None, ["pip install", flags.get(top), f"'{pip.get(top, top)}'"]))
 
 
+EXTRA = "cosyvoice3"
+NOT_IN_EXTRA_WHY = {
+    "whisper": "openai-whisper's sdist does not build in pip's isolated environment and its dependencies pull triton, "
+    "after which torch 2.13 cannot import transformers' Qwen2",
+}
+
+
+def extra_distributions() -> set[str]:
+    """Distribution names (lower case) the installed voxledger's ``cosyvoice3`` extra installs (empty when voxledger is not installed)."""
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires("voxledger") or []
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+    wanted = set()
+    for line in requires:
+        req = Requirement(line)
+        if req.marker is not None and req.marker.evaluate({"extra": EXTRA}) and not req.marker.evaluate({"extra": ""}):
+            wanted.add(req.name.lower())
+    return wanted
+
+
+def install_fix(module: str) -> str:
+    """`pip_fix`, and whether the ``cosyvoice3`` extra installs the module too, as it is: only where it does."""
+    top = module.split(".", 1)[0]
+    pip: dict[str, str] = _MANIFEST.imports["pip_names"]  # type: ignore[assignment]
+    dist = re.split(r"[=<>!~ \[]", pip.get(top, top), maxsplit=1)[0].lower()
+    if dist in extra_distributions():
+        return f"{pip_fix(module)} (or all of them: pip install 'voxledger[{EXTRA}]')"
+    why = NOT_IN_EXTRA_WHY.get(top, "it is not part of it")
+    return f"{pip_fix(module)} (the {EXTRA} extra does not install {dist}: {why})"
+
+
 def upstream_failure(exc: BaseException, what: str) -> UpstreamError:
     """One clear error for an import failure inside upstream's code (``what``: the step that failed).
 
@@ -206,7 +240,7 @@ def upstream_failure(exc: BaseException, what: str) -> UpstreamError:
         if top in ("cosyvoice", "matcha"):
             fix = "the checkout is incomplete: run `git submodule update --init --recursive` in it (Matcha-TTS)"
         else:
-            fix = f"{pip_fix(cause.name)} (or the extra: pip install 'voxledger[cosyvoice3]')"
+            fix = install_fix(cause.name)
         return UpstreamError(f"{where} failed: upstream needs module {cause.name!r}, which is not installed; {fix}, {preflight_hint}")
     missing = re.fullmatch(r"There is no such \w+ as ([\w.]+)", str(cause))  # hyperpyyaml: pydoc.locate found nothing
     if missing:
