@@ -145,6 +145,9 @@ class Design(Frozen):
     # per rater: an A/B trial of the reference against its scrambled copy (same audio, words cut and
     # shuffled), so the right answer needs the two heard against each other; needs an ab criterion
     comparison_gold_items: int = Field(default=0, ge=0, le=20)
+    # per rater, before the scored trials: unscored practice trials of the packet's task types, on
+    # prompts the rater hears nowhere else; marked in the packet (``familiarisation``), never aggregated
+    familiarisation_trials: int = Field(default=0, ge=0, le=12)
 
     @model_validator(mode="after")
     def _check(self) -> Design:
@@ -202,6 +205,55 @@ class SubmissionChecks(Frozen):
     missing_screening: Literal["refuse", "fail_screening"] = "refuse"  # a file lacking a gold/attention/hidden-reference item
 
 
+class HeadphoneCheck(Frozen):
+    """A headphone screen before any trial: the Huggins-pitch test of Milne et al. (2021).
+
+    Each trial plays three bursts of the same white noise in both ears; in one of them a narrow
+    band (``centre_hz`` +- ``band_fraction``) is phase-inverted in the right ear. Over headphones
+    that burst holds a faint tone (the Huggins pitch); over loudspeakers the ears mix and no tone
+    is heard. The rater names the burst; ``pass_min`` of ``trials`` right passes, with ``attempts``
+    tries. The page scores it (the answers are in the packet): an environment check for honest
+    raters, not a defence against scripts.
+    """
+
+    method: Literal["none", "huggins_pitch"] = "none"
+    trials: int = Field(default=6, ge=1, le=12)
+    pass_min: int = Field(default=5, ge=1)
+    attempts: int = Field(default=2, ge=1, le=5)
+    centre_hz: float = Field(default=600.0, ge=200, le=2000)
+    band_fraction: float = Field(default=0.06, gt=0, le=0.3)  # half-width of the inverted band, relative to centre_hz
+    burst_s: float = Field(default=1.0, ge=0.3, le=3)
+    gap_s: float = Field(default=0.5, ge=0.1, le=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> HeadphoneCheck:
+        if self.pass_min > self.trials:
+            raise ValueError(f"headphone_check.pass_min {self.pass_min} exceeds its trials {self.trials}")
+        return self
+
+
+class Completion(Frozen):
+    """What a rater gets on finishing, for crowd platforms: a completion code and a link back.
+
+    ``code``: ``none``; ``per_rater`` (a code keyed by the home's secret per packet, listed for the
+    organiser in ``OUT/completion-codes.csv``); or ``fixed`` (``fixed_code``, the one a platform
+    such as Prolific issues per study). ``redirect_url`` (https) is shown as a link on the last
+    page, ``{code}`` in it replaced by the code.
+    """
+
+    code: Literal["none", "per_rater", "fixed"] = "none"
+    fixed_code: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,40}$")] | None = None
+    redirect_url: Annotated[str, StringConstraints(pattern=r"^https://[^\s<>\"']{1,500}$")] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Completion:
+        if (self.code == "fixed") != (self.fixed_code is not None):
+            raise ValueError("completion: give fixed_code exactly when code is 'fixed'")
+        if self.redirect_url and "{code}" in self.redirect_url and self.code == "none":
+            raise ValueError("completion.redirect_url names {code} but completion.code is 'none'; set code to per_rater or fixed")
+        return self
+
+
 MIN_RATERS = 5
 MIN_LISTENING_PROMPTS = 5
 """Fewest included raters and prompts an interval or test needs."""
@@ -247,6 +299,8 @@ class ListeningProtocol(Frozen):
     screening: ScreeningRules = ScreeningRules()
     statistics: Statistics = Statistics()
     checks: SubmissionChecks = SubmissionChecks()
+    headphone_check: HeadphoneCheck = HeadphoneCheck()
+    completion: Completion = Completion()
 
     @model_validator(mode="after")
     def _check(self) -> ListeningProtocol:
@@ -326,6 +380,29 @@ class PacketTrial(Frozen):
     reference: str | None = None  # the open (labelled) reference of a MUSHRA screen
 
 
+class PacketHeadphoneTrial(Frozen):
+    """One headphone-screen trial: a stereo file of three noise bursts; ``answer`` (1-3) holds the tone."""
+
+    audio: str
+    answer: int = Field(ge=1, le=3)
+
+
+class PacketHeadphoneCheck(Frozen):
+    """The headphone screen as the page runs it (``HeadphoneCheck``): the page scores it."""
+
+    method: Literal["huggins_pitch"]
+    trials: tuple[PacketHeadphoneTrial, ...] = Field(min_length=1)
+    pass_min: int
+    attempts: int
+
+
+class PacketCompletion(Frozen):
+    """What the page shows on finishing: the rater's completion code and the platform link (``{code}`` filled in)."""
+
+    code: str | None = None
+    redirect_url: str | None = None
+
+
 class PacketAudio(Frozen):
     """One audio file of a packet and its digest."""
 
@@ -346,6 +423,11 @@ class PacketManifest(Frozen):
     criteria: tuple[PacketCriterion, ...]
     trials: tuple[PacketTrial, ...]
     audio: tuple[PacketAudio, ...]
+    # before the scored trials: unscored practice trials (ids ``f01``...; no rating is exported or
+    # aggregated) and the headphone screen; after them, the completion code and link
+    familiarisation: tuple[PacketTrial, ...] = ()
+    headphone_check: PacketHeadphoneCheck | None = None
+    completion: PacketCompletion | None = None
 
 
 class KeyEntry(Frozen):

@@ -151,6 +151,12 @@ class PacketSetParameters(Frozen):
     loudness: LoudnessReport
     skipped: tuple[str, ...]  # trials that could not be built, with the reason
     leak_check: LeakCheck | None = None  # absent in packet sets exported before the check existed
+    # what each page does besides the scored trials: unscored practice trials per packet (``f01``...,
+    # never aggregated), the headphone screen the page runs first, and the completion code it shows
+    # last (per-rater codes are the ``completion_codes`` subject, a CSV for the organiser)
+    familiarisation_trials: int = 0
+    headphone_check: Literal["none", "huggins_pitch"] = "none"
+    completion_code: Literal["none", "per_rater", "fixed"] = "none"
 
 
 class PacketSetReceipt(ReceiptBase):

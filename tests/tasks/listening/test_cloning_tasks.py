@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import shutil
+import wave
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import make_stimuli, oracle_scorer, simulate_submission, write_json
 from tests.tasks.listening.test_stats import row
-from voxledger.schemas.listening import AcrCriterion, Design, ListeningProtocol, PacketManifest, ScreeningRules, SmosCriterion
+from voxledger.schemas.listening import (
+    AcrCriterion,
+    Completion,
+    Design,
+    HeadphoneCheck,
+    ListeningProtocol,
+    PacketManifest,
+    ScreeningRules,
+    SmosCriterion,
+)
 from voxledger.stores.home import Home
-from voxledger.tasks.listening.keys import open_sealed_key
+from voxledger.tasks.listening.headphones import huggins_trial
+from voxledger.tasks.listening.keys import open_sealed_key, submission_mac
 from voxledger.tasks.listening.screening import screen_rater
 from voxledger.tasks.stages.packets import export_packets
 from voxledger.tasks.stages.ratings import aggregate_ratings
@@ -33,7 +46,9 @@ PROTOCOL = ListeningProtocol(
         AcrCriterion(task="acr", name="naturalness", question="How natural does this voice sound?"),
         SmosCriterion(task="smos", name="similarity", question="How similar is this voice to the reference voice?"),
     ),
-    design=Design(raters=6, raters_per_prompt=3, gold_items=1, attention_checks=0, seed=5),
+    design=Design(raters=6, raters_per_prompt=3, gold_items=1, attention_checks=0, seed=5, familiarisation_trials=3),
+    headphone_check=HeadphoneCheck(method="huggins_pitch", trials=4, pass_min=3),
+    completion=Completion(code="per_rater", redirect_url="https://app.prolific.com/submissions/complete?cc={code}"),
 )
 
 
@@ -45,6 +60,12 @@ def smos_export(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     out = export_packets(home, PROTOCOL, make_stimuli(home), root / "packets", protocol_name="cloning-test")
     key, _ = open_sealed_key(home, out.receipt.parameters.key_commitment_sha256)
     return Exported(home, out.receipt_id, out.receipt, root / "packets", {e.pseudonym: e for e in key.entries})
+
+
+def fresh_home(ex: Exported, tmp_path: Path) -> Home:
+    """A private copy of the module's home (an aggregation accepts each packet once)."""
+    shutil.copytree(ex.packets.parent / "home", tmp_path / "home")
+    return Home(tmp_path / "home")
 
 
 def _manifest(ex: Exported, rater: str) -> PacketManifest:
@@ -82,9 +103,73 @@ def test_smos_aggregates_like_the_other_absolute_ratings(smos_export: Exported, 
             smos_export.packets / p.rater_id, smos_export.key, oracle_scorer((i % 3 - 1) * 0.4), session=f"{i + 1:032x}"
         )
         files.append(write_json(tmp_path / f"{p.rater_id}.json", doc))
-    res = aggregate_ratings(smos_export.home, smos_export.receipt_id, files).receipt.result
+    res = aggregate_ratings(fresh_home(smos_export, tmp_path), smos_export.receipt_id, files).receipt.result
     assert res.submissions_accepted == 6 and res.rejected_rows == 0 and all(s.included for s in res.screening)
     smos = {s.candidate: s for s in res.scores if s.task == "smos"}
     assert smos["recordings"].mean > smos["sys_b"].mean > smos["sys_a"].mean and all(s.raters == 6 for s in smos.values())
     gap = next(d for d in res.deltas if (d.criterion, d.a, d.b) == ("similarity", "sys_a", "sys_b"))
     assert gap.mean_delta > 0 and gap.raters == 6 and gap.prompts == 6  # paired within rater and prompt, as MOS deltas are
+
+
+def test_familiarisation_is_marked_unscored_and_never_aggregated(smos_export: Exported, tmp_path: Path) -> None:
+    ex = smos_export
+    assert ex.receipt.parameters.familiarisation_trials == 3
+    for p in ex.receipt.parameters.packets:
+        m = _manifest(ex, p.rater_id)
+        assert [t.id for t in m.familiarisation] == ["f01", "f02", "f03"] and p.trials == len(m.trials)
+        assert [t.task for t in m.familiarisation] == ["acr", "smos", "acr"]  # task types take turns
+        rated = {ex.key[s].prompt_id for t in m.trials for s in t.stimuli if ex.key[s].role == "stimulus"}
+        practice = {ex.key[s].prompt_id for t in m.familiarisation for s in t.stimuli}
+        assert practice and not practice & rated, f"{p.rater_id}: a practice clip's prompt is rated again among the scored trials"
+    assert "f01" not in (ex.packets / "trials.csv").read_text()
+    doc = simulate_submission(ex.packets / "r01", ex.key, oracle_scorer(), session="1" * 32)
+    practice_trial = _manifest(ex, "r01").familiarisation[0]
+    doc["ratings"].append({"trial": "f01", "stimulus": practice_trial.stimuli[0], "criterion": "naturalness", "score": 3, "t_ms": 1})
+    res = aggregate_ratings(fresh_home(ex, tmp_path), ex.receipt_id, [write_json(tmp_path / "r01.json", resign(doc))]).receipt.result
+    assert res.rejected_rows == 1 and res.attrition.missing_raters == ("r02", "r03", "r04", "r05", "r06")
+    assert not [c for c in res.attrition.cells if c.trial.startswith("f")]  # practice is never due
+
+
+def resign(doc: dict) -> dict:  # type: ignore[type-arg]
+    """The document re-sealed as the page would seal it (a rater's own edit, not a forgery)."""
+    doc.pop("mac", None)
+    return {**doc, "mac": submission_mac(doc, doc["token"])}
+
+
+def test_huggins_pitch_differs_only_in_interaural_phase() -> None:
+    check = HeadphoneCheck(method="huggins_pitch")
+    audio = huggins_trial(check, 16000, seed=3, answer=2)
+    burst, gap = 16000, 8000
+    spans = [audio[i * (burst + gap) : i * (burst + gap) + burst] for i in range(3)]
+    assert audio.shape == (3 * burst + 2 * gap, 2)
+    for i, x in enumerate(spans, 1):
+        left, right = (np.abs(np.fft.rfft(x[:, c])).reshape(-1)[:8000].reshape(40, 200) ** 2 for c in (0, 1))
+        np.testing.assert_allclose(left.sum(axis=1), right.sum(axis=1), rtol=0.02)  # each ear the same spectrum (200 Hz bands)
+        diff = np.fft.rfft(x[:, 0] - x[:, 1])
+        freqs = np.fft.rfftfreq(burst, 1 / 16000)
+        in_band = np.abs(freqs - 600) <= 36
+        if i == 2:  # the target: the ears differ only inside 600 Hz +- 6%
+            assert np.sum(np.abs(diff[in_band]) ** 2) > 0.99 * np.sum(np.abs(diff) ** 2) > 0
+        else:
+            assert np.max(np.abs(x[:, 0] - x[:, 1])) < 1e-12  # diotic: no tone anywhere
+
+
+def test_headphone_trials_and_completion_codes_are_per_rater(smos_export: Exported) -> None:
+    ex = smos_export
+    codes = dict(line.split(",") for line in (ex.packets / "completion-codes.csv").read_text().splitlines()[1:])
+    assert ex.receipt.subject("completion_codes") is not None and ex.receipt.parameters.completion_code == "per_rater"
+    answers = []
+    for p in ex.receipt.parameters.packets:
+        m = _manifest(ex, p.rater_id)
+        assert m.completion is not None and m.completion.code == codes[p.rater_id]
+        assert m.completion.redirect_url == f"https://app.prolific.com/submissions/complete?cc={codes[p.rater_id]}"
+        assert m.headphone_check is not None and len(m.headphone_check.trials) == 4
+        files = {a.id: a.file for a in m.audio}
+        with wave.open(str(ex.packets / p.rater_id / files[m.headphone_check.trials[0].audio])) as w:
+            assert (w.getnchannels(), w.getframerate()) == (2, 16000)
+        answers += [t.answer for t in m.headphone_check.trials]
+    assert len(set(codes.values())) == 6 and set(answers) == {1, 2, 3}
+    with pytest.raises(ValueError, match="fixed_code exactly when code is 'fixed'"):
+        Completion(code="fixed")
+    with pytest.raises(ValueError, match="redirect_url"):
+        Completion(redirect_url="javascript:alert(1)")

@@ -59,6 +59,7 @@ class DesignPlan:
     trials: dict[str, list[TrialPlan]]
     skipped: tuple[str, ...]
     audit: BalanceAudit
+    familiarisation: dict[str, list[TrialPlan]] = field(default_factory=dict)  # unscored practice, before ``trials``
 
 
 def rater_ids(n: int) -> list[str]:
@@ -115,7 +116,55 @@ def plan_packets(protocol: ListeningProtocol, stimuli: StimulusSet) -> DesignPla
     for r, rater in enumerate(raters):
         trials[rater] = builder.packet([prompts[int(p)] for p in rng.permutation(np.flatnonzero(incidence[r]))])
     audit = balance_audit(incidence, protocol.design.raters_per_prompt, trials)
-    return DesignPlan(trials, tuple(sorted(set(builder.skipped))), audit)
+    heard = {rater: [prompts[int(p)] for p in np.flatnonzero(incidence[r])] for r, rater in enumerate(raters)}
+    used = {rater: {s.prompt_id for t in ts for s in (*t.slots, *([t.reference] if t.reference else []))} for rater, ts in trials.items()}
+    practice = familiarisation(protocol, by_prompt, heard, used)
+    return DesignPlan(trials, tuple(sorted(set(builder.skipped))), audit, practice)
+
+
+def familiarisation(
+    protocol: ListeningProtocol, by_prompt: dict[str, dict[str, Stimulus]], heard: dict[str, list[str]], used: dict[str, set[str]]
+) -> dict[str, list[TrialPlan]]:
+    """Each rater's ``design.familiarisation_trials`` unscored practice trials, task types taking turns.
+
+    Built like scored trials (no gold or attention items) by a builder of their own (own generator,
+    own rotations), so the scored design is the same with or without them. Prompts come from those
+    the rater's scored trials never use, else from those they do not rate (``heard``: used only as a
+    gold item or a reference), so no practice clip's prompt is rated again among the scored trials.
+    """
+    n = protocol.design.familiarisation_trials
+    if not n:
+        return {}
+    quiet = protocol.model_copy(
+        update={"design": protocol.design.model_copy(update={"gold_items": 0, "attention_checks": 0, "comparison_gold_items": 0})}
+    )
+    b = _Builder(quiet, by_prompt, np.random.default_rng([protocol.design.seed, 61]))
+    prompts = sorted(by_prompt)
+    order = list(dict.fromkeys(c.task for c in protocol.criteria))
+    out: dict[str, list[TrialPlan]] = {}
+    for rater, mine in heard.items():
+        pool = [p for p in prompts if p not in used.get(rater, set())] or [p for p in prompts if p not in mine] or prompts
+        picks = [pool[int(i)] for i in b.rng.permutation(len(pool))]
+        sections = [_practice(b, task, picks, mine) for task in order]
+        turns = [t for k in range(max(map(len, sections), default=0)) for sec in sections if k < len(sec) for t in sec[k : k + 1]]
+        out[rater] = turns[:n]
+    return out
+
+
+def _practice(b: _Builder, task: str, picks: list[str], heard: list[str]) -> list[TrialPlan]:
+    """Practice trials of one task type on the first of ``picks`` that the task's criteria apply to."""
+    for p in picks:
+        if task == "acr":
+            trials = b.acr([p], [])
+        elif task == "mushra":
+            trials = b.mushra([p])
+        elif task == "ab":
+            trials = b.ab([p], [])
+        else:
+            trials = b.smos([p], [*heard, p])
+        if trials:
+            return trials
+    return []
 
 
 GROUPS = (0, 1, 2)

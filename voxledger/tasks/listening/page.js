@@ -12,8 +12,10 @@
   const FILE = Object.fromEntries(P.audio.map((a) => [a.id, a.file]));
   const app = document.getElementById("app");
   const log = [];
-  const ratings = new Map();
-  const ended = new Set();
+  let ratings = new Map();
+  let ended = new Set();
+  let practice = null; // during familiarisation: the scored answers, put aside ({ratings, ended})
+  const PRACTICE = P.familiarisation || [];
   let index = -1;
   let players = [];
   let startedAt = null;
@@ -35,6 +37,7 @@
   const now = () => Math.max(0, Math.round(clockOffset + performance.now()));
 
   function note(event, trial, stimulus, detail) {
+    if (practice) return; // practice items are unscored: nothing about them is logged, sent or exported
     const e = { t_ms: now(), event: event, trial: trial ?? null, stimulus: stimulus ?? null, detail: detail ?? null };
     log.push(e);
     if (SERVED) return send({ event: e.event, trial: e.trial, stimulus: e.stimulus, detail: e.detail });
@@ -84,6 +87,7 @@
     try { localStorage.setItem(key, JSON.stringify(value)); } catch (e) { /* no storage for file:// pages, or full */ }
   }
   function save() {
+    if (practice) return;
     store(STORE, { v: 2, sessionId, startedAt, index, ratings: Array.from(ratings.values()), ended: Array.from(ended) });
   }
   function load() {
@@ -306,6 +310,7 @@
   }
 
   function refresh(trial) {
+    if (baseRefresh(trial)) return;
     app.querySelectorAll("input[data-stimulus]").forEach((input) => {
       input.disabled = !needs(trial, input.dataset.stimulus).every((s) => ended.has(trial.id + "|" + s));
     });
@@ -338,11 +343,14 @@
   function show(i) {
     stopAll();
     players = [];
-    index = i;
-    if (i >= P.trials.length) { save(); return finish(); }
-    const trial = P.trials[i];
-    const body = el("section", { class: "trial " + trial.task, "data-trial": trial.id });
-    body.append(el("p", { class: "progress", id: "progress", tabindex: "-1" }, `Item ${i + 1} of ${P.trials.length}`));
+    const items = practice ? PRACTICE : P.trials;
+    if (practice && i >= items.length) return endPractice();
+    if (!practice) index = i;
+    if (i >= items.length) { save(); return finish(); }
+    const trial = items[i];
+    const body = el("section", { class: "trial " + trial.task + (practice ? " practice" : ""), "data-trial": trial.id, "data-phase": practice ? "familiarisation" : "scored" });
+    body.append(el("p", { class: "progress", id: "progress", tabindex: "-1" },
+      practice ? `Practice item ${i + 1} of ${items.length}: not scored` : `Item ${i + 1} of ${P.trials.length}`));
     body.append(el("p", { class: "how" }, HOW[trial.task]));
     if (trial.task === "acr") {
       body.append(el("div", { class: "players" }, player(trial, trial.stimuli[0], "▶ Play sample", "the sample")));
@@ -361,7 +369,8 @@
       trial.stimuli.forEach((s, k) => body.append(el("div", { class: "row" }, player(trial, s, `▶ Sample ${k + 1}`, `sample ${k + 1}`), slider(trial, s, c, `Sample ${k + 1}`))));
     }
     body.append(el("p", { class: "hint", id: "hint", role: "status", "aria-live": "polite" }, ""));
-    const next = el("button", { type: "button", id: "next", class: "next", disabled: true }, i + 1 < P.trials.length ? "Next ›" : "Finish");
+    const last = practice ? "Start the test ›" : "Finish";
+    const next = el("button", { type: "button", id: "next", class: "next", disabled: true }, i + 1 < items.length ? "Next ›" : last);
     next.addEventListener("click", () => { note("next", trial.id); show(i + 1); });
     body.append(next);
     app.replaceChildren(body);
@@ -370,6 +379,87 @@
     restore(trial);
     refresh(trial);
     document.getElementById("progress").focus(); // a new item starts at its top for keyboard and screen-reader users
+  }
+
+  // ---- familiarisation: the packet's task types once each, unscored, before item 1 ----
+  // unscored screens (practice items, the headphone check) keep their answers aside and log nothing
+  function aside() { practice = { ratings, ended }; ratings = new Map(); ended = new Set(); }
+  function back() { ({ ratings, ended } = practice); practice = null; }
+  function practise() {
+    if (!PRACTICE.length) return show(0);
+    aside();
+    show(0);
+  }
+  function endPractice() {
+    back();
+    note("start", null, null, `familiarisation: ${PRACTICE.length} practice items done`);
+    show(0);
+  }
+
+  // ---- headphone screen (Huggins pitch, Milne et al. 2021): three noises, one hides a faint tone over headphones ----
+  function headphones(then) {
+    const H = P.headphone_check;
+    if (!H) return then();
+    aside();
+    let attempt = 1;
+    let k = 0;
+    let right = 0;
+    const trialScreen = () => {
+      stopAll();
+      players = [];
+      const t = { id: "h" + String(k + 1).padStart(2, "0"), task: "headphones", stimuli: [H.trials[k].audio] };
+      const choose = el("div", { class: "scale", role: "radiogroup", "aria-label": "Which noise held the tone?" });
+      const next = el("button", { type: "button", id: "next", class: "next", disabled: true }, "Next ›");
+      let answer = null;
+      [1, 2, 3].forEach((v) => {
+        const input = el("input", { type: "radio", name: "headphones", value: v, disabled: true, "data-headphones": v });
+        input.addEventListener("change", () => { answer = v; next.disabled = false; });
+        choose.append(el("label", { class: "choice" }, input, el("span", { class: "value" }, String(v)), el("span", { class: "anchor" }, ["First", "Second", "Third"][v - 1])));
+      });
+      const btn = player(t, H.trials[k].audio, "▶ Play the three noises", "the noises");
+      const body = el("section", { class: "trial headphones", "data-trial": t.id, "data-phase": "headphones" },
+        el("p", { class: "progress", id: "progress", tabindex: "-1" }, `Headphone check ${k + 1} of ${H.trials.length}` + (attempt > 1 ? ` (try ${attempt})` : "")),
+        el("p", { class: "how" }, "Wear headphones. You will hear three noises; one of them hides a faint tone. Play the sound to the end, then choose the noise with the tone."),
+        el("div", { class: "players" }, btn), choose, el("p", { class: "hint", id: "hint", role: "status", "aria-live": "polite" }, ""), next);
+      app.replaceChildren(body);
+      next.addEventListener("click", () => {
+        right += answer === H.trials[k].answer ? 1 : 0;
+        k += 1;
+        if (k < H.trials.length) return trialScreen();
+        const passed = right >= H.pass_min;
+        back();
+        note("start", null, null, `headphones huggins_pitch try ${attempt}: ${right}/${H.trials.length} ${passed ? "passed" : "failed"}`);
+        if (passed) return then();
+        if (attempt >= H.attempts) {
+          return app.replaceChildren(el("section", { class: "finish", id: "headphones-failed" }, el("h2", {}, "This test needs headphones"),
+            el("p", {}, "The headphone check did not find the tone often enough, so the test cannot go on. Thank you for your time.")));
+        }
+        const again = el("button", { type: "button", id: "retry", class: "next" }, "Try again");
+        again.addEventListener("click", () => { aside(); attempt += 1; k = 0; right = 0; trialScreen(); });
+        app.replaceChildren(el("section", { class: "intro", "data-phase": "headphones" }, el("h2", {}, "Please check your headphones"),
+          el("p", {}, "Put on headphones (not loudspeakers), in a quiet place, and try once more."), again));
+      });
+      document.getElementById("progress").focus();
+    };
+    trialScreen();
+  }
+  // enables a headphone trial's answers once its sound has played to the end (player() calls refresh)
+  const baseRefresh = (trial) => {
+    if (trial.task !== "headphones") return false;
+    const done = ended.has(trial.id + "|" + trial.stimuli[0]);
+    app.querySelectorAll("input[data-headphones]").forEach((i) => { i.disabled = !done; });
+    const hint = document.getElementById("hint");
+    if (hint) hint.textContent = done ? "Choose the noise that held the tone." : "Play the sound to the end to answer.";
+    return true;
+  };
+
+  function completion() {
+    const C = P.completion;
+    if (!C) return [];
+    const out = [];
+    if (C.code) out.push(el("p", { class: "code" }, "Your completion code: ", el("strong", { id: "completion-code" }, C.code)));
+    if (C.redirect_url) out.push(el("p", {}, el("a", { id: "completion-link", href: C.redirect_url, rel: "noreferrer", target: "_top" }, "Return to the study platform")));
+    return out;
   }
 
   function submission() {
@@ -391,7 +481,7 @@
       try { r = await post("/api/finish", { page: BIND.page }); } catch (e) { r = null; }
       if (r && r.status === 200) {
         app.replaceChildren(el("section", { class: "finish", id: "done" },
-          el("h2", {}, "Thank you: every item is rated and your answers are saved."), el("p", {}, "You can close this page.")));
+          el("h2", {}, "Thank you: every item is rated and your answers are saved."), ...completion(), el("p", {}, "You can close this page.")));
         return;
       }
       if (r && r.status !== 429 && r.status < 500) return halt(r.body.error || ("the server refused the answers (HTTP " + r.status + ")"));
@@ -410,16 +500,17 @@
       document.body.append(a);
       a.click();
       a.remove();
+      if (!document.getElementById("completion-code") && !document.getElementById("completion-link")) button.after(...completion());
     });
     app.replaceChildren(el("section", { class: "finish" },
       el("h2", {}, "Thank you: every item is rated."),
       el("p", {}, "Export your answers and send the downloaded file to the organiser. If no file appears, copy the text below."),
-      button, area));
+      button, area, ...(exported === null ? [] : completion())));
   }
 
   function start() {
     let go = el("button", { type: "button", id: "start", class: "next" }, "Start");
-    go.addEventListener("click", () => { forget(); startedAt = new Date().toISOString(); note("start"); show(0); });
+    go.addEventListener("click", () => { forget(); startedAt = new Date().toISOString(); note("start"); headphones(practise); });
     if (SERVED && BIND.state.finished) return finishServed();
     const saved = load();
     const again = saved && saved.index >= 0 ? el("button", { type: "button", id: "resume", class: "next" }, `Resume at item ${Math.min(saved.index + 1, P.trials.length)}`) : "";

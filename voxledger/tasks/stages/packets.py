@@ -2,7 +2,8 @@
 
 ``OUT/<rater>/`` holds ``index.html`` (the whole page), ``packet.json`` (its canonical manifest;
 sha256 of these bytes = the packet digest) and ``audio/<pseudonym>.wav``. ``OUT/trials.csv``
-lists every trial for external tools, without candidate names. The blinding key goes to
+lists every scored trial for external tools, without candidate names; ``OUT/completion-codes.csv``
+each rater's completion code when the protocol gives them. The blinding key goes to
 ``<home>/sealed/``; the receipt carries only its commitment.
 """
 
@@ -24,7 +25,10 @@ from voxledger.schemas.listening import (
     KeyEntry,
     ListeningProtocol,
     PacketAudio,
+    PacketCompletion,
     PacketCriterion,
+    PacketHeadphoneCheck,
+    PacketHeadphoneTrial,
     PacketManifest,
     PacketTrial,
     StimulusSet,
@@ -33,10 +37,11 @@ from voxledger.schemas.listening_receipts import PacketRef, PacketSetParameters,
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, build_manifest, materialize_tree, put_tree
 from voxledger.tasks.listening.audio import encode_int16
-from voxledger.tasks.listening.design import DesignPlan, Slot, plan_packets
+from voxledger.tasks.listening.design import DesignPlan, Slot, TrialPlan, plan_packets
 from voxledger.tasks.listening.from_evaluation import stimuli_from_evaluation
+from voxledger.tasks.listening.headphones import encode_stereo, huggins_trial
 from voxledger.tasks.listening.instructions import personalise_attention
-from voxledger.tasks.listening.keys import home_secret, pseudonym, rater_token, seal_key
+from voxledger.tasks.listening.keys import home_secret, keyed_hex, pseudonym, rater_token, seal_key
 from voxledger.tasks.listening.leakcheck import PacketFile, check_leaks
 from voxledger.tasks.listening.page import render_page
 from voxledger.tasks.listening.render import AudioRenderer
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     from voxledger.tasks.stages.contract import StageContext
     from voxledger.tasks.stages.reproduce import Preparation
 
+COMPLETION_CODES = "completion-codes.csv"
 CSV_COLUMNS = ("rater_id", "packet_sha256", "trial", "position", "task", "criteria", "slot", "stimulus", "file", "reference_file")
 
 
@@ -86,11 +92,12 @@ def export_packets(
     check = protocol.check_criterion()
     spoken = personalise_attention(design, home_secret(home), set_id, check.scale) if check else {}
     by_key = {(s.prompt_id, s.candidate): s for s in stimuli.stimuli}
-    sources = {s.source for plans in design.trials.values() for t in plans for s in (*t.slots, *([t.reference] if t.reference else []))}
+    every = [t for plans in (*design.trials.values(), *design.familiarisation.values()) for t in plans]
+    sources = {s.source for t in every for s in (*t.slots, *([t.reference] if t.reference else []))}
     renderer = AudioRenderer(home, protocol, by_key, sources, spoken)
     writer = _PacketWriter(home, protocol, protocol_sha, renderer, out_dir, set_id)
     for rater, plans in design.trials.items():
-        writer.write(rater, plans)
+        writer.write(rater, plans, design.familiarisation.get(rater, []))
     leaks = check_leaks(writer.files, protocol.sample_rate_hz, protocol.blinding)
     if leaks.leaks and protocol.blinding.on_leak == "fail":
         raise PacketError(
@@ -111,6 +118,11 @@ def export_packets(
     (out_dir / "trials.csv").write_bytes(home.blobs.get_bytes(csv_sha))
     packet_subjects = [artifact(home.blobs, f"packet:{p.rater_id}", p.tree_sha256, TREE_MEDIA_TYPE) for p in writer.packets]
     csv_subject = artifact(home.blobs, "trials_csv", csv_sha, "text/csv")
+    codes_subjects = []
+    if protocol.completion.code != "none":
+        codes_sha = home.blobs.put_bytes(writer.codes_bytes())
+        (out_dir / COMPLETION_CODES).write_bytes(home.blobs.get_bytes(codes_sha))
+        codes_subjects.append(artifact(home.blobs, "completion_codes", codes_sha, "text/csv"))
     attention_subjects = [
         artifact(home.blobs, "attention_audio", r.source_sha256, "audio/wav")
         for src, r in sorted(renderer.sources.items())
@@ -124,7 +136,7 @@ def export_packets(
         task="export_packets",
         started_at=started,
         key=key,
-        subjects=[*packet_subjects, csv_subject, *attention_subjects],
+        subjects=[*packet_subjects, csv_subject, *codes_subjects, *attention_subjects],
         inputs=[
             InputRef(role="protocol", sha256=plan_rid, ref="receipt"),
             InputRef(role="stimuli", sha256=stimuli_sha, ref="artifact"),
@@ -155,6 +167,9 @@ def _parameters(
         balance=design.audit,
         loudness=renderer.report,
         skipped=design.skipped,
+        familiarisation_trials=max((len(v) for v in design.familiarisation.values()), default=0),
+        headphone_check=writer.protocol.headphone_check.method,
+        completion_code=writer.protocol.completion.code,
     )
 
 
@@ -165,6 +180,8 @@ def _materialize(home: Home, receipt: PacketSetReceipt, out_dir: Path) -> dict[s
         dirs[p.rater_id] = out_dir / p.rater_id
         materialize_tree(home.blobs, p.tree_sha256, dirs[p.rater_id])
     home.blobs.export(receipt.subject("trials_csv").sha256, out_dir / "trials.csv")
+    if receipt.parameters.completion_code != "none":
+        home.blobs.export(receipt.subject("completion_codes").sha256, out_dir / COMPLETION_CODES)
     return dirs
 
 
@@ -186,32 +203,15 @@ class _PacketWriter:
     def _name(self, rater: str, slot_key: str) -> str:
         return pseudonym(self.secret, self.set_id, rater, slot_key, self.protocol.blinding.pseudonym_hex_chars)
 
-    def write(self, rater: str, plans: list) -> None:  # type: ignore[type-arg]
+    def write(self, rater: str, plans: list[TrialPlan], practice: list[TrialPlan]) -> None:
+        """One rater's folder: scored ``plans`` (``t001``...), unscored ``practice`` (``f01``...), headphone screen, page."""
         folder = self.out_dir / rater
         (folder / "audio").mkdir(parents=True)
-        trials, audio, entries = [], [], []
-        for n, plan in enumerate(plans, 1):
-            tid = f"t{n:03d}"
-            labelled = [(str(i), s) for i, s in enumerate(plan.slots)] + ([("ref", plan.reference)] if plan.reference else [])
-            names = {}
-            for slot_key, slot in labelled:
-                name = self._name(rater, f"{tid}/{slot_key}")
-                pcm = self.renderer.samples(slot.source, f"{self.set_id}|{name}", hidden_reference=slot.role == "hidden_reference")
-                data = encode_int16(pcm, self.renderer.rate)
-                self.files.append(PacketFile(rater, name, tid, plan.task, slot.role, slot.candidate, slot.prompt_id, pcm, slot.source))
-                (folder / "audio" / f"{name}.wav").write_bytes(data)
-                audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
-                entries.append(self._entry(name, rater, tid, slot, sha256_hex(data)))
-                names[slot_key] = name
-            trials.append(
-                PacketTrial(
-                    id=tid,
-                    task=plan.task,
-                    criteria=plan.criteria,
-                    stimuli=tuple(names[str(i)] for i in range(len(plan.slots))),
-                    reference=names.get("ref"),
-                )
-            )
+        audio: list[PacketAudio] = []
+        entries: list[KeyEntry] = []
+        trials = [self._trial(folder, rater, f"t{n:03d}", plan, audio, entries) for n, plan in enumerate(plans, 1)]
+        familiarisation = [self._trial(folder, rater, f"f{n:02d}", plan, audio, entries) for n, plan in enumerate(practice, 1)]
+        headphones = self._headphones(folder, rater, audio)
         if len({a.id for a in audio}) != len(audio):
             raise PacketError(f"pseudonym collision in packet {rater}; raise blinding.pseudonym_hex_chars")
         manifest = PacketManifest(
@@ -223,6 +223,9 @@ class _PacketWriter:
             trials=tuple(trials),
             criteria=tuple(PacketCriterion(name=c.name, task=c.task, question=c.question, scale=c.scale) for c in self.protocol.criteria),
             audio=tuple(sorted(audio, key=lambda a: a.id)),
+            familiarisation=tuple(familiarisation),
+            headphone_check=headphones,
+            completion=self._completion(rater),
         )
         body = canonical_bytes(manifest)
         packet_sha = sha256_hex(body)
@@ -238,6 +241,52 @@ class _PacketWriter:
                 ref = files[t.reference] if t.reference else ""
                 self.rows.append((rater, packet_sha, t.id, str(pos), t.task, ";".join(t.criteria), str(i), stim, files[stim], ref))
 
+    def _trial(self, folder: Path, rater: str, tid: str, plan: TrialPlan, audio: list[PacketAudio], entries: list[KeyEntry]) -> PacketTrial:
+        """Render one trial's files (each slot its own pseudonym and copy) and return it as the page shows it."""
+        labelled = [(str(i), s) for i, s in enumerate(plan.slots)] + ([("ref", plan.reference)] if plan.reference else [])
+        names = {}
+        for slot_key, slot in labelled:
+            name = self._name(rater, f"{tid}/{slot_key}")
+            pcm = self.renderer.samples(slot.source, f"{self.set_id}|{name}", hidden_reference=slot.role == "hidden_reference")
+            data = encode_int16(pcm, self.renderer.rate)
+            self.files.append(PacketFile(rater, name, tid, plan.task, slot.role, slot.candidate, slot.prompt_id, pcm, slot.source))
+            (folder / "audio" / f"{name}.wav").write_bytes(data)
+            audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
+            entries.append(self._entry(name, rater, tid, slot, sha256_hex(data)))
+            names[slot_key] = name
+        stimuli = tuple(names[str(i)] for i in range(len(plan.slots)))
+        return PacketTrial(id=tid, task=plan.task, criteria=plan.criteria, stimuli=stimuli, reference=names.get("ref"))
+
+    def _headphones(self, folder: Path, rater: str, audio: list[PacketAudio]) -> PacketHeadphoneCheck | None:
+        """The rater's Huggins-pitch trials (own noise, answers drawn from the home's secret), or None when the protocol has none."""
+        check = self.protocol.headphone_check
+        if check.method == "none":
+            return None
+        out = []
+        for n in range(1, check.trials + 1):
+            name = self._name(rater, f"h{n:02d}")
+            answer = 1 + int(keyed_hex(self.secret, "headphones", self.set_id, rater, str(n))[:8], 16) % 3
+            seed = int(keyed_hex(self.secret, "headphones-noise", self.set_id, rater, str(n))[:8], 16)
+            data = encode_stereo(huggins_trial(check, self.renderer.rate, seed, answer), self.renderer.rate)
+            (folder / "audio" / f"{name}.wav").write_bytes(data)
+            audio.append(PacketAudio(id=name, file=f"audio/{name}.wav", sha256=sha256_hex(data)))
+            out.append(PacketHeadphoneTrial(audio=name, answer=answer))
+        return PacketHeadphoneCheck(method=check.method, trials=tuple(out), pass_min=check.pass_min, attempts=check.attempts)
+
+    def completion_code(self, rater: str) -> str | None:
+        """The rater's completion code under ``protocol.completion`` (None when there is none)."""
+        c = self.protocol.completion
+        if c.code == "fixed":
+            return c.fixed_code
+        return keyed_hex(self.secret, "completion", self.set_id, rater)[:10].upper() if c.code == "per_rater" else None
+
+    def _completion(self, rater: str) -> PacketCompletion | None:
+        c, code = self.protocol.completion, self.completion_code(rater)
+        if code is None and c.redirect_url is None:
+            return None
+        url = c.redirect_url.replace("{code}", code or "") if c.redirect_url else None
+        return PacketCompletion(code=code, redirect_url=url)
+
     def _entry(self, name: str, rater: str, tid: str, slot: Slot, rendered_sha: str) -> KeyEntry:
         source_sha = self.renderer.sources[slot.source].source_sha256
         return KeyEntry(
@@ -252,6 +301,14 @@ class _PacketWriter:
             rendered_sha256=rendered_sha,
             expected=slot.expected,
         )
+
+    def codes_bytes(self) -> bytes:
+        """``rater_id,completion_code`` per packet, for the organiser to check what raters paste into the platform."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(("rater_id", "completion_code"))
+        w.writerows((p.rater_id, self.completion_code(p.rater_id) or "") for p in self.packets)
+        return buf.getvalue().encode("utf-8")
 
     def csv_bytes(self) -> bytes:
         buf = io.StringIO()
