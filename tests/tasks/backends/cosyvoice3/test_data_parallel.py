@@ -42,16 +42,22 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+def cpu_config(fake_config: CosyVoice3Config) -> CosyVoice3Config:
+    """gloo ranks on the CPU, whatever the machine has (the GPU tier runs NCCL: test_cuda.py)."""
+    return fake_config.model_copy(update={"device": "cpu"})
+
+
+@pytest.fixture(scope="module")
+def runs(cpu_config: CosyVoice3Config, small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     from voxledger.tasks.threads import torch_threads
 
     root = tmp_path_factory.mktemp("ddp")
     with torch_threads(1):
-        backend = CosyVoice3Backend(fake_config)
+        backend = CosyVoice3Backend(cpu_config)
         setup = backend.setup(small_corpus, PLAN, None)
         result = run_loop(backend, setup.model, setup.cv_batches, PLAN, BOUND, root / "one", lambda e, m, r: f"{e:064d}")
         one = backend.trainable_state(result.model)
-    job = RankJob(config=fake_config, corpus=small_corpus, plan=PLAN, bound=BOUND, ckpt_dir=root / "two-ckpt", out_dir=root / "two")
+    job = RankJob(config=cpu_config, corpus=small_corpus, plan=PLAN, bound=BOUND, ckpt_dir=root / "two-ckpt", out_dir=root / "two")
     two = launch(2, job)
     return Runs(one, [h["train_loss"] for h in result.state.history], two, _adapter(root / "two" / "last"), root)
 
@@ -71,12 +77,12 @@ def test_two_gloo_ranks_give_one_process_adapter_within_the_band(runs: Runs) -> 
 
 
 @pytest.mark.slow  # two more 2-rank launches (about 60 s); the refusal below and test_training's one-process resume run fast
-def test_a_stopped_two_rank_run_resumes_exactly(runs: Runs, fake_config: CosyVoice3Config, small_corpus: Path) -> None:
-    job = RankJob(fake_config, small_corpus, PLAN, BOUND, runs.out / "crash-ckpt", runs.out / "crash", crash_at_epoch=1)
+def test_a_stopped_two_rank_run_resumes_exactly(runs: Runs, cpu_config: CosyVoice3Config, small_corpus: Path) -> None:
+    job = RankJob(cpu_config, small_corpus, PLAN, BOUND, runs.out / "crash-ckpt", runs.out / "crash", crash_at_epoch=1)
     with pytest.raises(TrainingError, match="stopped before recording epoch 1"):
         launch(2, job)
     assert not list(runs.out.glob("crash-ckpt.rank*"))  # only rank 0 keeps checkpoints
-    resumed = launch(2, RankJob(fake_config, small_corpus, PLAN, BOUND, job.ckpt_dir, job.out_dir))
+    resumed = launch(2, RankJob(cpu_config, small_corpus, PLAN, BOUND, job.ckpt_dir, job.out_dir))
     assert resumed["resumed_at"] == [runs.two["history"][0]["global_step"]]  # from epoch 0's boundary checkpoint
     adapter = _adapter(job.out_dir / "last")
     assert all(torch.equal(adapter[k], runs.two_adapter[k]) for k in runs.two_adapter)

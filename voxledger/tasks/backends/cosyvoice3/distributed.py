@@ -1,6 +1,6 @@
 """Data-parallel LoRA training of the cosyvoice3 backend through torch.distributed (DDP; gloo on the CPU, NCCL on CUDA).
 
-Under a process group of W > 1 ranks (started by `launch`, or by ``torchrun`` around code that
+Under a process group of W ranks (started by `launch`, or by ``torchrun`` around code that
 calls the backend), `CosyVoice3Backend.setup` wraps the LM in ``DistributedDataParallel``; every
 rank walks the same batches (`data.batch_indices` is a pure function of seed and epoch) and takes
 its share of each: utterance ``i`` of the batch, in upstream's length order, goes to rank
@@ -71,8 +71,9 @@ class Group:
 
 
 def current_group() -> Group | None:
-    """The process group of more than one rank this process is in, else None (one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    """The process group this process is in, else None (one process). A group of one rank trains under DDP
+    too (`launch(1, ...)`: DDP on one GPU); its shard is the whole batch and its loss weight exactly 1."""
+    if not (dist.is_available() and dist.is_initialized()):
         return None
     return Group(dist.get_rank(), dist.get_world_size(), str(dist.get_backend()))
 
