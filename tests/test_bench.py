@@ -22,7 +22,7 @@ from voxledger.cli import main
 
 BIN = Path(sys.executable).parent / "voxledger"
 # overheads are differences of two timed runs: noise can make them negative, so only finite
-DIFFERENCES = ("extra wall", "overhead", "- direct call", "the rest")
+DIFFERENCES = ("extra wall", "overhead", "- direct call", "the rest", "- the same command warm", "until it says")
 
 
 def bench_json(home: Path, sections: str, timeout_s: int = 300) -> list[dict[str, Any]]:
@@ -144,7 +144,7 @@ PREFECT = {"prefect: first flow": "s", "prefect: empty flow": "ms", "prefect: fl
 @pytest.mark.slow
 def test_quick_train_and_prefect(tmp_path: Path) -> None:
     figures = bench_json(tmp_path / "home", "train,prefect", timeout_s=600)
-    assert len(figures) == 15 + 5 + 10
+    assert len(figures) == 15 + 5 + 12
     check_figures(figures[:15], TRAIN)
     assert [(f["name"].startswith("train tiny full"), f["unit"]) for f in figures[:2]] == [(True, "utterances/s"), (True, "frames/s")]
     check_figures(figures[15:20], PREFECT)
@@ -153,6 +153,8 @@ def test_quick_train_and_prefect(tmp_path: Path) -> None:
 
 
 CLI_AUDIT = {"cli audit, first command": "s", "the same in a second new home": "s", "first command: migrated database / copied template": "x",
+             "first command in a new home (copied template) - the same command warm": "s",
+             "first command: seconds until it says it is starting": "s",
              "cli audit, cached, flow in the home's warm runner": "s",
              "cli audit, cached, flow in the command's own process": "s", "audit function called directly": "s",
              "cli audit cached (runner) - direct call": "s", "cli audit cached (own process) - direct call": "s",

@@ -100,8 +100,9 @@ def test_killed_command_leaves_nothing_and_the_next_one_works(tmp_path: Path, mo
     # a dead server is replaced cleanly
     os.killpg(state.pid, signal.SIGKILL)
     time.sleep(0.5)
-    third = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"), "--json")
+    third = _cli(home, "audit", str(corpus), "--policy", str(plans / "audit.yaml"))  # progress lines on stderr (a pipe)
     assert third.returncode == 0, third.stderr
+    assert "] starting this home's Prefect server" in third.stderr, third.stderr  # what it waits for, said as it starts
     new = read_state(home)
     assert new is not None and new.pid != state.pid and healthy(new.api_url)
     stopped = _cli(home, "server", "stop")

@@ -109,10 +109,16 @@ def run_here(home_root: Path, target: str, args: tuple[Any, ...], kwargs: dict[s
     import importlib
 
     from voxledger.flows.progress import reporting
-    from voxledger.hosting.server import start_in_background
+    from voxledger.hosting.server import running, server_dir, start_in_background
     from voxledger.schemas.errors import InterruptedRunError
 
-    start_in_background(home_root)
+    cold = not running(home_root)
+    if start_in_background(home_root) is not None and cold:
+        show(
+            f"starting this home's Prefect server ({server_dir(home_root)}): the first command in a home waits for it once, later ones reuse it"
+        )
+    elif api_mode() == "ephemeral":
+        show("starting Prefect's temporary server for this command (VOXLEDGER_PREFECT=ephemeral: each command starts its own)")
     module, _, name = target.partition(":")
     fn = getattr(importlib.import_module(module), name)
     with prefect_session(home_root), reporting(show):

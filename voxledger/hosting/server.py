@@ -157,6 +157,12 @@ def home_server_in_use(home_root: Path) -> bool:
     return os.access(probe, os.W_OK)
 
 
+def running(home_root: Path) -> bool:
+    """Whether this home's server process is alive (read from ``server.json``; nothing is asked of it)."""
+    state = read_state(home_root)
+    return state is not None and _alive(state.pid)
+
+
 def start_in_background(home_root: Path) -> threading.Thread | None:
     """Start (or find) the home's server on a daemon thread, so a command does other work while the
     server imports Prefect (``demo run`` builds its corpus meanwhile); the flow's own `ensure_server`
