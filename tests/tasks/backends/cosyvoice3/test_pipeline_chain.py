@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 import yaml
+from huggingface_hub import ModelCard
 
 from voxledger.flows.pipeline import pipeline
 from voxledger.schemas.equivalence import EquivalencePlan
@@ -21,6 +22,7 @@ from voxledger.stores.capabilities import ANY, capability_matrix
 from voxledger.stores.home import Home
 from voxledger.stores.trees import load_manifest
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
+from voxledger.tasks.packaging.peft_export import export_peft_fn
 from voxledger.tasks.stages.equivalence import attribute_adapter
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -108,6 +110,12 @@ def test_cosyvoice3_runs_every_stage_of_the_pipeline(cv3_upstream: CosyVoice3Con
         text="The salt breeze came across from the sea.", speaker=None, seed=0,
     )  # fmt: skip
     assert {s.stage: s.band for s in eq.receipt.report.stages} == dict.fromkeys(("tokens", "logits", "mel", "pcm"), "GREEN")
+    # the package as a PEFT folder with its model card (its forward against voxledger's own load: test_peft_export.py)
+    peft = export_peft_fn(home, package["result"]["package_sha256"], tmp_path / "peft").receipt.result
+    assert [f.path for f in peft.files] == ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    card = ModelCard.load(tmp_path / "peft" / "README.md")
+    assert card.data.library_name == "peft" and card.data.base_model == peft.base_model_name_or_path
+    assert json.loads((tmp_path / "peft" / "adapter_config.json").read_text())["base_model_name_or_path"] == peft.base_model_name_or_path
     with home.catalog.connect(read_only=True) as con:
         states = {(c.backend, c.stage, c.runtime): c.state for c in capability_matrix(con).cells if c.backend == "cosyvoice3"}
     # the capability matrix, derived from receipts alone, now has cosyvoice3 rows past training

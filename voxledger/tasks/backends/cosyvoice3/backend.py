@@ -428,6 +428,30 @@ class CosyVoice3Backend:
             raise TrainingError(f"no {ADAPTER_CONFIG}, so it is no LoRA checkpoint of the cosyvoice3 backend")
         return str(json.loads(path.read_text(encoding="utf-8"))["new_speaker"])
 
+    def peft_files(self, adapter: dict[str, bytes], effective_config: dict[str, Any], base_model: str) -> tuple[dict[str, bytes], str]:
+        """The LLM adapter as a folder ``peft.PeftModel.from_pretrained`` loads onto upstream's ``CosyVoice3LM``
+        (``cosy.model.llm``), and a snippet that loads it: the same LoRA config and tensors, PEFT's names.
+        The voice prompt is no part of it (the model card names the package that holds it)."""
+        from safetensors.torch import load
+
+        from voxledger.tasks.backends.cosyvoice3 import lora  # PEFT and transformers: only where an adapter is handled
+        from voxledger.tasks.tensorio import deterministic_bytes
+
+        meta = json.loads(adapter[ADAPTER_CONFIG])
+        config = lora.peft_config(LoraSettings(**meta["lora"]), base_model)
+        files = {
+            "adapter_config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
+            "adapter_model.safetensors": deterministic_bytes(lora.peft_state(load(adapter[ADAPTER_FILE])), metadata={"format": "pt"}),
+        }
+        loading = (
+            "from peft import PeftModel\n"
+            "from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend\n\n"
+            "# the base: upstream's CosyVoice3 with the LLM weights named by base_model_name_or_path (VOXLEDGER_COSYVOICE_*)\n"
+            'llm = CosyVoice3Backend().load_for_inference(None, "PACKAGE/adapter", "base").cosy.model.llm\n'
+            'llm = PeftModel.from_pretrained(llm, "THIS_FOLDER")\n'
+        )
+        return files, loading
+
     def deliverables(self) -> dict[str, MemberRole]:
         """The adapter, its config and the bundled prompt (one file, its suffix the corpus file's)."""
         return {ADAPTER_FILE: "adapter_weights", ADAPTER_CONFIG: "adapter_config", **dict.fromkeys(VOICE_PROMPT_FILES, "voice_prompt")}

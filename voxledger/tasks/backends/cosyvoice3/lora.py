@@ -41,6 +41,20 @@ def target_regex(targets: tuple[str, ...]) -> str:
     return f"{LAYER_PREFIX}\\.(?:{alts})"
 
 
+def lora_config(settings: LoraSettings) -> LoraConfig:
+    """The PEFT config of an adapter: LoRA on the Qwen2 projections ``settings.targets`` names (full-name regex).
+
+    The one place it is made: training (`inject_lora`) and the PEFT export (`peft_config`) write the
+    same config, so PEFT rebuilds the very adapter that trained.
+    """
+    return LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # peft scales by alpha/r: a float is fine
+        lora_dropout=settings.dropout,
+        target_modules=target_regex(settings.targets),
+    )
+
+
 def inject_lora(llm: torch.nn.Module, settings: LoraSettings) -> int:
     """Add adapters to ``llm`` in place and freeze everything else; return the adapted count.
 
@@ -48,13 +62,7 @@ def inject_lora(llm: torch.nn.Module, settings: LoraSettings) -> int:
         TrainingError: the adapted-module count is not (Qwen2 layers x targets).
     """
     n_layers = len(llm.llm.model.model.layers)  # type: ignore[union-attr,arg-type]
-    config = LoraConfig(
-        r=settings.r,
-        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # peft scales by alpha/r: a float is fine
-        lora_dropout=settings.dropout,
-        target_modules=target_regex(settings.targets),
-    )
-    inject_adapter_in_model(config, llm, adapter_name=ADAPTER)
+    inject_adapter_in_model(lora_config(settings), llm, adapter_name=ADAPTER)
     adapted = [n for n, m in llm.named_modules() if isinstance(m, LoraLayer)]
     if len(adapted) != n_layers * len(set(settings.targets)):
         raise TrainingError(f"LoRA adapted {len(adapted)} modules, expected {n_layers} layers x {len(set(settings.targets))} targets")
@@ -142,3 +150,31 @@ def merge_in_place(llm: torch.nn.Module) -> None:
     unwrap_lora(llm)
     device = next(llm.parameters()).device
     llm.load_state_dict({k: v.to(device) for k, v in state.items()}, strict=True)
+
+
+PEFT_PREFIX = "base_model.model."
+"""Where ``PeftModel`` keeps the wrapped model: its state-dict keys start here."""
+
+
+def peft_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Adapter tensors under the names a saved PEFT adapter uses: ``PeftModel``'s prefix, no adapter name
+    (``llm.model.model.layers.0.self_attn.q_proj.lora_A.default.weight`` ->
+    ``base_model.model.llm.model.model.layers.0.self_attn.q_proj.lora_A.weight``).
+
+    Raises TrainingError naming a key that is no LoRA A/B weight of the ``default`` adapter.
+    """
+    out = {}
+    for key, value in state.items():
+        renamed = key.replace(f".lora_A.{ADAPTER}.", ".lora_A.").replace(f".lora_B.{ADAPTER}.", ".lora_B.")
+        if renamed == key or not renamed.endswith(".weight"):
+            raise TrainingError(f"adapter tensor {key} is no LoRA A/B weight of adapter {ADAPTER!r}; this is no cosyvoice3 LoRA adapter")
+        out[PEFT_PREFIX + renamed] = value
+    return out
+
+
+def peft_config(settings: LoraSettings, base_model: str) -> dict[str, object]:
+    """PEFT's ``adapter_config.json`` for ``settings``: the LoRA config training injects (`inject_lora`), its
+    targets as the same full-name regex, ``base_model_name_or_path`` = ``base_model``; sets as sorted lists."""
+    config: dict[str, object] = lora_config(settings).to_dict()  # type: ignore[no-untyped-call]  # peft leaves it unannotated
+    config |= {"base_model_name_or_path": base_model, "inference_mode": True}
+    return {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
