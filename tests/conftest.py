@@ -57,6 +57,7 @@ LONGEST_GROUPS = (
     "tests/tasks/listening/test_commit_race.py",
     "tests/flows/test_own_corpus.py",
     "tests/test_cli_interrupt.py",
+    "tests/tasks/backends/cosyvoice3/test_data_parallel.py",
 )
 
 
