@@ -210,3 +210,21 @@ def test_only_the_export_module_imports_mlflow() -> None:
         str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if any(n == "mlflow" or n.startswith("mlflow.") for n in _imports(p))
     )
     assert importers == ["tasks/mlflow_export.py"]
+
+
+def test_the_recorded_uri_holds_no_password_and_mlflow_telemetry_is_off() -> None:
+    from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
+
+    from voxledger.tasks.mlflow_export import load_mlflow, public_uri
+
+    assert public_uri("https://joe:s3cret@mlflow.example.org:5000/x") == "https://mlflow.example.org:5000/x"
+    assert public_uri("sqlite:////tmp/m/mlflow.db") == "sqlite:////tmp/m/mlflow.db"
+    load_mlflow()
+    assert MLFLOW_DISABLE_TELEMETRY.get() is True  # set before MLflow loads, unless the user set it
+
+
+def test_a_folder_and_a_tracking_uri_together_are_refused(tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        main, ["--home", str(tmp_path / "h"), "export", "mlflow", str(tmp_path / "m"), "--tracking-uri", "sqlite:///x.db"]
+    )
+    assert r.exit_code == 2 and "not both" in r.output and not (tmp_path / "m").exists()
