@@ -120,6 +120,51 @@ def _leak_lines(lc: LeakCheck | None) -> list[str]:
     return lines
 
 
+@packets.command("extend")
+@click.argument("packet_set")
+@click.option("--raters", type=click.IntRange(1, 499), required=True, help="How many raters to add.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="New (or empty) folder for the added raters' packets, trials.csv and completion codes.",
+)
+@json_option("the result")
+@click.pass_context
+def packets_extend(ctx: click.Context, packet_set: str, raters: int, out: Path, as_json: bool) -> None:
+    """Add RATERS packets to PACKET_SET (a packet_set receipt id) without changing its packets.
+
+    The added raters get a block design of their own over the same prompts (each prompt heard by
+    the same number of them), rendered like the first packets; a new packet_set receipt lists
+    every packet, old and new, with the balance audit and leak check of the whole. Aggregate that
+    receipt with every submission.
+
+    Example: voxledger packets extend 3fa2c1d9 --raters 4 --out ./packets-more
+    """
+    rid = resolve_receipt(ctx, packet_set, "packet_set")
+    open_home(ctx).require_writable()
+    outcome = run_flow(ctx, "voxledger.flows.packets_extend:extend_packets", rid, raters, str(out.absolute()), quiet=as_json)
+    p = outcome.receipt.parameters
+    ext, b = p.extension, p.balance
+    added = list(ext.raters_added) if ext else []
+    if as_json:
+        emit_json({"receipt": outcome.receipt_id, "cached": outcome.cached, "extends": rid, "packet_set_id": p.packet_set_id,
+                   "added": {r: str(out / r) for r in added}, "raters_per_prompt_added": ext.raters_per_prompt if ext else 0,
+                   "balance": b.model_dump(mode="json"), "leak_check": _leak_summary(p.leak_check)})  # fmt: skip
+        return
+    click.echo(
+        f"packet set {p.packet_set_id}: {len(added)} packets added under {out} ({len(p.packets)} in all){' (from cache)' if outcome.cached else ''}"
+    )
+    click.echo(
+        f"design: every prompt heard by {b.raters_per_prompt_min}-{b.raters_per_prompt_max} raters "
+        f"({ext.raters_per_prompt if ext else 0} of them added); position spread {b.position_spread_max}"
+    )
+    for line in _leak_lines(p.leak_check):
+        click.echo(line)
+    click.echo(f"receipt {outcome.receipt_id} (aggregate this one, with every submission)")
+
+
 @packets.command("verify")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @json_option("the result")

@@ -137,6 +137,15 @@ class PacketRef(Frozen):
     trials: int
 
 
+class PacketExtension(Frozen):
+    """What ``packets extend`` added to a packet set: raters in a block design of their own."""
+
+    parent_receipt_sha256: Sha256  # the packet set extended: its packets are listed first, byte for byte the same
+    raters_added: tuple[str, ...]
+    raters_per_prompt: int  # every prompt is heard by this many of the added raters (the old k plus this, in all)
+    extension: int  # 1 for the first extension of the original export, 2 for an extension of that, ...
+
+
 class PacketSetParameters(Frozen):
     """Identities bound by a packet set."""
 
@@ -157,6 +166,7 @@ class PacketSetParameters(Frozen):
     familiarisation_trials: int = 0
     headphone_check: Literal["none", "huggins_pitch"] = "none"
     completion_code: Literal["none", "per_rater", "fixed"] = "none"
+    extension: PacketExtension | None = None  # set by ``packets extend``
 
 
 class PacketSetReceipt(ReceiptBase):

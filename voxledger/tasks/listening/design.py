@@ -102,20 +102,53 @@ def _greedy(n_prompts: int, n_raters: int, k: int, rng: np.random.Generator) -> 
     return incidence
 
 
-def plan_packets(protocol: ListeningProtocol, stimuli: StimulusSet) -> DesignPlan:
-    """Build every rater's ordered trials from the protocol and the stimuli."""
-    rng = np.random.default_rng(protocol.design.seed)
+def _by_prompt(stimuli: StimulusSet) -> dict[str, dict[str, Stimulus]]:
     by_prompt: dict[str, dict[str, Stimulus]] = {}
     for s in stimuli.stimuli:
         by_prompt.setdefault(s.prompt_id, {})[s.candidate] = s
-    prompts = sorted(by_prompt)
+    return by_prompt
+
+
+def plan_packets(protocol: ListeningProtocol, stimuli: StimulusSet) -> DesignPlan:
+    """Build every rater's ordered trials from the protocol and the stimuli."""
+    rng = np.random.default_rng(protocol.design.seed)
+    by_prompt = _by_prompt(stimuli)
     raters = rater_ids(protocol.design.raters)
-    incidence = assign_prompts(len(prompts), len(raters), protocol.design.raters_per_prompt, rng)
+    incidence = assign_prompts(len(by_prompt), len(raters), protocol.design.raters_per_prompt, rng)
+    return _plan(protocol, by_prompt, raters, incidence, rng, incidence, protocol.design.raters_per_prompt)
+
+
+def plan_extension(
+    protocol: ListeningProtocol, stimuli: StimulusSet, existing: np.ndarray, raters: list[str], k: int, extension: int
+) -> DesignPlan:
+    """Trials of ``raters`` added to a packet set whose raters x prompts incidence is ``existing``.
+
+    The new raters form a block design of their own (every prompt heard by exactly ``k`` of them,
+    block sizes within one), built by the same builder with a generator of their own (seeded from
+    the protocol's seed and ``extension``), so coverage stays equal across prompts and the old
+    packets stay as they are. The audit covers old and new incidence together.
+    """
+    rng = np.random.default_rng([protocol.design.seed, 1000 + extension])
+    by_prompt = _by_prompt(stimuli)
+    incidence = assign_prompts(len(by_prompt), len(raters), k, rng)
+    return _plan(protocol, by_prompt, raters, incidence, rng, np.vstack([existing, incidence]), protocol.design.raters_per_prompt + k)
+
+
+def _plan(
+    protocol: ListeningProtocol,
+    by_prompt: dict[str, dict[str, Stimulus]],
+    raters: list[str],
+    incidence: np.ndarray,
+    rng: np.random.Generator,
+    audited: np.ndarray,
+    k: int,
+) -> DesignPlan:
+    prompts = sorted(by_prompt)
     builder = _Builder(protocol, by_prompt, rng)
     trials: dict[str, list[TrialPlan]] = {}
     for r, rater in enumerate(raters):
         trials[rater] = builder.packet([prompts[int(p)] for p in rng.permutation(np.flatnonzero(incidence[r]))])
-    audit = balance_audit(incidence, protocol.design.raters_per_prompt, trials)
+    audit = balance_audit(audited, k, trials)
     heard = {rater: [prompts[int(p)] for p in np.flatnonzero(incidence[r])] for r, rater in enumerate(raters)}
     used = {rater: {s.prompt_id for t in ts for s in (*t.slots, *([t.reference] if t.reference else []))} for rater, ts in trials.items()}
     practice = familiarisation(protocol, by_prompt, heard, used)

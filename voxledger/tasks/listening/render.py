@@ -59,7 +59,11 @@ class AudioRenderer:
         stimuli: dict[tuple[str, str], Stimulus],
         sources: set[str],
         instructions: dict[str, Instruction] | None = None,
+        applied_lufs: float | None = None,
     ) -> None:
+        """``applied_lufs``: the loudness every clip gets (``packets extend``: the first export's, so
+        packets added later sound as loud as the first ones); by default the protocol's target,
+        lowered for every clip alike when one would pass the peak ceiling."""
         self.home, self.protocol, self.rate = home, protocol, protocol.sample_rate_hz
         self.stimuli, self.instructions = stimuli, instructions or {}
         loaded = {src: self._prepared(src) for src in sorted(sources)}
@@ -67,8 +71,12 @@ class AudioRenderer:
         padded = {src: au.pad(a, lengths[src]) for src, (a, _) in loaded.items()}  # measured as heard
         loudness = {src: au.integrated_loudness(a, self.rate) for src, a in padded.items()}
         b = protocol.blinding
-        self.applied_lufs = au.common_target(
-            list(loudness.values()), [au.peak_dbfs(a) for a in padded.values()], b.target_loudness_lufs, b.peak_ceiling_dbfs
+        self.applied_lufs = (
+            applied_lufs
+            if applied_lufs is not None
+            else au.common_target(
+                list(loudness.values()), [au.peak_dbfs(a) for a in padded.values()], b.target_loudness_lufs, b.peak_ceiling_dbfs
+            )
         )
         self.sources = {src: Rendered(au.set_loudness(a, loudness[src], self.applied_lufs), loaded[src][1]) for src, a in padded.items()}
         out_lufs = [au.integrated_loudness(r.audio, self.rate) for r in self.sources.values()]
