@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.flows.conftest import write_plans
+from tests.stores import test_s3
 from voxledger.flows.audit import audit
 from voxledger.flows.sweep import sweep
 from voxledger.flows.train import train
 from voxledger.schemas.errors import PlanError
 from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.sweep import SweepPlan, sweep_members
-from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
+from voxledger.schemas.training import CheckpointReceipt, TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import load_plan, plan_digest
 from voxledger.tasks.stages.sweep import members
 
 pytestmark = pytest.mark.prefect
+
+endpoint, client, make_store = test_s3.endpoint, test_s3.client, test_s3.make_store
 
 SWEEP = {
     "kind": "sweep_plan",
@@ -157,3 +165,109 @@ def test_the_sweeps_page_runs_as_written(
     assert "4 members" in outputs[0] and "in one family (bonferroni)" in outputs[0]
     assert '"kind": "sweep"' in outputs[1] and '"kind": "promotion"' in outputs[2]
     assert all(f"sweep_member:m{i}" in outputs[2] for i in range(4))  # the decision names every member's run
+
+
+def _member_outputs(home: Home, runs: list[str]) -> list[tuple[str, ...]]:
+    """Each member run's output digests (best and last trees, every checkpoint tree): what two
+    machines must agree on (receipt ids differ: they carry times and the audit each home recorded)."""
+    out = []
+    for rid in runs:
+        run = home.receipts.read(rid, TrainingRunReceipt)
+        checkpoints = sorted(i.sha256 for i in run.inputs if i.role.startswith("checkpoint"))
+        trees = [home.receipts.read(c, CheckpointReceipt).subject("checkpoint").sha256 for c in checkpoints]
+        out.append((*(s.sha256 for s in run.subjects), *sorted(trees)))
+    return out
+
+
+def test_members_on_two_workers_sharing_one_bucket_match_the_local_pool_and_survive_a_killed_worker(
+    corpus: Path, trained_base: tuple[Path, Path, str, str], make_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same sweep with ``work_pool``: members are flow runs on two ``prefect worker start`` processes
+    (each its own home) sharing one moto bucket. One worker is SIGKILLed while its member trains; its
+    flow run is marked Crashed here, as the automation ``voxledger deploy`` installs does once the run's
+    heartbeats stop (tests/flows/test_zombie.py, 40 s and more); the dispatcher starts that member
+    again and the surviving worker trains it. Same member outputs and decision as the local pool, one
+    run per member in the bucket, and a second run of the sweep dispatches nothing."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType, FlowRunFilterTags
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    from tests.flows.test_workers import _pull, _stop, _worker
+    from tests.stores import test_s3
+
+    home_dir, plans, audit_rid, base = trained_base
+    local = sweep(str(home_dir), str(corpus), audit_rid, str(plans / "sweep.yaml"), str(plans), base).receipt  # stored above
+    remote = make_store()
+    s3_env = {**test_s3.FAKE_ENV, "VOXLEDGER_S3_BUCKET": remote.config.bucket, "VOXLEDGER_S3_PREFIX": "team",
+              "VOXLEDGER_S3_ENDPOINT_URL": str(remote.config.endpoint_url)}  # fmt: skip
+    for k, v in s3_env.items():
+        monkeypatch.setenv(k, v)
+    # the dispatcher's home: its own audit and the same base, trained again (bitwise the same on one machine)
+    dispatcher = tmp_path / "dispatcher"
+    audited = audit(str(dispatcher), str(corpus), str(plans / "audit.yaml")).receipt_id
+    assert train(str(dispatcher), str(corpus), audited, str(plans / "base.yaml")).receipt.subject("best").sha256 == base
+    (plans / "sweep-pool.yaml").write_text(yaml.safe_dump(SWEEP | {"work_pool": "sweep-pool"}))
+
+    homes = [tmp_path / "worker-0", tmp_path / "worker-1"]
+    workers = [_worker("sweep-pool", h, s3_env, tmp_path / f"worker-{i}.log") for i, h in enumerate(homes)]
+    running = FlowRunFilter(tags=FlowRunFilterTags(all_=["sweep:lr-seed"]), state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))  # fmt: skip
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            started = pool.submit(sweep, str(dispatcher), str(corpus), audited, str(plans / "sweep-pool.yaml"), str(plans), base)
+            deadline = time.monotonic() + 300
+            while not (busy := [i for i, h in enumerate(homes) if list(h.glob("runs/*"))]):  # a member is training
+                assert time.monotonic() < deadline and not started.done(), [p.read_text()[-2000:] for p in tmp_path.glob("*.log")]
+                time.sleep(0.05)
+            victim, victim_home = workers[busy[0]], homes[busy[0]]
+            with get_client(sync_client=True) as client:
+                while not (killed := [r for r in client.read_flow_runs(flow_run_filter=running) if _runs_in(r, victim_home)]):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                os.killpg(victim.pid, signal.SIGKILL)  # the worker
+                for r in killed:  # and the member's flow-run process (Prefect starts it in a session of its own)
+                    os.killpg(os.getpgid(int(r.infrastructure_pid)), signal.SIGKILL)
+                victim.wait()
+                for r in killed:  # what the heartbeat automation does once the window passes
+                    client.set_flow_run_state(r.id, Crashed(message="its worker was killed"), force=True)
+            out = started.result(timeout=600)
+        # run again (the survivor still up): every member is served from the home, nothing is dispatched
+        again = sweep(str(dispatcher), str(corpus), audited, str(plans / "sweep-pool.yaml"), str(plans), base)
+    finally:
+        for w in workers:
+            _stop(w)
+    r = out.receipt.result
+    assert r.members_trained == 4 and [m.name for m in r.members] == ["m0", "m1", "m2", "m3"] and out.receipt.parameters.work_pool
+    d = Home(dispatcher)
+    assert _member_outputs(d, [m.training_run for m in r.members]) == _member_outputs(
+        Home(home_dir), [m.training_run for m in local.result.members]
+    )  # the same member runs, bit for bit
+    assert (r.promoted, r.family) == (local.result.promoted, local.result.family)  # the same decision
+    ours, theirs = d.receipts.read(r.promotion, PromotionReceipt), Home(home_dir).receipts.read(local.result.promotion, PromotionReceipt)
+    assert [(c.name, c.tree_sha256, c.passed) for c in ours.result.challengers] == [
+        (c.name, c.tree_sha256, c.passed) for c in theirs.result.challengers
+    ]
+    assert again.cached and again.receipt_id == out.receipt_id
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["sweep:lr-seed"])))
+        slots = client.read_global_concurrency_limit_by_name("voxledger-devices-sweep-pool")
+    assert len(runs) == 5 and sum(x.state_type == StateType.CRASHED for x in runs) == 1  # the killed member started once more
+    assert slots.limit == 2  # the pool's device slots: the sweep's `workers`
+    check = Home(tmp_path / "check")
+    _pull(check, s3_env)
+    with check.catalog.connect(read_only=True) as con:
+        plan_shas = con.execute(
+            "SELECT doc->>'$.parameters.bound.plan_sha256' FROM receipts WHERE kind = 'training_run' AND status = 'succeeded'"
+        ).fetchall()
+    # in the bucket: the base and exactly one run per member, none lost, none twice
+    assert sorted(s for (s,) in plan_shas if s in {m.plan_sha256 for m in r.members}) == sorted(m.plan_sha256 for m in r.members)
+    assert len(plan_shas) == 5
+
+
+def _runs_in(run: Any, home: Path) -> bool:
+    """Whether a flow run's process (a worker's child) works in ``home`` (its environment says so)."""
+    try:
+        env = Path(f"/proc/{int(run.infrastructure_pid or 0)}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return False
+    return f"VOXLEDGER_HOME={home}".encode() in env

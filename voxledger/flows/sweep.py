@@ -1,6 +1,7 @@
 """Flow ``sweep``: every member of a sweep trained (at most ``workers`` at once), then one gate over all of them.
 
-Members are tasks of a subflow whose thread pool has the sweep plan's ``workers`` slots; each task
+Members are tasks of a subflow whose thread pool has the sweep plan's ``workers`` slots (or, where
+the plan names a ``work_pool``, flow runs on that pool's workers: ``flows/sweep_pool.py``); each task
 trains its member in a process of its own (``tasks/stages/sweep/members.py``: torch's generators and
 thread count are process-wide) or serves it from cache, so a re-run trains only the members that
 did not finish. Then the one gate: ``prepare_sweep_gate``, the gate plan's registration and the
@@ -18,6 +19,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from voxledger.flows.common import STAGE_TASK, flow_name, open_home, register_plan_task
 from voxledger.flows.evaluate import evaluate_plan
 from voxledger.flows.factory import stage_flow
+from voxledger.flows.sweep_pool import train_members_on_pool
 from voxledger.schemas.evaluation import EvaluationPlan, EvaluationReceipt
 from voxledger.schemas.promotion import PromotionPolicy, PromotionReceipt
 from voxledger.schemas.sweep import SweepPlan, SweepReceipt
@@ -78,8 +80,15 @@ def sweep_step(
     register_plan_task(home, policy, PromotionPolicy)
     listed = stage.members(plan, training)
     plans = [ref for _, ref in listed]
-    runner: Any = ThreadPoolTaskRunner(max_workers=plan.validated(SweepPlan).workers)  # its future type is Prefect's business
-    outcomes = train_members.with_options(task_runner=runner)(home, corpus, audit_rid, plans, base_sha)
+    sweep_plan = plan.validated(SweepPlan)
+    if sweep_plan.work_pool is not None:
+        pool = sweep_plan.work_pool
+        outcomes = train_members_on_pool(
+            home, corpus, audit_rid, listed, base_sha, sweep_name=sweep_plan.name, pool=pool, slots=sweep_plan.workers
+        )
+    else:
+        runner: Any = ThreadPoolTaskRunner(max_workers=sweep_plan.workers)  # its future type is Prefect's business
+        outcomes = train_members.with_options(task_runner=runner)(home, corpus, audit_rid, plans, base_sha)
     named = [(m.name, o.receipt_id) for (m, _), o in zip(listed, outcomes, strict=True)]
     prepared = prepare_gate(home, named, policy)
     if isinstance(prepared, StageOutcome):

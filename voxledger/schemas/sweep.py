@@ -6,7 +6,8 @@ plan) and says what varies: a ``grid`` (every combination of the listed values, 
 member's ``TrainingPlan`` from the training plan as a pure function, so a member's plan (and so its
 digest and its training run's cache key) depends only on the two plans, never on when or where
 the sweep ran. ``workers`` and ``threads_per_member`` say how members share a machine: at most
-``workers`` train at once, each in its own process with that many torch threads.
+``workers`` train at once, each in its own process with that many torch threads, on this machine or,
+with ``work_pool``, as flow runs on that Prefect work pool's workers (``flows/sweep_pool.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ class SweepPlan(Frozen):
     workers: int = Field(default=2, ge=1, le=64, description="members trained at once, each in its own process")
     threads_per_member: int = Field(default=1, ge=1, description="torch threads of each member (its plan's `threads`)")
     max_members: int = Field(default=32, ge=1, le=256, description="a grid larger than this is refused (a typo must not train 1,000 runs)")
+    work_pool: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="train members as flow runs on this Prefect work pool over the shared S3 store (at most `workers` at once: the "
+        "pool's device slots); unset: a local process pool. Left out of the plan's JSON when unset",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> SweepPlan:
@@ -150,6 +157,7 @@ class SweepParameters(Frozen):
     base_sha256: Sha256 | None
     workers: int
     threads_per_member: int
+    work_pool: str | None = Field(default=None, description="the Prefect work pool the members ran on (None: a local process pool)")
 
 
 class SweepResult(Frozen):
@@ -169,3 +177,55 @@ class SweepReceipt(ReceiptBase):
     kind: Literal["sweep"] = "sweep"
     parameters: SweepParameters
     result: SweepResult
+
+
+class EpochLoss(Frozen):
+    """One epoch of a member's curve."""
+
+    epoch: int
+    train_loss: float
+    cv_loss: float
+
+
+class GateValue(Frozen):
+    """One rule as judged for one challenger, with the interval the rule read (None when not estimable)."""
+
+    challenger: str
+    epoch: int
+    cv_loss: float
+    metric: str
+    statistic: str
+    op: str
+    threshold: float
+    value: float | None
+    low: float | None
+    high: float | None
+    passed: bool
+
+
+class MemberReport(Frozen):
+    """A member in a sweep report: its values, its CV curve and its challengers' gate values."""
+
+    name: MemberName
+    settings: SweepSettings
+    training_run: Sha256
+    best_epoch: int
+    best_cv_loss: float
+    curve: tuple[EpochLoss, ...]
+    gate: tuple[GateValue, ...]
+    won: bool
+
+
+class SweepReport(Frozen):
+    """What ``voxledger sweep report`` shows: the grid, every member, the decision and why (read from receipts)."""
+
+    sweep: Sha256
+    name: str
+    axes: tuple[str, ...] = Field(description="the settings that vary between members")
+    members: tuple[MemberReport, ...]
+    family: SweepFamily
+    incumbent: str
+    promotion: Sha256
+    promoted: str | None
+    promoted_member: MemberName | None
+    why: str

@@ -112,6 +112,7 @@ def record_sweep(
             base_sha256=base_sha,
             workers=sweep.workers,
             threads_per_member=sweep.threads_per_member,
+            work_pool=sweep.work_pool,
         ),  # fmt: skip
         result=SweepResult(
             members=rows,

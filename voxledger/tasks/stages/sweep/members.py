@@ -21,7 +21,7 @@ from typing import Any
 
 from voxledger.schemas.errors import TrainingError, VoxledgerError
 from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
-from voxledger.stores.home import HomeRef
+from voxledger.stores.home import Home, HomeRef
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.processes import die_with_parent
 from voxledger.tasks.stage import StageOutcome
@@ -79,3 +79,28 @@ def train_in_process(
     except Exception as exc:  # noqa: BLE001 - the process boundary: the parent gets one line, not a foreign traceback
         raise TrainingError(f"sweep member {plan_name}: training failed in its process: {type(exc).__name__}: {exc}") from None
     return out.receipt_id, out.cached
+
+
+def stored_member(
+    home: Home, corpus: Path, audit_rid: str, plan: TrainingPlan, *, base_sha: str | None
+) -> StageOutcome[TrainingRunReceipt] | None:
+    """The member's training run when this home already holds it (verified, as the training stage
+    itself would serve it), else None: what a sweep dispatching members to a work pool need not send.
+
+    The key is the training stage's own (``run_training``): the same inputs bound the same way.
+
+    Raises:
+        TrainingError: the audit is missing or failed, or the corpus changed since it.
+    """
+    from voxledger.schemas.canonical import canonical_digest
+    from voxledger.tasks.backends.base import get_backend
+    from voxledger.tasks.receipting import cache_key
+    from voxledger.tasks.stage import reuse
+    from voxledger.tasks.stages.train import bind_inputs, passing_audit
+
+    backend = get_backend(plan.backend)
+    plan_sha = plan_digest(plan)
+    bound = bind_inputs(
+        home, corpus, passing_audit(home, audit_rid), audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()), backend
+    )
+    return reuse(home, cache_key("train", bound.model_dump(mode="json"), plan_sha, {}), TrainingRunReceipt)
