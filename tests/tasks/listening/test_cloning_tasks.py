@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import make_stimuli, oracle_scorer, simulate_submission, write_json
@@ -173,3 +174,11 @@ def test_headphone_trials_and_completion_codes_are_per_rater(smos_export: Export
         Completion(code="fixed")
     with pytest.raises(ValueError, match="redirect_url"):
         Completion(redirect_url="javascript:alert(1)")
+
+
+def test_the_docs_protocol_with_every_addition_validates() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "listening.md").read_text()
+    block = text.split("## What voice-cloning tests add")[1].split("```yaml\n")[1].split("```")[0]
+    protocol = ListeningProtocol.model_validate(yaml.safe_load(block))
+    assert [c.task for c in protocol.criteria] == ["acr", "mushra", "smos"] and protocol.design.familiarisation_trials == 3
+    assert protocol.headphone_check.method == "huggins_pitch" and protocol.completion.code == "per_rater"
