@@ -183,6 +183,25 @@ def test_alias_history_champion_at_and_the_dashboard_name_the_line(
     page = build_dashboard(home.catalog, tmp_path / "dash.html").read_text()
     lines_section = page.split("<h3>Model lines", 1)[1].split("<h3>Alias history", 1)[0]
     assert "spk_t/tiny" in lines_section and "spk_u/tiny" in lines_section
+    # every line with its own newest training run, gate and evaluation, never another voice's
+    from voxledger.stores.dashboard_queries import line_overview
+
+    with home.catalog.connect(read_only=True) as con:
+        overview = {r["line"]: r for r in line_overview(con)}
+        gates = dict(
+            con.execute(
+                "SELECT doc->>'$.parameters.line', arg_max(receipt_sha256, finished_at) FROM receipts WHERE kind = 'promotion' GROUP BY 1"
+            ).fetchall()
+        )
+    assert sorted(overview) == ["base/tiny", "spk_t/tiny", "spk_u/tiny"]
+    for line, (_, run) in runs.items():
+        row = overview[line]
+        gate = home.receipts.read(row["gate"], PromotionReceipt)
+        assert (row["training_run"], row["gate"], gate.parameters.line) == (run, gates[line], line)
+        assert row["evaluation"] == gate.parameters.evaluation  # the gate's own evaluation measured this line's checkpoints
+        assert row["champion"] == alias_state(home, line, "champion").target_sha256  # type: ignore[union-attr]
+        assert row["training_run"][:12] in page and row["gate"][:12] in page
+    assert overview["base/tiny"]["gate"] is None and overview["base/tiny"]["training_run"] is not None
 
 
 def test_train_offers_the_policy_of_its_own_line(tmp_path: Path) -> None:

@@ -17,14 +17,17 @@ from voxledger.dashboards import audio, charts, decisions, runs
 from voxledger.dashboards.audio import BlobReader
 from voxledger.dashboards.html import CSS, Cell, cell, digest, nothing, status, table
 from voxledger.dashboards.lineage_svg import lineage
+from voxledger.schemas.listening_receipts import AggregateReceipt
 from voxledger.stores import dashboard_queries as q
 from voxledger.stores.catalog import Catalog
 
 SECTIONS = (
     ("pipeline", "Pipeline runs and per-stage times"),
+    ("lines", "Model lines: each voice's newest training, gate and evaluation"),
     ("audit", "Corpus audit findings"),
     ("training", "Training curves"),
     ("gate", "Promotion gate"),
+    ("sweep", "Sweep: members, CV curves and the one gate"),
     ("evaluation", "Evaluation: candidates x metrics"),
     ("forest", "Paired deltas vs baseline (forest plot)"),
     ("audio", "Listen: candidates side by side"),
@@ -48,14 +51,16 @@ def build_dashboard(catalog: Catalog, out: Path, *, blobs: BlobReader | None = N
         ev = q.main_evaluation(con)
         html = {
             "pipeline": runs.pipelines(con, plans),
+            "lines": _lines(q.line_overview(con)),
             "audit": runs.audit(con),
             "training": runs.training(con),
             "gate": decisions.promotion(con, plans),
+            "sweep": decisions.sweep(con),
             "evaluation": decisions.evaluation(con, ev),
             "forest": decisions.forest(con, ev),
             "audio": audio.players(con, ev, blobs, prompts=audio_prompts),
             "equivalence": decisions.equivalence(con),
-            "listening": _listening(q.listening_scores(con), q.packet_sets(con)),
+            "listening": _listening(q.listening_scores(con), q.packet_sets(con)) + _verdicts(q.latest_aggregate(con)),
             "packages": _packages(q.packages(con), q.model_lines(con), q.alias_history(con)),
             "reproductions": _reproductions(q.reproductions(con)),
             "lineage": lineage(con),
@@ -90,6 +95,37 @@ def _listening(rows: list[q.Row], packet_sets: int) -> str:
     ci = [r for r in rows if r["ci_low"] is not None and r["ci_high"] is not None]
     fmt = {"ci_low": lambda v: cell(v) if v is not None else '<span class="warn">no CI</span>'}
     return (runs.chart(charts.listening(ci)) if ci else "") + table(rows, list(rows[0]), fmt)
+
+
+def _verdicts(aggregate: AggregateReceipt | None) -> str:
+    """The newest aggregate's verdicts, each with the raters it rests on; a verdict resting on suspicious raters is FLAGGED."""
+    if aggregate is None:
+        return ""
+    res = aggregate.result
+    checks = {(v.criterion, v.task, v.a, v.b): v for v in res.robustness.verdicts} if res.robustness else {}
+    rows = []
+    for d in res.deltas:
+        v = checks.get((d.criterion, d.task, d.a, d.b))
+        rows.append(
+            {
+                "criterion": d.criterion,
+                "pair": f"{d.b} - {d.a}",
+                "delta": d.mean_delta,
+                "p_adjusted": d.p_adjusted,
+                "verdict": d.better or "none",
+                "robust": (v.robust_better or "none") if v else None,
+                "changes without": ", ".join(v.flipped_by) if v else None,
+                "flag": ("FLAGGED: " + "; ".join(v.reasons)) if v and v.flagged else ("ok" if v else "not assessed (older aggregate)"),
+            }
+        )
+    flag = {"flag": lambda x: f'<span class="bad">{escape(x)}</span>' if x.startswith("FLAGGED") else escape(x)}
+    bots = [s for s in res.robustness.bot_scores if s.flagged] if res.robustness else []
+    note = nothing(
+        "raters flagged by the bot score: " + ", ".join(f"{s.rater_id} (r {s.max_abs_r}, p {s.p_value})" for s in bots)
+        if bots
+        else "no rater flagged by the bot score"
+    )
+    return "<h3>Verdicts of the newest aggregate</h3>" + table(rows, list(rows[0]) if rows else [], flag, cls="verdicts") + note
 
 
 PACKAGE_COLUMNS = [
@@ -137,6 +173,16 @@ def _packages(pkgs: list[q.Row], lines: list[q.Row], moves: list[q.Row]) -> str:
         + "<h3>Alias history</h3>"
         + move_table
     )
+
+
+LINE_OVERVIEW_HEADERS = {"training_run": "newest training run", "trained_at": "trained", "best_cv_loss": "best CV loss",
+                         "gate": "newest gate", "gated_at": "gated", "evaluation": "newest evaluation", "evaluated_at": "evaluated"}  # fmt: skip
+
+
+def _lines(rows: list[q.Row]) -> str:
+    """One row per model line (one voice on one backend): a home holding several voices shows each."""
+    digests: dict[str, Cell] = {k: digest for k in ("training_run", "gate", "evaluation", "champion")}
+    return table(rows, list(rows[0]) if rows else [], digests, empty="no training run yet", headers=LINE_OVERVIEW_HEADERS)
 
 
 REPRODUCTION_COLUMNS = [

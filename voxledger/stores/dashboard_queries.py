@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from voxledger.schemas.base import ReceiptBase
+from voxledger.schemas.listening_receipts import AggregateReceipt
 from voxledger.schemas.registry import RECEIPT_ADAPTER
 
 Row = dict[str, Any]
@@ -230,6 +231,12 @@ def listening_scores(con: duckdb.DuckDBPyConnection) -> list[Row]:
     )
 
 
+def latest_aggregate(con: duckdb.DuckDBPyConnection) -> AggregateReceipt | None:
+    """The newest ``aggregate`` receipt (its verdicts and their robustness), validated; None when there is none."""
+    ids = latest_of_kind(con, "aggregate")
+    return receipt(con, ids[0], AggregateReceipt) if ids else None
+
+
 # Lineage --------------------------------------------------------------------------------------
 
 RECEIPT_EDGES = """
@@ -303,3 +310,54 @@ def reproductions(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[Row]:
     from voxledger.stores.provenance import reproductions as listed
 
     return listed(con)[:limit]
+
+
+def line_overview(con: duckdb.DuckDBPyConnection) -> list[Row]:
+    """Every model line in the home (a training run's voice and backend, a promotion's line, a line
+    whose aliases moved), each with its newest training run, gate and evaluation and where its
+    champion points. A run's line is ``model_line(new_speaker, backend)``; an evaluation belongs to
+    every line one of whose checkpoints it measured; a promotion to the line it names (or its run's)."""
+    import json
+
+    from voxledger.schemas.promotion import model_line
+
+    lines: dict[str, Row] = {}
+
+    def at(line: str) -> Row:
+        return lines.setdefault(
+            line,
+            {"line": line, "training_run": None, "trained_at": None, "best_cv_loss": None, "stop": None,
+             "gate": None, "gated_at": None, "promoted": None, "evaluation": None, "evaluated_at": None, "champion": None},
+        )  # fmt: skip
+
+    run_line: dict[str, str] = {}
+    key_line: dict[str, str] = {}
+    for rid, finished, doc in con.execute(
+        "SELECT receipt_sha256, finished_at, doc FROM receipts WHERE kind = 'training_run' ORDER BY finished_at, receipt_sha256"
+    ).fetchall():
+        d = json.loads(doc)
+        plan = d["parameters"]["effective_config"].get("plan")
+        voice = plan.get("new_speaker") if isinstance(plan, dict) else None
+        line = model_line(voice if isinstance(voice, str) else None, d["parameters"]["backend"])
+        run_line[rid], key_line[d["parameters"]["run_key"]] = line, line
+        at(line).update(training_run=rid, trained_at=finished, best_cv_loss=d["result"]["best_cv_loss"], stop=d["result"]["stop_reason"])
+    for rid, finished, named, run, promoted in con.execute(
+        "SELECT receipt_sha256, finished_at, doc->>'$.parameters.line', doc->>'$.parameters.training_run', doc->>'$.result.promoted'"
+        " FROM receipts WHERE kind = 'promotion' ORDER BY finished_at, receipt_sha256"
+    ).fetchall():
+        gated: str | None = named or run_line.get(run)
+        if gated is not None:
+            at(gated).update(gate=rid, gated_at=finished, promoted=promoted or "nothing")
+    tree_line = {
+        str(t): key_line[str(k)] for t, k in con.execute("SELECT tree_sha256, run_key FROM checkpoints").fetchall() if str(k) in key_line
+    }
+    for rid, finished, candidates in con.execute(
+        "SELECT receipt_sha256, finished_at, doc->'$.parameters.candidates' FROM receipts WHERE kind = 'evaluation' ORDER BY finished_at, receipt_sha256"
+    ).fetchall():
+        for cand in json.loads(candidates or "[]"):
+            measured = tree_line.get(str(cand.get("artifact_sha256")))
+            if measured is not None:
+                at(measured).update(evaluation=rid, evaluated_at=finished)
+    for line, champion in con.execute("SELECT line, target_sha256 FROM aliases WHERE alias = 'champion' AND line IS NOT NULL").fetchall():
+        at(str(line))["champion"] = champion
+    return [lines[k] for k in sorted(lines)]
