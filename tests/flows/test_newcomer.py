@@ -97,6 +97,23 @@ def test_init_refusals_name_the_fix(voice: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["init", str(cut), "--out", str(tmp_path / "p")])
     assert result.exit_code != 0 and "are cuts of longer recordings" in result.output and "voxledger corpus prepare" in result.output
     assert not (tmp_path / "p").exists()
+    # an LJSpeech folder too small to split itself: the fix fits its layout (no manifest to edit yet), and works when followed
+    few = tmp_path / "few"
+    (few / "wavs").mkdir(parents=True)
+    kept = (voice / "metadata.csv").read_text().splitlines()[:8]
+    for row in kept:
+        shutil.copy(voice / "wavs" / f"{row.split('|')[0]}.wav", few / "wavs")
+    (few / "metadata.csv").write_text("\n".join(kept) + "\n")
+    result = CliRunner().invoke(main, ["init", str(few), "--out", str(tmp_path / "p")])
+    assert result.exit_code != 0 and "8 utterance(s) are too few for voxledger to hold out dev and test splits itself" in result.output
+    assert "characters cut" not in result.output and max(map(len, result.output.splitlines())) < 200, result.output
+    command = result.output.split("`voxledger ", 1)[1].split("`", 1)[0].split()
+    assert command[:3] == ["corpus", "import", "auto"] and "mark a few per speaker" not in result.output
+    assert CliRunner().invoke(main, command).exit_code == 0  # pasted as printed
+    rows = [json.loads(line) for line in (few / "manifest.jsonl").read_text().splitlines()]
+    rows[0]["split"] = rows[1]["split"] = "dev"  # what the message says to do
+    (few / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _init(few, "--out", str(tmp_path / "p"))  # init again: it reads the manifest
 
 
 @pytest.mark.prefect

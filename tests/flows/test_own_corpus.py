@@ -74,7 +74,9 @@ def shrink(plans: Path) -> None:
 
 def test_init_refuses_a_corpus_without_a_dev_split(tmp_path: Path) -> None:
     corpus = build_own_corpus(tmp_path / "no-dev", with_dev=False)
-    with pytest.raises(CorpusError, match=r"no dev split \(splits: mine_train\).*--dev-split"):
+    with pytest.raises(
+        CorpusError, match=r"(?s)no dev split \(splits: mine_train\).*on a few lines per speaker.*manifest.jsonl.*--dev-split"
+    ):
         init_plans(corpus, tmp_path / "plans")
     assert not (tmp_path / "plans").exists()  # nothing written
 

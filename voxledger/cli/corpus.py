@@ -68,8 +68,10 @@ def import_corpus(layout: str, src: Path, out: Path | None, audio_roots: tuple[P
     for line in list(summary["issues"])[:20]:  # type: ignore[call-overload]
         console.print(f"  issue: {line}")
     if out is not None:
-        hint = f" --audio-root {src}" if not out.absolute().parent.is_relative_to(src.absolute()) else ""
-        console.print(f"wrote {out}; next: voxledger audit {out}{hint} --policy plans/audit-demo.yaml")
+        if out.absolute().parent.is_relative_to(src.absolute()):  # beside its audio: init reads it and writes this corpus's plans
+            console.print(f"wrote {out}; next: voxledger init {out.parent}")
+        else:  # its audio paths lead out of its folder: the audit is told where they may point
+            console.print(f"wrote {out}; next: voxledger audit {out} --audio-root {src}")
 
 
 @corpus.command("prepare")
@@ -161,7 +163,7 @@ def materialise(ctx: click.Context, src: Path, out: Path, cwd: Path | None, time
         emit_json(summary)
         return
     console.print(f"ran {r.n_commands} commands in {r.seconds:.1f} s into {out} ({r.n_files} files)\nreceipt {done.receipt_id}")
-    console.print(f"next: voxledger audit {out} --policy plans/audit-demo.yaml (add --audio-root for the lines that were paths)")
+    console.print(f"next: voxledger init {out}")
 
 
 COMMANDS = (corpus,)

@@ -45,7 +45,7 @@ def demo_corpus(out: Path, size: str, flawed: bool, language: str, as_json: bool
     # per language: the builder, what it makes, and the audit policy the next step names
     build, what, policy = {
         "en": (build_demo_corpus, "demo corpus", ""),
-        "zh": (build_mandarin_corpus, "Mandarin demo corpus", " --policy plans/audit-demo-zh.yaml"),
+        "zh": (build_mandarin_corpus, "Mandarin demo corpus", " --policy " + _bundled_plan("audit-demo-zh.yaml")),
     }[language]
     with console.status(f"synthesising the {size} {what}") if not as_json else nullcontext():
         info = build(out, size=size, flawed=flawed)  # type: ignore[arg-type]
@@ -259,3 +259,11 @@ def demo_report(ctx: click.Context, pipeline_run: str | None, as_json: bool) -> 
 
 
 COMMANDS = (demo,)
+
+
+def _bundled_plan(name: str) -> str:
+    """A bundled plan as a hint names it: ``plans/NAME`` where that is the bundled file (a checkout's
+    root), else its installed path, so the hint works when pasted anywhere."""
+    here = Path("plans") / name
+    bundled = plans_dir() / name
+    return str(here) if here.is_file() and here.resolve() == bundled.resolve() else str(bundled)

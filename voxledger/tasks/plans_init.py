@@ -90,6 +90,30 @@ class InitResult:
     notes: tuple[str, ...]
 
 
+AUTO_SPLIT_MIN = 20  # `assign_splits` holds out dev and test (5 or more each) only from this many utterances
+
+
+def _dev_split_fix(loaded: LoadedCorpus) -> str:
+    """How to give this corpus a dev split, in terms of its own files, as short lines (a command on a
+    line of its own, so no line is long enough to be cut): a manifest with a ``split`` field is
+    edited; a layout without one (LJSpeech's metadata.csv) is split by the importer when it is
+    large enough, else written out as a manifest the user can edit."""
+    n = len(loaded.utterances.utterances)
+    files = [p.name for p in loaded.manifest_files]
+    other = "or name an existing split with --dev-split"
+    if any(name.endswith(".jsonl") for name in files):
+        return f'set "split": "dev" on a few lines per speaker (5 or more) of {loaded.manifest_files[0]}, {other}'
+    lines = []
+    if n < AUTO_SPLIT_MIN:
+        lines.append(f"{n} utterance(s) are too few for voxledger to hold out dev and test splits itself (it does from {AUTO_SPLIT_MIN}).")
+    lines += [
+        f"{'Record more, or w' if n < AUTO_SPLIT_MIN else 'W'}rite {', '.join(files)} as a manifest you can edit (init reads it instead):",
+        f"  `voxledger corpus import auto {loaded.root} --out {loaded.root / 'manifest.jsonl'}`",
+        f'then set "split": "dev" on a few of its lines per speaker and run init again, {other}',
+    ]
+    return "\n".join(lines)
+
+
 def _pick_split(splits: list[str], role: str, given: str | None, corpus: Path) -> str | None:
     if given is not None:
         if given not in splits:
@@ -124,8 +148,7 @@ def corpus_roles(
     dev = _pick_split(splits, "dev", dev_split, corpus)
     if dev is None or dev == train:
         raise CorpusError(
-            f"{corpus}: no dev split (splits: {', '.join(splits)}); training needs held-out utterances: "
-            "mark a few per speaker 'dev' in the manifest, or name a split with --dev-split"
+            f"{corpus}: no dev split (splits: {', '.join(splits)}); training needs held-out utterances:\n{_dev_split_fix(loaded)}"
         )
     test = _pick_split(splits, "test", test_split, corpus)
     speakers = Counter(u.speaker for u in utts if u.split == train)

@@ -23,6 +23,12 @@ def test_import_writes_a_manifest_and_refuses_bad_input(tmp_path: Path) -> None:
     assert len(load_corpus(out, audio_roots=(src,)).utterances.utterances) == len(truth)
     again = runner.invoke(main, ["corpus", "import", "ljspeech", str(src), "--out", str(out)])
     assert again.exit_code != 0 and "exists; choose a new file name" in again.output
+    # the next step a hint names is complete: the audit told where the audio lies, or init on a manifest beside its audio
+    outside = runner.invoke(main, ["corpus", "import", "auto", str(src), "--out", str(tmp_path / "elsewhere" / "m.jsonl")])
+    assert outside.output.rstrip().endswith(f"next: voxledger audit {tmp_path / 'elsewhere' / 'm.jsonl'} --audio-root {src}")
+    beside = runner.invoke(main, ["corpus", "import", "auto", str(src), "--out", str(src / "manifest.jsonl")])
+    assert beside.output.rstrip().endswith(f"next: voxledger init {src}"), beside.output
+    assert "plans/audit-demo.yaml" not in outside.output + beside.output  # never the demo's policy for someone's corpus
     (tmp_path / "nothing").mkdir()
     bad = runner.invoke(main, ["corpus", "import", "auto", str(tmp_path / "nothing"), "--out", str(tmp_path / "n.jsonl")])
     assert bad.exit_code != 0 and "CorpusError" in bad.output and len(bad.output.strip().splitlines()) == 1
