@@ -82,6 +82,9 @@ def packets_export(
         "loudness": p.loudness.model_dump(mode="json"),
         "skipped": list(p.skipped),
         "leak_check": _leak_summary(p.leak_check),
+        "familiarisation_trials": p.familiarisation_trials,
+        "headphone_check": p.headphone_check,
+        "completion_codes": str(out / "completion-codes.csv") if p.completion_code != "none" else None,
     }
     if as_json:
         emit_json(summary)
@@ -93,6 +96,12 @@ def packets_export(
         f"and {b.trials_per_rater_min}-{b.trials_per_rater_max} trials per rater; position spread {b.position_spread_max}"
     )
     click.echo(f"loudness: all clips at {p.loudness.applied_lufs} LUFS (spread {p.loudness.output_lufs_spread} LU)")
+    before = [f"headphone check ({p.headphone_check})"] * (p.headphone_check != "none")
+    before += [f"{p.familiarisation_trials} unscored practice items"] * bool(p.familiarisation_trials)
+    if before:
+        click.echo(f"before item 1: {' and '.join(before)}")
+    if p.completion_code != "none":
+        click.echo(f"completion codes ({p.completion_code}): {out / 'completion-codes.csv'}")
     for s in p.skipped:
         click.echo(f"skipped: {s}")
     for line in _leak_lines(p.leak_check):

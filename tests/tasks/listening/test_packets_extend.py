@@ -31,7 +31,9 @@ def test_extend_adds_balanced_raters_and_leaves_every_packet_byte_alone(tmp_path
         main, [*base, "packets", "export", "--plan", str(PLAN), "--stimuli", str(stimuli), str(tmp_path / "packets"), "--json"]
     )
     assert res.exit_code == 0, res.output
-    parent = json.loads(res.output)["receipt"]
+    exported = json.loads(res.output)
+    parent = exported["receipt"]
+    assert (exported["familiarisation_trials"], exported["headphone_check"], exported["completion_codes"]) == (0, "none", None)
     before = {d.name: build_manifest(d).model_dump() for d in sorted((tmp_path / "packets").iterdir()) if d.is_dir()}
 
     cmd = [*base, "packets", "extend", parent[:12], "--raters", "2", "--out", str(tmp_path / "more"), "--json"]
