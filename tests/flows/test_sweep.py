@@ -18,6 +18,7 @@ from voxledger.flows.audit import audit
 from voxledger.flows.sweep import sweep
 from voxledger.flows.train import train
 from voxledger.schemas.errors import PlanError
+from voxledger.schemas.evaluation import EvaluationReceipt
 from voxledger.schemas.promotion import PromotionReceipt
 from voxledger.schemas.sweep import SweepPlan, sweep_members
 from voxledger.schemas.training import CheckpointReceipt, TrainingPlan, TrainingRunReceipt
@@ -109,6 +110,53 @@ def test_a_sweep_trains_every_member_once_and_judges_all_in_one_decision(corpus:
     assert runs == (5,)  # the base and the 4 members, none trained twice
 
 
+def test_the_sweep_report_dashboard_and_provenance_name_the_winning_member(
+    corpus: Path, trained_base: tuple[Path, Path, str, str], tmp_path: Path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+    from voxledger.dashboards.report import build_dashboard
+
+    home_dir, plans, audit_rid, base = trained_base
+    out = sweep(str(home_dir), str(corpus), audit_rid, str(plans / "sweep.yaml"), str(plans), base)  # stored above
+    r, h = out.receipt.result, Home(home_dir)
+
+    def cli(*args: str) -> str:
+        res = CliRunner().invoke(main, ["--home", str(home_dir), *args])
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    decision = h.receipts.read(r.promotion, PromotionReceipt)
+    gate = h.receipts.read(decision.parameters.evaluation, EvaluationReceipt).result
+    means = {(c.candidate, metric): iv for c in gate.summaries for metric, iv in c.overall.items()}
+    rep = json.loads(cli("sweep", "report", out.receipt_id[:12], "--json"))
+    assert rep["sweep"] == out.receipt_id and rep["name"] == "lr-seed" and rep["axes"] == ["peak_lr", "seed"]
+    assert [m["name"] for m in rep["members"]] == ["m0", "m1", "m2", "m3"] and rep["promoted"] == r.promoted
+    assert [m["name"] for m in rep["members"] if m["won"]] == [r.promoted_member] and r.promoted in rep["why"]
+    for m, stored in zip(rep["members"], r.members, strict=True):
+        run = h.receipts.read(stored.training_run, TrainingRunReceipt).result
+        assert [e["cv_loss"] for e in m["curve"]] == [e.cv_loss for e in run.epochs]  # the member's CV curve
+        assert len(m["gate"]) == stored.challengers * r.family.rules
+        for g in m["gate"]:  # each rule's value with the interval it was read from (challenger_mean: the mean's interval)
+            iv = means[(g["challenger"], g["metric"])]
+            assert g["statistic"] == "challenger_mean" and (g["value"], g["low"], g["high"]) == (iv.mean, iv.low, iv.high), g
+    assert sum(len(m["gate"]) for m in rep["members"]) == r.family.challengers * r.family.rules
+    text = cli("sweep", "report")  # the newest sweep
+    assert f"sweep lr-seed (receipt {out.receipt_id})" in text and f"promoted {r.promoted} (member {r.promoted_member})" in text
+    assert all(f" m{i} (peak_lr=" in text for i in range(4)) and "CV loss per epoch" in text
+
+    page = build_dashboard(h.catalog, tmp_path / "dash.html").read_text()
+    section = page.split('<h2 id="sweep">', 1)[1].split("<h2 ", 1)[0]
+    assert 'class="sweep-grid"' in section and 'class="sweep-gate"' in section and "<svg" in section
+    assert all(f"m{i}" in section for i in range(4)) and r.promoted in section
+
+    champ = json.loads(cli("provenance", "champion-at", "2100-01-01T00:00:00Z", "--json"))
+    assert [(c["receipt"], c["sweep_member"]) for c in champ] == [(r.promotion, r.promoted_member)]  # the member behind the champion
+
+
 def test_a_grown_sweep_trains_only_its_new_members(corpus: Path, trained_base: tuple[Path, Path, str, str]) -> None:
     """A member is its derived plan: the same values under the same sweep name are the same run, so a
     sweep grown by an axis value (or run again after being killed) trains only what is not stored."""
@@ -148,6 +196,7 @@ def test_the_sweeps_page_runs_as_written(
         ["voxledger", "sweep", "run"],
         ["voxledger", "receipt", "show"],
         ["voxledger", "receipt", "show"],
+        ["voxledger", "sweep", "report"],
         ["voxledger", "alias", "history"],
         ["voxledger", "lineage", "$PROMOTION"],
     ]
@@ -165,6 +214,7 @@ def test_the_sweeps_page_runs_as_written(
     assert "4 members" in outputs[0] and "in one family (bonferroni)" in outputs[0]
     assert '"kind": "sweep"' in outputs[1] and '"kind": "promotion"' in outputs[2]
     assert all(f"sweep_member:m{i}" in outputs[2] for i in range(4))  # the decision names every member's run
+    assert "promoted " in outputs[3] and "(member m" in outputs[3] and "CV loss per epoch" in outputs[3]
 
 
 def _member_outputs(home: Home, runs: list[str]) -> list[tuple[str, ...]]:

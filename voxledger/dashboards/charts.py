@@ -206,3 +206,22 @@ def listening(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ]
         },
     }
+
+
+def sweep_curves(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """CV loss per epoch of every member of one sweep, overlaid on one pair of axes (one line per
+    member, labelled by its values); the winning member's line is drawn thicker."""
+    x = {"field": "epoch", "type": "quantitative", "axis": {"tickMinStep": 1, "format": "d"}, "scale": {"nice": False}}
+    y = {"field": "cv_loss", "type": "quantitative", "title": "CV loss", "scale": {"zero": False}}
+    return {
+        "data": {"values": rows},
+        "width": 480,
+        "height": 220,
+        "mark": {"type": "line", "point": True},
+        "encoding": {
+            "x": x,
+            "y": y,
+            "color": {"field": "member", "type": "nominal", "sort": None},
+            "strokeWidth": {"field": "won", "type": "nominal", "scale": {"domain": [False, True], "range": [1.5, 4]}, "legend": None},
+        },
+    }

@@ -214,3 +214,54 @@ def _tokens(equal: bool | None, first: int | None) -> str:
     if equal is None:
         return "-"
     return "identical" if equal else f"diverge at {first}"
+
+
+def sweep(con: duckdb.DuckDBPyConnection) -> str:
+    """The newest sweep: the grid, every member's CV curve overlaid, each challenger's gate values with
+    their intervals, the winner and why (``stores/sweep_report.py``, read from the catalog)."""
+    from voxledger.stores.sweep_report import sweep_report
+
+    ids = q.latest_of_kind(con, "sweep")
+    if not ids:
+        return nothing("no sweeps yet (voxledger sweep run)")
+    rep = sweep_report(lambda rid, model: q.receipt(con, rid, model), ids[0])
+    f = rep.family
+    won = (
+        f"<b>{escape(rep.promoted)}</b> (member {escape(rep.promoted_member or '')})"
+        if rep.promoted
+        else "<span class='bad'>nothing</span>"
+    )
+    head = (
+        f"<p>sweep <b>{escape(rep.name)}</b> {digest(rep.sweep)}: {len(rep.members)} members varying {escape(', '.join(rep.axes) or '-')}; "
+        f"one gate over {f.challengers} challengers x {f.rules} rule(s) against the {escape(rep.incumbent)} ({f.method}, "
+        f"{100 * f.per_challenger_confidence:.2f}% per challenger; P(any false pass) &le; {100 * f.familywise_one_sided:.2f}% one-sided); "
+        f"promoted {won}</p><p>why: {escape(rep.why)} &middot; <span class='muted'>decision {digest(rep.promotion)}</span></p>"
+    )
+    grid = [
+        {"member": m.name, **{a: getattr(m.settings, a) for a in rep.axes}, "best epoch": m.best_epoch, "best cv loss": m.best_cv_loss,
+         "won": m.won, "run": m.training_run}
+        for m in rep.members
+    ]  # fmt: skip
+    curves = [{"member": m.name, "epoch": e.epoch, "cv_loss": e.cv_loss, "won": m.won} for m in rep.members for e in m.curve]
+    values = [
+        {"challenger": f"{g.challenger} (cv {g.cv_loss:.4g})", "rule": f"{g.statistic}({g.metric}) {g.op} {g.threshold:g}",
+         "value": g.value, "interval": _bounds(g.low, g.high), "passed": g.passed}
+        for m in rep.members
+        for g in m.gate
+    ]  # fmt: skip
+    return (
+        head
+        + table(grid, ["member", *rep.axes, "best epoch", "best cv loss", "won", "run"], {"won": status}, cls="sweep-grid")
+        + chart(charts.sweep_curves(curves))
+        + table(
+            values,
+            ["challenger", "rule", "value", "interval", "passed"],
+            {"passed": status, "value": _value},
+            empty="no challengers",
+            cls="sweep-gate",
+        )
+    )
+
+
+def _bounds(low: float | None, high: float | None) -> str:
+    return "not estimable" if low is None or high is None else f"[{low:.4g}, {high:.4g}]"

@@ -85,15 +85,22 @@ def packages_with_speaker(
 
 def champion_at(con: duckdb.DuckDBPyConnection, alias: str, when: str, line: str | None = None) -> list[dict[str, Any]]:
     """The move of ``alias`` in force at ``when`` (ISO time) in each line (or in ``line`` only),
-    with its line, reason and receipt; empty when none was."""
+    with its line, reason and receipt; empty when none was. ``sweep_member`` names the sweep member
+    whose run the move came from when the moving receipt is a sweep's decision (its input
+    ``sweep_member:<name>`` is the run it judged), else None."""
     one_line = " AND line = ?" if line else ""
+    member = (
+        "(SELECT min(replace(e.role, 'sweep_member:', '')) FROM edges e JOIN receipts r ON r.receipt_sha256 = h.receipt_sha256"
+        " WHERE e.dst = h.receipt_sha256 AND e.role LIKE 'sweep_member:%' AND e.src = r.doc->>'$.parameters.training_run')"
+    )
     rows = con.execute(
-        "SELECT line, target_sha256, base_sha256, moved_at, reason, receipt_sha256 FROM alias_history"
+        f"SELECT line, target_sha256, base_sha256, moved_at, reason, receipt_sha256, {member} FROM alias_history h"
         f" WHERE alias = ? AND moved_at <= ?::TIMESTAMPTZ{one_line}"
         " QUALIFY row_number() OVER (PARTITION BY line ORDER BY moved_at DESC) = 1 ORDER BY line",
         [alias, when, *([line] if line else [])],
     ).fetchall()
-    return [dict(zip(("line", "target_sha256", "base_sha256", "moved_at", "reason", "receipt"), r, strict=True)) for r in rows]
+    cols = ("line", "target_sha256", "base_sha256", "moved_at", "reason", "receipt", "sweep_member")
+    return [dict(zip(cols, r, strict=True)) for r in rows]
 
 
 def evaluations_with_normaliser(con: duckdb.DuckDBPyConnection, version: str) -> list[dict[str, Any]]:
