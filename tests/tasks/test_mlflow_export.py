@@ -185,6 +185,24 @@ def test_an_export_cut_short_is_finished_by_the_next(exported: Exported, tmp_pat
     assert len(_runs(exported.client, third.experiment_id)) == len(exported.first.result.runs)
 
 
+def test_a_package_missing_from_the_store_is_named_and_the_next_export_finishes(exported: Exported, tmp_path: Path) -> None:
+    from voxledger.schemas.errors import BlobMissingError
+    from voxledger.tasks.mlflow_export import export_mlflow_fn
+
+    (v,) = exported.first.result.versions
+    blob = exported.home.blobs.path_of(v.package_sha256)
+    blob.rename(tmp_path / "aside")
+    try:
+        with pytest.raises(BlobMissingError, match=f"package {v.package_sha256} .*`voxledger store pull`"):
+            export_mlflow_fn(exported.home, folder_store(tmp_path / "store"))
+    finally:
+        (tmp_path / "aside").rename(blob)
+    done = export_mlflow_fn(exported.home, folder_store(tmp_path / "store")).receipt.result
+    # the first attempt wrote every run before the package's; the second wrote the rest, once each
+    assert done.versions_created == 1 and done.runs_created == len(done.runs) - [r.kind for r in done.runs].index("package")
+    assert len(_runs(exported.client.__class__(tracking_uri=folder_store(tmp_path / "store")), done.experiment_id)) == len(done.runs)
+
+
 def test_the_doc_reads_the_store_back_with_mlflows_client(exported: Exported, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(exported.folder.parent)

@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from voxledger.schemas.base import InputRef, ReceiptBase, utc_now
-from voxledger.schemas.errors import ExportError
+from voxledger.schemas.errors import BlobMissingError, ExportError
 from voxledger.schemas.mlflow_export import (
     ExportedAlias,
     ExportedRun,
@@ -315,7 +315,7 @@ def _export(home: Home, mlflow: Any, uri: str, experiment: str, artifact_root: s
         if rid in view.runs:
             runs.append(ExportedRun(receipt_sha256=rid, kind=kind, run_id=view.runs[rid], created=False, params=0, metrics=0))
             continue
-        file = home.blobs.path_of(packages[rid][0]) if rid in packages else None
+        file = _package_file(home, packages[rid][0]) if rid in packages else None
         runs.append(view.log_run(home, rid, home.receipts.read(rid), file))
     versions, by_tree = _register_packages(home, view, packages)
     aliases = _follow_aliases(home, view, by_tree)
@@ -339,6 +339,16 @@ def _export(home: Home, mlflow: Any, uri: str, experiment: str, artifact_root: s
         result=result,
     )
     return record(home, receipt)
+
+
+def _package_file(home: Home, sha: str) -> Path:
+    """The stored package tar; BlobMissingError naming the fix where this home's store lacks it."""
+    if not home.blobs.has(sha):
+        raise BlobMissingError(
+            f"package {sha} is recorded in this home but its tar is not in the store (pruned, or built on another "
+            "machine): pull it (`voxledger store pull`) and export again; nothing of it was written to MLflow"
+        )
+    return home.blobs.path_of(sha)
 
 
 def _register_packages(
