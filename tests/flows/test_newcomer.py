@@ -205,3 +205,50 @@ def test_a_mismatched_transcript_fails_the_audit_init_writes(voice: Path, tmp_pa
     flagged = {f.utterance_ids[0] for f in errors}
     assert flagged and flagged <= swapped, errors  # no right transcript fails (measured: 0 of 180), most swaps do (83 %)
     assert all(f.code == "asr_disagreement" and "no better than another recording" in f.message for f in errors)
+
+
+@pytest.mark.prefect
+def test_every_next_hint_of_the_step_by_step_walk_works_when_pasted(voice: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/own-corpus.md section 4, one voice: each command is the `next:` line the one before printed,
+    pasted as printed (a failed gate's hints too), from the folder the user works in."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(voice, tmp_path / "jo-voice")
+    home = tmp_path / "h"
+
+    def vx(command: str, code: int = 0) -> str:
+        args = shlex.split(command)
+        assert args[0] == "voxledger", command
+        res = CliRunner().invoke(main, ["--home", str(home), *args[1:]])
+        assert res.exit_code == code, f"{command}\n{res.output}"
+        assert "Traceback" not in res.output and "CORPUS" not in res.output and "EVAL_PLAN" not in res.output, res.output
+        return res.output
+
+    def hints(output: str) -> list[str]:
+        return [line.split("next: ", 1)[1].split("   (", 1)[0] for line in output.splitlines() if "next: " in line]
+
+    (whole,) = hints(vx("voxledger init jo-voice"))
+    assert whole == "voxledger pipeline run plans-jo-voice/pipeline.yaml --corpus jo-voice --packets ./packets"  # section 0's command
+    shrink(tmp_path / "plans-jo-voice")
+    base_import, train = hints(vx("voxledger audit jo-voice --policy plans-jo-voice/audit.yaml"))  # section 4's first command
+    assert base_import == "voxledger base import tiny"
+    vx(base_import)
+    (promote,) = hints(vx(train))
+    assert "--policy plans-jo-voice/promote.yaml" in promote
+    # a stricter policy of the user's own (and its evaluation plan) in another folder: the gate fails, its hints still run
+    strict = tmp_path / "strict"
+    strict.mkdir()
+    shutil.copy(tmp_path / "plans-jo-voice" / "eval.yaml", strict / "eval.yaml")
+    policy = yaml.safe_load((tmp_path / "plans-jo-voice" / "promote.yaml").read_text())
+    policy["rules"][0]["threshold"] = 1.01  # no challenger can pass it
+    (strict / "promote.yaml").write_text(yaml.safe_dump(policy))
+    failed = hints(vx(promote.replace("plans-jo-voice/promote.yaml", "strict/promote.yaml"), code=1))
+    assert [h.split()[1:3] for h in failed] == [
+        ["receipt", "show"],
+        ["eval", "run"],
+    ] and "eval run strict/eval.yaml --corpus jo-voice" in failed[1]
+    for command in failed:
+        vx(command)
+    passed = vx(promote)  # the policy the training run's hint named: the smoke plans' lenient gate promotes
+    assert "\npromoted " in passed and "promoted None" not in passed, passed

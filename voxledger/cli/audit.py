@@ -53,6 +53,37 @@ def audit(ctx: click.Context, corpus: Path, policy: Path, audio_roots: tuple[Pat
         _show(home, exc.receipt_id, as_json, max_rows)
         raise
     _show(home, out.receipt_id, as_json, max_rows, out.receipt)
+    if not as_json:
+        for line in next_after_audit(corpus, policy, out.receipt_id):
+            click.echo(f"next: {line}")
+
+
+def next_after_audit(corpus: Path, policy: Path, receipt_id: str) -> list[str]:
+    """The complete training commands after a passing audit, from the plans ``init`` wrote beside the
+    policy: the base training when the plans train one, else importing the shipped base and training
+    the adapter on it (the shipped tree's digest is known before it is imported). Nothing when the
+    policy has no training plan beside it (the demo's bundled policy, say)."""
+    from voxledger.schemas.errors import VoxledgerError
+    from voxledger.schemas.training import TrainingPlan
+    from voxledger.tasks.backends.base import get_backend
+    from voxledger.tasks.plans import load_plan
+    from voxledger.tasks.shipped_base import read_bundle
+
+    folder, rid = policy.parent, receipt_id[:16]
+    if (folder / "train-base.yaml").is_file():
+        return [f"voxledger train {corpus} --audit {rid} --plan {folder / 'train-base.yaml'}"]
+    adapter = folder / "train-adapter.yaml"
+    if not adapter.is_file():
+        return []
+    try:
+        backend = load_plan(adapter, TrainingPlan).backend
+        shipped = get_backend(backend).shipped_base()
+        tree = read_bundle(shipped).tree_sha256 if shipped is not None else None
+    except VoxledgerError:
+        return []  # the training command reports what is wrong with its plan
+    if tree is None:
+        return []
+    return [f"voxledger base import {backend}", f"voxledger train {corpus} --audit {rid} --plan {adapter} --base {tree[:16]}"]
 
 
 def _show(home: Any, receipt_id: str, as_json: bool, max_rows: int, receipt: AuditReceipt | None = None) -> None:

@@ -90,7 +90,9 @@ def base_import(ctx: click.Context, backend: str, as_json: bool) -> None:
         emit_json(summary)
         return
     click.echo(f"base {summary['name']}: tree {tree}{' [cached]' if out.cached else ''}; receipt {out.receipt_id}")
-    click.echo(f"next: voxledger train CORPUS --audit AUDIT_RECEIPT --plan ADAPTER_PLAN --base {tree[:16]}")
+    click.echo(
+        f"an adapter trains on it with --base {tree[:16]} (a passing audit of your corpus prints the whole `voxledger train` command)"
+    )
 
 
 @base_group.command("bundle")

@@ -7,8 +7,8 @@ Command modules import from here and from nothing else in ``voxledger.cli``; the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -88,6 +88,25 @@ def run_flow(ctx: click.Context, flow: str, *args: Any, quiet: bool = False, **k
                 if served:
                     return out
         return run_here(home.root, flow, (home_ref(ctx), *args), kwargs, show)
+
+
+@contextmanager
+def complete_hints(corpus: Path, eval_plan: Path | None) -> Iterator[None]:
+    """Fill the placeholders a stage's error hint carries (``--corpus CORPUS``, ``eval run EVAL_PLAN``)
+    with what this command was given, so each ``next:`` line works when pasted. A stage's verdict
+    sees only its receipt; the command knows the corpus and the plans beside it."""
+    from voxledger.schemas.errors import VoxledgerError
+
+    try:
+        yield
+    except VoxledgerError as exc:
+        text = str(exc)
+        filled = text.replace("--corpus CORPUS", f"--corpus {corpus}")
+        if eval_plan is not None and eval_plan.is_file():
+            filled = filled.replace("eval run EVAL_PLAN", f"eval run {eval_plan}")
+        if filled != text:
+            exc.args = (filled, *exc.args[1:])
+        raise
 
 
 def cli_console(stderr: bool = False) -> Console:

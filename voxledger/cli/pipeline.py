@@ -9,6 +9,7 @@ from rich.table import Table
 
 from voxledger.cli.common import (
     cli_console,
+    complete_hints,
     emit_json,
     json_option,
     plans_dir,
@@ -38,19 +39,34 @@ def pipeline_run(ctx: click.Context, plan_file: Path, corpus: Path, packets_dir:
 
     Example: voxledger pipeline run plans/pipeline-demo.yaml --corpus ./demo/corpus --packets ./demo/packets
     """
-    out = run_flow(
-        ctx,
-        "voxledger.flows.pipeline:pipeline",
-        str(corpus.absolute()),
-        str(plan_file.absolute()),
-        str(PLANS),
-        str(packets_dir.absolute()) if packets_dir else None,
-    )
+    with complete_hints(corpus, _evaluation_plan(plan_file)):
+        out = run_flow(
+            ctx,
+            "voxledger.flows.pipeline:pipeline",
+            str(corpus.absolute()),
+            str(plan_file.absolute()),
+            str(PLANS),
+            str(packets_dir.absolute()) if packets_dir else None,
+        )
     if as_json:
         emit_json({"pipeline_receipt": out.pipeline_receipt, "stages": [s.model_dump(mode="json") for s in out.stages]})
     else:
         print_stages(out.stages)
         click.echo(f"pipeline receipt {out.pipeline_receipt}")
+
+
+def _evaluation_plan(plan_file: Path) -> Path | None:
+    """The evaluation plan a pipeline plan names (beside it, else bundled), for the hints of a failed gate; None when unreadable."""
+    from voxledger.schemas.errors import VoxledgerError
+    from voxledger.schemas.pipeline import PipelinePlan
+    from voxledger.tasks.plans import load_plan
+
+    try:
+        name = load_plan(plan_file, PipelinePlan).evaluation
+    except VoxledgerError:
+        return None  # the run itself reports the plan's problem
+    beside = plan_file.parent / name
+    return beside if beside.is_file() else PLANS / name
 
 
 @pipeline_group.command("stages")

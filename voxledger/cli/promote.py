@@ -8,6 +8,7 @@ import click
 
 from voxledger.cli.common import (
     cli_console,
+    complete_hints,
     emit_json,
     json_option,
     plans_dir,
@@ -38,7 +39,8 @@ def promote(ctx: click.Context, training_run: str, policy_file: Path, corpus: Pa
     """
 
     run_id = resolve_receipt(ctx, training_run, "training_run")
-    out = run_flow(ctx, "voxledger.flows.promote:promote", str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
+    with complete_hints(corpus, policy_file.parent / "eval.yaml"):  # init writes the evaluation plan beside the policy
+        out = run_flow(ctx, "voxledger.flows.promote:promote", str(corpus.absolute()), run_id, str(policy_file.absolute()), quiet=as_json)
     r = out.receipt.result
     if as_json:
         emit_json({"receipt": out.receipt_id, "cached": out.cached, "promoted": r.promoted})
