@@ -13,22 +13,32 @@ from voxledger.schemas.evaluation import EvaluationPlan
 from voxledger.schemas.listening import ListeningProtocol
 from voxledger.schemas.pipeline import PipelinePlan
 from voxledger.schemas.promotion import PromotionPolicy
+from voxledger.schemas.sweep import SweepPlan
 from voxledger.schemas.training import TrainingPlan
 from voxledger.tasks.plans import load_plan, plan_digest
 
 PLANS = Path(__file__).resolve().parents[1] / "plans"
 MODELS = {"audit_policy": AuditPolicy, "training_plan": TrainingPlan, "promotion_policy": PromotionPolicy, "evaluation_plan": EvaluationPlan,
-          "listening_protocol": ListeningProtocol, "pipeline_plan": PipelinePlan}  # fmt: skip
+          "listening_protocol": ListeningProtocol, "pipeline_plan": PipelinePlan, "sweep_plan": SweepPlan}  # fmt: skip
 
 
 def test_every_plan_validates_and_names_its_command() -> None:
     files = sorted(PLANS.glob("*.yaml"))
-    assert len(files) == 17, f"found {[f.name for f in files]}: update this count deliberately"
+    assert len(files) == 18, f"found {[f.name for f in files]}: update this count deliberately"
     for f in files:
         assert f.read_text().startswith("# voxledger "), f"{f.name} must start with a comment giving the command that runs it"
         kind = yaml.safe_load(f.read_text()).get("kind")
         model = MODELS.get(kind, EquivalencePlan)
         load_plan(f, model)  # type: ignore[type-var]
+
+
+def test_the_demo_sweep_names_plans_beside_it() -> None:
+    from voxledger.tasks.plans import PlanRef
+    from voxledger.tasks.stages.sweep import beside, members
+
+    plan = PlanRef.load(PLANS / "sweep-demo.yaml", SweepPlan)
+    training, policy = beside(plan, PLANS)  # the training plan, the policy and every member's plan validate
+    assert (training.source_name, policy.source_name, len(members(plan, training))) == ("train-tiny-lora.yaml", "promote-demo.yaml", 6)
 
 
 def test_plan_identity_ignores_comments_and_key_order(tmp_path: Path) -> None:

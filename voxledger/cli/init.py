@@ -44,6 +44,11 @@ BACKEND_NAMES = get_args(BackendName)
 @click.option("--test-split", default=None, help="Split of the final evaluation prompts (default: 'test' or 'eval'; else the dev split).")
 @click.option("--name", default=None, help="Plan name prefix (default: the corpus folder's name).")
 @click.option("--force", is_flag=True, help="Overwrite plan files already in --out.")
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="Also write sweep.yaml: the adapter at half, the same and twice its learning rate, judged in one gate (voxledger sweep run).",
+)
 @json_option("what was decided and written")
 def init(
     corpus: Path,
@@ -56,6 +61,7 @@ def init(
     test_split: str | None,
     name: str | None,
     force: bool,
+    sweep: bool,
     as_json: bool,
 ) -> None:
     """Write editable plans (audit, training, promotion, evaluation, listening, pipeline) for CORPUS.
@@ -66,6 +72,9 @@ def init(
 
     A one-speaker corpus (LJSpeech layout, say) gets an adapter on the base the backend ships;
     a corpus without splits is split deterministically (no recording or sentence crosses splits).
+
+    With --sweep, a corpus that gets an adapter also gets sweep.yaml, a small sweep of it
+    (docs/sweeps.md).
 
     Example: voxledger init ./my-corpus --target alice
     """
@@ -78,6 +87,7 @@ def init(
         force=force,
         base=base,  # type: ignore[arg-type]
         backend=backend,  # type: ignore[arg-type]
+        sweep=sweep,
         target=target,
         train_split=train_split,
         dev_split=dev_split,

@@ -48,7 +48,16 @@ ROLE_WORDS: dict[str, tuple[str, ...]] = {"train": ("train",), "dev": ("dev", "v
 PAIRED_GATE_MIN_PROMPTS = 5  # cluster_t needs 5 prompts (schemas/evaluation.py MIN_PROMPTS)
 MAX_PROMPTS = 20
 BaseChoice = Literal["auto", "shipped", "train"]
-PLAN_FILES = ("audit.yaml", "train-base.yaml", "train-adapter.yaml", "promote.yaml", "eval.yaml", "listening.yaml", "pipeline.yaml")
+PLAN_FILES = (
+    "audit.yaml",
+    "train-base.yaml",
+    "train-adapter.yaml",
+    "promote.yaml",
+    "eval.yaml",
+    "listening.yaml",
+    "pipeline.yaml",
+    "sweep.yaml",
+)
 
 
 @dataclass(frozen=True)
@@ -420,9 +429,10 @@ def _pipeline(name: str, shipped_base: BackendName | None, own_base: bool = Fals
 
 
 def plan_documents(
-    loaded: LoadedCorpus, roles: CorpusRoles, name: str, backend: BackendName = DEFAULT_BACKEND
+    loaded: LoadedCorpus, roles: CorpusRoles, name: str, backend: BackendName = DEFAULT_BACKEND, *, sweep: bool = False
 ) -> dict[str, dict[str, Any]]:
     """File name -> plan document, written by `init_plans`; training settings are ``backend``'s measured recipes.
+    With ``sweep``, a corpus that gets an adapter also gets ``sweep.yaml`` (a small sweep of it: `_sweep`).
 
     Raises:
         BackendCapabilityError: the backend has no recipe for a plan that is needed.
@@ -445,7 +455,28 @@ def plan_documents(
     line = model_line(roles.target, backend)  # the corpus's own model line: its aliases are no other voice's
     docs["promote.yaml"] = _promotion(name, base_voice, gate, _references(gate, refs), roles.language, line)
     docs["pipeline.yaml"] = _pipeline(name, backend if roles.shipped is not None else None, roles.own_base)
+    if sweep:
+        docs["sweep.yaml"] = _sweep(name, docs["train-adapter.yaml"])
     return docs
+
+
+def _sweep(name: str, adapter: dict[str, Any]) -> dict[str, Any]:
+    """A small default sweep: the adapter plan at half, the same and twice its learning rate (the
+    setting that most often decides whether a LoRA helps), all judged by promote.yaml in one gate."""
+    from voxledger.schemas.training import TrainingPlan
+
+    lr = TrainingPlan.model_validate(adapter).optim.peak_lr
+    stem = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")
+    stem = stem if stem[:1].isalpha() else f"s-{stem}".rstrip("-")
+    return {
+        "kind": "sweep_plan",
+        "name": f"{stem[:36].rstrip('-_')}-lr",
+        "training": "train-adapter.yaml",
+        "policy": "promote.yaml",
+        "grid": {"peak_lr": [lr / 2, lr, lr * 2]},
+        "workers": 2,
+        "threads_per_member": 1,
+    }
 
 
 def _recipe_notes(backend: BackendName, roles: CorpusRoles) -> dict[str, str]:
@@ -511,6 +542,11 @@ def _headers(corpus: str, out: str, roles: CorpusRoles, n_gate: int, notes: dict
             f"# voxledger packets export --plan {out}/listening.yaml --stimuli stimuli.json ./packets\n"
             "# (or the listening stage of the pipeline). Omitted fields take the schema defaults (schemas/listening.py).\n"
         ),
+        "sweep.yaml": (
+            f"# voxledger sweep run {out}/sweep.yaml --corpus {corpus} --audit AUDIT_RECEIPT{base_opt}{base_arg}\n"
+            "# Three adapters at half, the same and twice train-adapter.yaml's learning rate, 2 at a time, every checkpoint\n"
+            "# they keep judged by promote.yaml in one gate (docs/sweeps.md). Add axes (lora_r, seed, ...) or variants.\n"
+        ),
         "pipeline.yaml": (
             f"# voxledger pipeline run {out}/pipeline.yaml --corpus {corpus} --packets ./packets\n"
             f"# audit -> {base_line} -> LoRA for {roles.target} -> promote -> evaluate -> package -> packets.\n"
@@ -526,6 +562,7 @@ def init_plans(
     force: bool = False,
     backend: BackendName = DEFAULT_BACKEND,
     base: BaseChoice = "auto",
+    sweep: bool = False,
     **choices: str | None,
 ) -> InitResult:
     """Write editable plans for ``corpus`` into ``out``; refuse to overwrite unless ``force``.
@@ -535,6 +572,7 @@ def init_plans(
         backend: whose measured recipes the training plans take (and which the plans name).
         base: ``shipped`` adapts the backend's shipped base, ``train`` trains one on the corpus's
             other speakers; ``auto`` trains one when there are other speakers, else uses the shipped one.
+        sweep: also write ``sweep.yaml``, a small sweep of the adapter plan (``voxledger sweep run``).
         choices: ``train_split``, ``dev_split``, ``test_split``, ``target`` (see `corpus_roles`).
 
     Raises:
@@ -552,7 +590,7 @@ def init_plans(
     roles = with_base(corpus_roles(loaded, **choices), backend, base)
     name = name or _plan_name(corpus)
     out = out if out is not None else Path(f"plans-{name}")
-    docs = plan_documents(loaded, roles, name, backend)
+    docs = plan_documents(loaded, roles, name, backend, sweep=sweep)
     clash = [out / f for f in docs if (out / f).exists()]
     if clash and not force:
         raise CorpusError(f"{clash[0]} exists; choose another --out folder or pass --force to overwrite (nothing written)")
