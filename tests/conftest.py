@@ -56,6 +56,7 @@ LONGEST_GROUPS = (
     "tests/tasks/packaging/test_package_build.py",
     "tests/tasks/listening/test_commit_race.py",
     "tests/tasks/listening/test_packets_extend.py",
+    "tests/tasks/listening/test_robustness.py",
     "tests/flows/test_own_corpus.py",
     "tests/test_cli_interrupt.py",
     "tests/tasks/backends/cosyvoice3/test_data_parallel.py",

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from voxledger.schemas.base import Frozen, ReceiptBase, Sha256
 from voxledger.schemas.listening import Hex, Label, ScreeningRules, SlotRole, Statistics, TaskType
+from voxledger.schemas.listening_robustness import Robustness
 
 
 class PositionBalance(Frozen):
@@ -410,6 +411,8 @@ class AggregateResult(Frozen):
     # are here (``candidate`` is the role, ``hidden_reference``, ``low_anchor`` or ``mid_anchor``), and
     # ``scores`` and ``deltas`` count candidate stimuli only
     screening_scores: tuple[CandidateScore, ...] = ()
+    # per-rater influence, the robust aggregate and bot scores; absent in aggregates recorded before them
+    robustness: Robustness | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class AggregateReceipt(ReceiptBase):

@@ -7,12 +7,21 @@
 - the MUSHRA hidden reference and low anchor are screening items: their means are shown as
   screening, never as candidates in a comparison (raters are told to score the reference 100);
 - inter-rater agreement is labelled with what it counts: ``agreement`` includes the MUSHRA hidden
-  reference and anchor (easy to agree on), ``agreement_candidates_only`` does not.
+  reference and anchor (easy to agree on), ``agreement_candidates_only`` does not;
+- a verdict that rests on suspicious raters (``robustness``) carries ``FLAGGED`` and its reasons on
+  its own line, never printed as a plain verdict.
 """
 
 from __future__ import annotations
 
-from voxledger.schemas.listening_receipts import AggregateResult, Agreement, BradleyTerry, CandidateScore, PairedDelta
+from voxledger.schemas.listening_receipts import (
+    AggregateResult,
+    Agreement,
+    BradleyTerry,
+    CandidateScore,
+    PairedDelta,
+)
+from voxledger.schemas.listening_robustness import Robustness, VerdictCheck
 from voxledger.schemas.multiplicity import family_line, p_with_adjusted
 
 P_VALUE_FLOOR = 5e-7  # stats stores p rounded to 6 decimals: a stored 0 means p < 5e-7
@@ -81,6 +90,42 @@ def floor_line(deltas: tuple[PairedDelta, ...], confidence: float) -> str:
     return ""
 
 
+def flag_note(check: VerdictCheck | None) -> str:
+    """`` FLAGGED: ...`` after a verdict that rests on suspicious raters; empty otherwise."""
+    if check is None or not check.flagged:
+        return ""
+    return " FLAGGED: " + "; ".join(check.reasons)
+
+
+def robustness_lines(rb: Robustness) -> list[str]:
+    """Bot-flagged raters, the robust deltas and which raters each verdict depends on."""
+    lines = []
+    flagged = [s for s in rb.bot_scores if s.flagged]
+    scored = [s for s in rb.bot_scores if s.p_value is not None]
+    lines.append(
+        f"bot score (signal-only predictors within conditions, {rb.permutations:,} shuffles; flag at p <= {rb.bot_p_max:g} and |r| >= {rb.bot_r_min:g}): "
+        + (
+            ", ".join(f"{s.rater_id} FLAGGED (r {s.max_abs_r:.2f} with {s.best_predictor}, p {s.p_value:.1e})" for s in flagged)
+            if flagged
+            else f"no rater flagged ({len(scored)} of {len(rb.bot_scores)} scored)"
+        )
+    )
+    for d in rb.robust_deltas:
+        ci = f" [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if d.ci_low is not None and d.ci_high is not None else ""
+        p = f", p adj {d.p_adjusted:.2e}" if d.p_adjusted is not None else f", {d.note}" if d.note else ""
+        lines.append(
+            f"{d.criterion}: robust {d.b} - {d.a} = {d.estimate:+.3f}{ci} (20% trimmed mean of {d.raters} raters' means, "
+            f"{d.trimmed} trimmed per end{p})" + (f", favours {d.better}" if d.better else "")
+        )
+    for v in rb.verdicts:
+        if v.flipped_by:
+            lines.append(
+                f"{v.criterion}: {v.b} vs {v.a} verdict ({v.better or 'none'}) changes without any one of {', '.join(v.flipped_by)}"
+            )
+    lines.append(f"verdicts flagged as resting on suspicious raters: {rb.flagged_verdicts} of {len(rb.verdicts)}")
+    return lines
+
+
 def summary_lines(result: AggregateResult, confidence: float = 0.95) -> list[str]:
     """The statistics of an aggregate as printable lines (after the score table): the family the
     paired deltas were adjusted over and the floor of their simulated p-values where it matters,
@@ -91,12 +136,16 @@ def summary_lines(result: AggregateResult, confidence: float = 0.95) -> list[str
         verdict = f"'favours' is said only where the adjusted p is below {1 - confidence:g} and the interval excludes 0"
         lines.append(family_line(family.adjustment, family.family, family.family_size, verdict))
         lines += [x for x in (floor_line(result.deltas, confidence),) if x]
+    checks = {(v.criterion, v.task, v.a, v.b): v for v in result.robustness.verdicts} if result.robustness else {}
     lines += [
         f"{d.criterion}: {d.b} - {d.a} = {d.mean_delta:+.3f} over {d.pairs} pairs, {p_with_adjusted(d.p_value, d.p_adjusted, d.adjustment)}"
         + (f" (at the floor 1/({d.resamples:,}+1))" if at_floor(d) else "")
         + (f", favours {d.better}" if d.better else "")
+        + flag_note(checks.get((d.criterion, d.task, d.a, d.b)))
         for d in result.deltas
     ]
+    if result.robustness is not None:
+        lines += robustness_lines(result.robustness)
     lines += [format_screening_score(s) for s in result.screening_scores]
     lines += [format_bradley_terry(bt) for bt in result.bradley_terry]
     lines += [format_agreement(a, candidates_only=False) for a in result.agreement]

@@ -414,6 +414,11 @@ def _paired(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], list[
     return out
 
 
+def paired_cells(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], list[Cell]]:
+    """(criterion, task, a, b) -> [(b - a, rater, prompt)]: the pairs ``paired_deltas`` tests, between candidate stimuli only."""
+    return _paired(rows)
+
+
 def paired_deltas(
     rows: list[RatingRow], spec: Statistics, directions: Mapping[str, str], ranges: Ranges | None = None
 ) -> list[PairedDelta]:

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,15 +38,19 @@ from voxledger.schemas.listening_receipts import (
     Attrition,
     MissingCell,
     PacketSetReceipt,
+    PairedDelta,
     RatingRow,
     SubmissionParameters,
     SubmissionReceipt,
     SubmissionRejection,
 )
+from voxledger.schemas.listening_robustness import Robustness
 from voxledger.settings import load_settings
+from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.home import Home
+from voxledger.stores.queries import evaluation_observations
 from voxledger.stores.receipts import receipt_document
-from voxledger.tasks.listening import stats
+from voxledger.tasks.listening import robustness, stats
 from voxledger.tasks.listening.keys import home_secret, open_sealed_key
 from voxledger.tasks.listening.screening import screen_rater
 from voxledger.tasks.listening.verify import (
@@ -115,7 +119,8 @@ def aggregate_ratings(home: Home, packet_set_id: str, submissions: list[Path], *
                 f"no submission accepted ({len(verdicts.rejections)} refused): "
                 + "; ".join(f"{r.file}: {r.reason}" for r in verdicts.rejections)
             )
-        result, rows = _result(protocol, packets, verdicts, blinding)
+        observed = evaluation_observations(home.catalog, ps.parameters.evaluation_plan_sha256)
+        result, rows = _result(protocol, packets, verdicts, blinding, home.blobs, observed)
         rows_sha = home.blobs.put_bytes(canonical_bytes([r.model_dump(mode="json") for r in rows]))
         csv_sha = home.blobs.put_bytes(ratings_csv(rows))
         known, fresh = _submission_receipts(home, packet_set_id, verdicts.accepted, flow)
@@ -487,7 +492,12 @@ def _attrition(packets: dict[str, Packet], accepted: list[Checked]) -> Attrition
 
 
 def _result(
-    protocol: ListeningProtocol, packets: dict[str, Packet], verdicts: Verdicts, blinding: BlindingKey
+    protocol: ListeningProtocol,
+    packets: dict[str, Packet],
+    verdicts: Verdicts,
+    blinding: BlindingKey,
+    blobs: LocalBlobStore,
+    observed: Mapping[tuple[str, str], dict[str, float]],
 ) -> tuple[AggregateResult, list[RatingRow]]:
     accepted = verdicts.accepted
     key = {e.pseudonym: e for e in blinding.entries}
@@ -508,6 +518,7 @@ def _result(
     spec = protocol.statistics
     directions = {c.name: c.direction for c in protocol.criteria}
     ranges = {c.name: (float(c.scale.min), float(c.scale.max)) for c in protocol.criteria}
+    deltas = stats.paired_deltas(kept, spec, directions, ranges)
     result = AggregateResult(
         submissions_accepted=len(accepted),
         rejections=tuple(verdicts.rejections),
@@ -516,7 +527,7 @@ def _result(
         attrition=_attrition(packets, accepted),
         scores=tuple(stats.candidate_scores(kept, spec, ranges)),
         screening_scores=tuple(stats.screening_scores(kept, spec, ranges)),
-        deltas=tuple(stats.paired_deltas(kept, spec, directions, ranges)),
+        deltas=tuple(deltas),
         bradley_terry=tuple(stats.bradley_terry(kept, c.name, spec) for c in protocol.criteria if c.task == "ab" and _has_ab(kept, c.name)),
         agreement=tuple(_labelled(stats.agreement(kept, c.name, c.task), c.task) for c in protocol.criteria),
         agreement_candidates_only=tuple(
@@ -524,8 +535,29 @@ def _result(
         ),
         bias=tuple(stats.rater_bias(rows, included)),
         rating_rows=len(rows),
+        robustness=_robustness(rows, deltas, included, protocol, [c.packet for c in accepted], blobs, observed),
     )
     return result, rows
+
+
+def _robustness(
+    rows: list[RatingRow],
+    deltas: list[PairedDelta],
+    included: set[str],
+    protocol: ListeningProtocol,
+    packets: list[Packet],
+    blobs: LocalBlobStore,
+    observed: Mapping[tuple[str, str], dict[str, float]],
+) -> Robustness:
+    """Bot scores, robust deltas and each included rater's influence (``robustness.assess``)."""
+    versus = {(p.rater_id, t.id): t.stimuli[0] for p in packets for t in p.manifest.trials if t.task == "ab"}
+    sides = {r.stimulus: (r.candidate, r.prompt_id) for r in rows if r.role == "stimulus"}
+    sides |= {versus[(r.rater_id, r.trial)]: (r.versus_candidate or "", r.prompt_id) for r in rows if (r.rater_id, r.trial) in versus}
+    features = robustness.packet_features(blobs, packets, set(sides))
+    robustness.add_evaluation(features, sides, observed)
+    directions = {c.name: c.direction for c in protocol.criteria}
+    ranges = {c.name: (float(c.scale.min), float(c.scale.max)) for c in protocol.criteria}
+    return robustness.assess(rows, deltas, included, protocol.statistics, directions, ranges, features, versus)
 
 
 def _has_ab(rows: list[RatingRow], criterion: str) -> bool:

@@ -1,0 +1,112 @@
+"""Conclusions that survive a scripted rater: bot scores, the robust aggregate, per-rater influence and flags.
+
+The simulated packet set (``robust_sim.wide_export``): the demo protocol, eight raters each hearing
+all ten test sentences. Honest raters are noisy listeners (``honest.noisy_scorer``); the scripted
+rater is ``bot.py``'s signal-only bot on every candidate item, with the screening items answered
+right (``honest.screened_bot``): the worst case, a script that passed screening.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import mstats
+
+from tests.tasks.listening.honest import CandidateBot
+from tests.tasks.listening.robust_sim import Wide, aggregate, wide_export, without
+from voxledger.tasks.listening import robustness
+from voxledger.tasks.listening.report import summary_lines
+
+
+def test_yuen_is_wilcox_trimci() -> None:
+    """The robust delta's interval is the 20% trimmed mean's (scipy's trimmed_mean_ci gives the same numbers)."""
+    x = [0.5, 1.2, 0.9, 1.4, 3.0, -2.0, 1.1, 0.8, 0.2, 1.9]
+    est, low, high, p, g = robustness.yuen(x, 0.95)
+    assert g == 2 and est == pytest.approx(np.mean(sorted(x)[2:-2]))
+    assert (low, high) == pytest.approx(tuple(mstats.trimmed_mean_ci(np.array(x), limits=(0.2, 0.2), alpha=0.05)))
+    assert p is not None and 0 < p < 0.05
+    assert robustness.yuen([1.0] * 6, 0.95)[1:4] == (None, None, None)  # no spread: nothing to test
+    # one wild rater among six moves the trimmed mean far less than the mean
+    honest = [1.0, 1.2, 0.8, 1.1, 0.9]
+    assert abs(robustness.yuen([*honest, -9.0], 0.95)[0] - 1.0) < 0.2 < abs(np.mean([*honest, -9.0]) - 1.0)
+
+
+def _synthetic(rng: np.random.Generator, follows_signal: bool) -> list[robustness.Contrast]:
+    """30 ratings of one criterion over 3 candidates x 10 prompts: quality plus noise, or a signal statistic."""
+    out = []
+    for i in range(30):
+        cand, prompt = f"c{i % 3}", f"p{i // 3}"
+        signal = {"flatness": float(rng.normal()), "level": float(rng.normal())}
+        y = (i % 3) * 0.2 + (0.15 * signal["flatness"] if follows_signal else float(rng.normal(0, 0.15)))
+        out.append((("naturalness", "acr", cand, prompt), y, signal))
+    return out
+
+
+def test_bot_score_flags_answers_that_follow_a_signal_beyond_the_other_raters() -> None:
+    rng = np.random.default_rng(3)
+    signal = {f"s{i}": {"flatness": float(rng.normal()), "level": float(rng.normal())} for i in range(30)}
+    raters = {}
+    for name, scripted in (("bot", True), *((f"h{i}", False) for i in range(5))):
+        items = _synthetic(rng, scripted)
+        raters[name] = [(unit, y, signal[f"s{i}"]) for i, (unit, y, _) in enumerate(items)]  # every rater hears the same files
+        if scripted:  # the script's answers follow the files' flatness
+            raters[name] = [(unit, (i % 3) * 0.2 + 0.15 * signal[f"s{i}"]["flatness"], x) for i, (unit, _, x) in enumerate(raters[name])]
+    agreed = robustness.consensus(raters, set(raters))
+    scores = {r: robustness.bot_score(r, items, agreed[r], included=True, permutations=999) for r, items in raters.items()}
+    assert scores["bot"].flagged and scores["bot"].best_predictor == "flatness" and scores["bot"].p_value == pytest.approx(1 / 1000)
+    assert not any(scores[f"h{i}"].flagged for i in range(5)), scores
+    again = robustness.bot_score("bot", raters["bot"], agreed["bot"], included=True, permutations=999)
+    assert again == scores["bot"]  # its own seeded generator: the same answer every time
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Wide:
+    return wide_export(tmp_path_factory.mktemp("wide"))
+
+
+HONEST_SEEDS = 3  # python -m tests.tasks.listening.robust_sim 20 runs twenty (docs/listening.md)
+
+
+def test_honest_raters_are_never_flagged(wide: Wide, tmp_path: Path) -> None:
+    for seed in range(HONEST_SEEDS):
+        receipt, _, _ = aggregate(wide, tmp_path / f"s{seed}", seed, {})
+        rb = receipt.result.robustness
+        assert rb is not None and all(s.p_value is not None for s in rb.bot_scores), rb  # every rater was scored
+        assert rb.flagged_raters == () and rb.flagged_verdicts == 0, (seed, rb.flagged_raters, [v for v in rb.verdicts if v.flagged])
+        assert not [line for line in summary_lines(receipt.result) if "FLAGGED" in line]
+
+
+@pytest.mark.prefect
+def test_scripted_raters_are_excluded_or_the_verdicts_they_change_are_flagged(wide: Wide, tmp_path: Path) -> None:
+    """Two scripts among eight raters (seed 0): every verdict that removing them changes is flagged, in the receipt, the
+    CLI and the dashboard; a script flagged by its bot score is named."""
+    from click.testing import CliRunner
+
+    from voxledger.cli import main
+    from voxledger.dashboards.report import build_dashboard
+    from voxledger.stores.home import Home
+
+    bots = {r: CandidateBot(wide.packets[r]) for r in ("r01", "r02")}
+    receipt, rows, home = aggregate(wide, tmp_path, 0, bots)
+    res, rb = receipt.result, receipt.result.robustness
+    assert rb is not None
+    included = {s.rater_id for s in res.screening if s.included}
+    clean = without(rows, set(bots), wide.protocol)
+    changed = [v for v in rb.verdicts if clean.get((v.criterion, v.task, v.a, v.b)) != v.better]
+    assert set(bots) <= included and changed, "the scripts passed screening and changed a verdict"  # else nothing to show
+    assert all(v.flagged and v.reasons for v in changed), [v for v in changed if not v.flagged]
+    assert set(rb.flagged_raters) <= set(bots) and rb.flagged_raters, rb.bot_scores  # a script named, no honest rater
+    lines = summary_lines(res)
+    flagged_lines = [line for line in lines if " FLAGGED: " in line]
+    assert len(flagged_lines) == rb.flagged_verdicts == len(res.deltas) - sum(not v.flagged for v in rb.verdicts)
+    out = CliRunner().invoke(main, ["--home", home, "ratings", "aggregate", receipt.parameters.packet_set_receipt_sha256[:12],
+                                    *(str(tmp_path / f"{r}.json") for r in sorted(wide.packets))])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert (
+        all(line in out.output for line in flagged_lines)
+        and f"verdicts flagged as resting on suspicious raters: {rb.flagged_verdicts}" in out.output
+    )
+    page = build_dashboard(Home(Path(home)).catalog, tmp_path / "dash.html").read_text()
+    assert "Verdicts of the newest aggregate" in page and page.count('<span class="bad">FLAGGED: ') == rb.flagged_verdicts
