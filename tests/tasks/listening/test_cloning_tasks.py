@@ -14,6 +14,7 @@ import yaml
 from tests.tasks.listening.conftest import Exported
 from tests.tasks.listening.factory import make_stimuli, oracle_scorer, simulate_submission, write_json
 from tests.tasks.listening.test_stats import row
+from voxledger.schemas.errors import RequestRefusedError
 from voxledger.schemas.listening import (
     AcrCriterion,
     Completion,
@@ -25,9 +26,12 @@ from voxledger.schemas.listening import (
     SmosCriterion,
 )
 from voxledger.stores.home import Home
+from voxledger.stores.listening_sessions import EventRow
 from voxledger.tasks.listening.headphones import huggins_trial
 from voxledger.tasks.listening.keys import open_sealed_key, submission_mac
 from voxledger.tasks.listening.screening import screen_rater
+from voxledger.tasks.listening.served import EventIn, RaterState, check_event
+from voxledger.tasks.listening.verify import load_packets
 from voxledger.tasks.stages.packets import export_packets
 from voxledger.tasks.stages.ratings import aggregate_ratings
 
@@ -182,3 +186,17 @@ def test_the_docs_protocol_with_every_addition_validates() -> None:
     protocol = ListeningProtocol.model_validate(yaml.safe_load(block))
     assert [c.task for c in protocol.criteria] == ["acr", "mushra", "smos"] and protocol.design.familiarisation_trials == 3
     assert protocol.headphone_check.method == "huggins_pitch" and protocol.completion.code == "per_rater"
+
+
+def test_the_server_records_what_the_page_sends_about_headphones_and_practice(smos_export: Exported) -> None:
+    packet = next(iter(load_packets(smos_export.home.blobs, smos_export.receipt).values()))
+    state = RaterState(packet, [t.id for t in packet.manifest.trials])
+    details = [None, "headphones huggins_pitch try 1: 4/4 passed", "familiarisation: 3 practice items done"]
+    for seq, detail in enumerate(details):
+        ev = EventIn(page="0" * 32, seq=seq, event="start", detail=detail)
+        assert check_event(state, ev) is None
+        state.apply(EventRow(seq, 100 * seq, "start", None, None, detail))
+    with pytest.raises(RequestRefusedError, match="unknown trial 'f01'"):  # the page never posts a practice item
+        check_event(state, EventIn(page="0" * 32, seq=3, event="present", trial="f01"))
+    first = packet.manifest.trials[0].id
+    assert check_event(state, EventIn(page="0" * 32, seq=3, event="present", trial=first)) is None  # item 1 follows
