@@ -201,6 +201,8 @@ def test_a_package_missing_from_the_store_is_named_and_the_next_export_finishes(
     # the first attempt wrote every run before the package's; the second wrote the rest, once each
     assert done.versions_created == 1 and done.runs_created == len(done.runs) - [r.kind for r in done.runs].index("package")
     assert len(_runs(exported.client.__class__(tracking_uri=folder_store(tmp_path / "store")), done.experiment_id)) == len(done.runs)
+    # artifacts beside the database, never in the working folder
+    assert (tmp_path / "store" / "artifacts").is_dir() and not Path("mlruns").exists()
 
 
 def test_the_doc_reads_the_store_back_with_mlflows_client(exported: Exported, capsys: pytest.CaptureFixture[str]) -> None:

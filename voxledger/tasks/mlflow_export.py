@@ -297,6 +297,8 @@ def export_mlflow_fn(
     """
     started = utc_now()
     mlflow = load_mlflow()
+    if artifact_root is None and uri.startswith("sqlite:///"):  # beside the database, never MLflow's ./mlruns in the working folder
+        artifact_root = (Path(uri.removeprefix("sqlite:///")).absolute().parent / "artifacts").as_uri()
     try:
         return _export(home, mlflow, uri, experiment, artifact_root, flow, started)
     except mlflow.exceptions.MlflowException as exc:
