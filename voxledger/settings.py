@@ -93,6 +93,16 @@ class CosyVoiceSettings(BaseModel):
     work_dir: Path | None = Field(
         default=None, description="Cache of prepared data and file digests; unset means `~/.cache/voxledger/cosyvoice3`."
     )
+    probe_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=86_400,
+        json_schema_extra={"accepts": "a number of seconds above 0"},
+        description=(
+            "`cosyvoice3 preflight` imports upstream's whole import set in a child process and stops it after this long "
+            "(10-30 s on an idle machine; a timeout is reported naming this setting)."
+        ),
+    )
     python: Path | None = Field(
         default=None,
         description=(

@@ -146,3 +146,13 @@ def test_looking_up_the_backend_imports_no_peft_or_transformers() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     seen = [json.loads(line.removeprefix("PROBE ")) for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert seen == [[], ["peft", "transformers"]], done.stderr[-3000:]
+
+
+def test_a_probe_past_its_limit_is_a_finding_naming_the_setting(
+    fake_config: CosyVoice3Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VOXLEDGER_COSYVOICE_PROBE_TIMEOUT_S", "0.01")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # another probe key: not served from this process's earlier probes
+    report = check_environment(fake_config)
+    failed = [f for f in report.findings if f.id == "probe-failed"]
+    assert failed and "ran past 0.01 s" in failed[0].message and "raise VOXLEDGER_COSYVOICE_PROBE_TIMEOUT_S" in failed[0].message

@@ -35,6 +35,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from voxledger.schemas.base import Frozen
+from voxledger.settings import load_settings
 from voxledger.tasks.backends.cosyvoice3 import manifest, upstream
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
 
@@ -44,7 +45,7 @@ PROBE = Path(__file__).with_name("probe.py")
 CORE_MODULES = ("torch", "transformers.models.qwen2.modeling_qwen2", "peft")  # what the backend itself imports
 UPSTREAM_ENTRY_MODULES = ("cosyvoice.llm.llm", "cosyvoice.tokenizer.tokenizer", "matcha.utils.audio", "cosyvoice.cli.cosyvoice")
 TESTED_TRANSFORMERS = SpecifierSet(">=4.51.3,<5.25")  # upstream's pin .. this repository's pin (5.24.0)
-PROBE_TIMEOUT_S = 600
+ENV_PROBE_TIMEOUT = "VOXLEDGER_COSYVOICE_PROBE_TIMEOUT_S"
 _VERSIONS_SCRIPT = (
     "import importlib.metadata as m, json, sys\n"
     "def v(n):\n    try:\n        return m.version(n)\n    except m.PackageNotFoundError:\n        return None\n"
@@ -182,9 +183,15 @@ def run_probe(config: CosyVoice3Config, python: str = sys.executable) -> dict[st
     if key in _PROBES:
         return _PROBES[key]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run(
-        [python, str(PROBE), json.dumps(request)], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, check=False
-    )
+    limit_s = load_settings().cosyvoice.probe_timeout_s
+    try:
+        out = subprocess.run(
+            [python, str(PROBE), json.dumps(request)], capture_output=True, text=True, timeout=limit_s, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise ValueError(
+            f"the import probe ran past {limit_s:g} s (a loaded machine or a slow file system); raise {ENV_PROBE_TIMEOUT} and run it again"
+        ) from None
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         raise ValueError(f"exit {out.returncode}: {(out.stderr.strip().splitlines() or ['no output'])[-1]}")
