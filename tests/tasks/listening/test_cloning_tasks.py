@@ -126,7 +126,8 @@ def test_familiarisation_is_marked_unscored_and_never_aggregated(smos_export: Ex
         rated = {ex.key[s].prompt_id for t in m.trials for s in t.stimuli if ex.key[s].role == "stimulus"}
         practice = {ex.key[s].prompt_id for t in m.familiarisation for s in t.stimuli}
         assert practice and not practice & rated, f"{p.rater_id}: a practice clip's prompt is rated again among the scored trials"
-    assert "f01" not in (ex.packets / "trials.csv").read_text()
+    rows = [line.split(",") for line in (ex.packets / "trials.csv").read_text().splitlines()[1:]]
+    assert rows and all(r[2].startswith("t") for r in rows)  # the trial column: scored trials only
     doc = simulate_submission(ex.packets / "r01", ex.key, oracle_scorer(), session="1" * 32)
     practice_trial = _manifest(ex, "r01").familiarisation[0]
     doc["ratings"].append({"trial": "f01", "stimulus": practice_trial.stimuli[0], "criterion": "naturalness", "score": 3, "t_ms": 1})
