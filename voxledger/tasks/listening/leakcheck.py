@@ -296,7 +296,8 @@ def check_leaks(files: list[PacketFile], rate: int, blinding: Blinding) -> LeakC
         by_task[f.task][ft.candidate].append(ft)
     worst, leaks, unremoved = [], [], []
     for name in (*GATED, *INTRINSIC, *UNREMOVED):
-        groups = list(by_task.values()) if name in BY_TASK else [by_cand]
+        # tasks in sorted order: a tie between pairs goes the same way whatever order the files came in
+        groups = [by_task[t] for t in sorted(by_task)] if name in BY_TASK else [by_cand]
         pairs = [_separation(name, group, a, b) for group in groups for a, b in combinations(sorted(group), 2)]
         if not pairs:
             continue
