@@ -28,7 +28,8 @@ from voxledger.stores.home import HomeRef
 from voxledger.tasks.plans import PlanRef
 from voxledger.tasks.stage import StageOutcome
 from voxledger.tasks.stages import sweep as stage
-from voxledger.tasks.stages.sweep.gate import SweepRound, decide_sweep_gate, prepare_sweep_gate
+from voxledger.tasks.stages.promote import PromotionRound
+from voxledger.tasks.stages.sweep.gate import decide_sweep_gate, prepare_sweep_gate
 from voxledger.tasks.stages.sweep.members import train_member
 
 
@@ -49,13 +50,13 @@ def train_members(
 
 
 @task(name="prepare_sweep_gate", **STAGE_TASK)
-def prepare_gate(home: HomeRef, members: list[tuple[str, str]], policy: PlanRef) -> SweepRound | StageOutcome[PromotionReceipt]:
+def prepare_gate(home: HomeRef, members: list[tuple[str, str]], policy: PlanRef) -> PromotionRound | StageOutcome[PromotionReceipt]:
     """The sweep's one round (every member's best-k + last against the incumbent), or its stored decision."""
     return prepare_sweep_gate(open_home(home), members, policy.validated(PromotionPolicy), policy_name=policy.source_name, flow=flow_name())
 
 
 @task(name="decide_sweep_gate", **STAGE_TASK)
-def decide_gate(home: HomeRef, rnd: SweepRound, gate: StageOutcome[EvaluationReceipt]) -> StageOutcome[PromotionReceipt]:
+def decide_gate(home: HomeRef, rnd: PromotionRound, gate: StageOutcome[EvaluationReceipt]) -> StageOutcome[PromotionReceipt]:
     """Judge every challenger on the one gate evaluation; at most one is promoted; aliases move in the receipt."""
     return decide_sweep_gate(open_home(home), rnd, gate, flow=flow_name())
 

@@ -213,19 +213,34 @@ def _already_promoted(
 
 
 @dataclass(frozen=True)
-class PromotionRound:
-    """One promotion round, prepared: the run, the policy, the incumbent, the challengers and the
-    gate plan to evaluate them on. What ``decide_promotion`` judges once the gate evaluation ran."""
+class RoundChallenger:
+    """One challenger of a round: its checkpoint, its candidate in the gate plan, and the run (and,
+    in a sweep, the member) it came from."""
 
-    training_run_rid: str
+    checkpoint_rid: str
+    checkpoint: CheckpointReceipt
+    candidate: Candidate
+    run_rid: str
+    member: str = ""
+
+
+@dataclass(frozen=True)
+class PromotionRound:
+    """One promotion round, prepared: the runs, the policy, the incumbent, the challengers and the
+    gate plan to evaluate them on; what a decision judges once the gate evaluation ran.
+
+    A run's round (``prepare_promotion``, judged by ``decide_promotion``) has one unnamed run; a
+    sweep's (``sweep/gate.py``: ``prepare_sweep_gate``, ``decide_sweep_gate``) one run per member,
+    named, and the challengers of all of them."""
+
+    runs: tuple[tuple[str, str], ...]  # (member name, training run id); ('', id) in a run's own round
     policy: PromotionPolicy
     policy_rid: str
     policy_sha: str
     base_sha: str | None
     line: str
     champion: AliasState | None
-    challengers: tuple[tuple[str, CheckpointReceipt], ...]
-    candidates: tuple[Candidate, ...]
+    challengers: tuple[RoundChallenger, ...]
     incumbent: Candidate
     incumbent_sha: str
     bindings: dict[str, str]
@@ -233,6 +248,11 @@ class PromotionRound:
     gate: EvaluationPlan
     gate_name: str
     started: datetime
+
+    @property
+    def training_run_rid(self) -> str:
+        """The run a run's own round judges (a sweep's first member's for a sweep)."""
+        return self.runs[0][1]
 
     def gate_parents(self) -> tuple[InputRef, ...]:
         """What the gate evaluation records as its parent: the policy it was derived from."""
@@ -310,15 +330,14 @@ def prepare_promotion(
     # a derived plan: named by its digest (each round's candidates differ; the policy file is what is frozen)
     gate_name = f"{policy_name}#gate@{plan_digest(gate)[:16]}"
     return PromotionRound(
-        training_run_rid=training_run_rid,
+        runs=(("", training_run_rid),),
         policy=policy,
         policy_rid=policy_rid,
         policy_sha=policy_sha,
         base_sha=base_sha,
         line=line,
         champion=champion,
-        challengers=tuple(challengers),
-        candidates=tuple(cands),
+        challengers=tuple(RoundChallenger(rid, ck, cand, training_run_rid) for (rid, ck), cand in zip(challengers, cands, strict=True)),
         incumbent=incumbent,
         incumbent_sha=incumbent_sha,
         bindings=bindings,
@@ -387,12 +406,13 @@ def decide_promotion(
     decisions = []
     # the method's minimum, or every gate prompt when the policy has fewer (a challenger_mean-only policy)
     need = min(policy.gate_plan.statistics.min_units(), len(policy.gate_plan.prompts))
-    for (rid, ck), cand in zip(rnd.challengers, rnd.candidates, strict=True):
-        rules = tuple(judge(r, cand.name, comparisons, means, need) for r in policy.rules)
+    for c in rnd.challengers:
+        ck = c.checkpoint
+        rules = tuple(judge(r, c.candidate.name, comparisons, means, need) for r in policy.rules)
         decisions.append(
             ChallengerDecision(
-                name=cand.name,
-                checkpoint_receipt=rid,
+                name=c.candidate.name,
+                checkpoint_receipt=c.checkpoint_rid,
                 tree_sha256=ck.subject("checkpoint").sha256,
                 epoch=ck.parameters.epoch,
                 cv_loss=ck.parameters.cv_loss,

@@ -14,12 +14,9 @@ it like any promotion; its inputs name every member's run, and ``error_control``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from voxledger.schemas.base import InputRef, utc_now
 from voxledger.schemas.errors import GateFailedError
-from voxledger.schemas.evaluation import OWN_BASE, Candidate, EvaluationPlan, EvaluationReceipt
+from voxledger.schemas.evaluation import OWN_BASE, Candidate, EvaluationReceipt
 from voxledger.schemas.promotion import (
     AliasMove,
     ChallengerDecision,
@@ -29,57 +26,31 @@ from voxledger.schemas.promotion import (
     PromotionResult,
 )
 from voxledger.schemas.sweep import SweepFamily
-from voxledger.schemas.training import BackendName, CheckpointReceipt, TrainingRunReceipt
+from voxledger.schemas.training import BackendName, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.tasks.plans import check_plan, plan_digest, register_plan
 from voxledger.tasks.power import round_confidence
 from voxledger.tasks.receipting import build_receipt, cache_key
 from voxledger.tasks.stage import StageOutcome, record, reuse
-from voxledger.tasks.stages.promote import AliasState, alias_state, gate_plan_for, judge, line_of, run_voice, select_challengers
+from voxledger.tasks.stages.promote import (
+    AliasState,
+    PromotionRound,
+    RoundChallenger,
+    alias_state,
+    gate_plan_for,
+    judge,
+    line_of,
+    run_voice,
+    select_challengers,
+)
 
 MEMBER_ROLE = "sweep_member:"
 """The input role prefix naming each member's training run in the sweep's promotion receipt."""
 
 
-@dataclass(frozen=True)
-class SweepChallenger:
-    """One challenger of the sweep: its member, the member's run, and the checkpoint."""
-
-    member: str
-    run_rid: str
-    checkpoint_rid: str
-    checkpoint: CheckpointReceipt
-    candidate: Candidate
-
-
-@dataclass(frozen=True)
-class SweepRound:
-    """The sweep's one round, prepared: what ``decide_sweep_gate`` judges once the gate evaluation ran."""
-
-    members: tuple[tuple[str, str], ...]
-    policy: PromotionPolicy
-    policy_rid: str
-    policy_sha: str
-    base_sha: str | None
-    line: str
-    champion: AliasState | None
-    challengers: tuple[SweepChallenger, ...]
-    incumbent: Candidate
-    incumbent_sha: str
-    bindings: dict[str, str]
-    key: str
-    gate: EvaluationPlan
-    gate_name: str
-    started: datetime
-
-    def gate_parents(self) -> tuple[InputRef, ...]:
-        """What the gate evaluation records as its parent: the policy it was derived from."""
-        return (InputRef(role="policy", sha256=self.policy_rid, ref="receipt"),)
-
-
 def prepare_sweep_gate(
     home: Home, members: list[tuple[str, str]], policy: PromotionPolicy, *, policy_name: str, flow: str = "sweep"
-) -> SweepRound | StageOutcome[PromotionReceipt]:
+) -> PromotionRound | StageOutcome[PromotionReceipt]:
     """The round over ``members`` ((name, training run id) pairs), or the stored decision of this very round.
 
     Raises:
@@ -111,7 +82,7 @@ def prepare_sweep_gate(
             cand = Candidate(
                 name=cname, backend=run.parameters.backend, runtime="adapter", artifact=f"input:{cname}", base=base_ref, speaker=speaker
             )
-            challengers.append(SweepChallenger(name, rid, ck_rid, ck, cand))
+            challengers.append(RoundChallenger(ck_rid, ck, cand, rid, member=name))
     bindings = {c.candidate.name: c.checkpoint.subject("checkpoint").sha256 for c in challengers}
     incumbent, incumbent_sha = _incumbent(runs[0][2].parameters.backend, champion, base_sha, speaker, policy, challengers, bindings)
     key = cache_key("sweep_gate", {"runs": [rid for _, rid in members], **bindings}, policy_sha, {})
@@ -119,8 +90,8 @@ def prepare_sweep_gate(
     if hit is not None:
         return hit
     gate = gate_plan_for(policy.gate_plan, incumbent, [c.candidate for c in challengers])
-    return SweepRound(
-        members=tuple(members), policy=policy, policy_rid=policy_rid, policy_sha=policy_sha, base_sha=base_sha, line=line,
+    return PromotionRound(
+        runs=tuple(members), policy=policy, policy_rid=policy_rid, policy_sha=policy_sha, base_sha=base_sha, line=line,
         champion=champion, challengers=tuple(challengers), incumbent=incumbent, incumbent_sha=incumbent_sha, bindings=bindings,
         key=key, gate=gate, gate_name=f"{policy_name}#sweep-gate@{plan_digest(gate)[:16]}", started=started,
     )  # fmt: skip
@@ -128,7 +99,7 @@ def prepare_sweep_gate(
 
 def _incumbent(
     backend: BackendName, champion: AliasState | None, base_sha: str | None, speaker: str, policy: PromotionPolicy,
-    challengers: list[SweepChallenger], bindings: dict[str, str],
+    challengers: list[RoundChallenger], bindings: dict[str, str],
 ) -> tuple[Candidate, str]:  # fmt: skip
     """The incumbent the promotion stage would judge against (the champion, else the base), its binding added."""
     if base_sha:
@@ -191,7 +162,7 @@ def family_text(f: SweepFamily) -> str:
 
 
 def decide_sweep_gate(
-    home: Home, rnd: SweepRound, ev: StageOutcome[EvaluationReceipt], *, flow: str = "sweep"
+    home: Home, rnd: PromotionRound, ev: StageOutcome[EvaluationReceipt], *, flow: str = "sweep"
 ) -> StageOutcome[PromotionReceipt]:
     """Judge every challenger of every member on the one gate evaluation; promote at most one; record the decision."""
     policy = rnd.policy
@@ -231,7 +202,7 @@ def decide_sweep_gate(
             InputRef(role="training_run", sha256=judged_run, ref="receipt"),
             InputRef(role="policy", sha256=rnd.policy_rid, ref="receipt"),
             InputRef(role="evaluation", sha256=ev.receipt_id, ref="receipt"),
-            *(InputRef(role=f"{MEMBER_ROLE}{name}", sha256=rid, ref="receipt") for name, rid in rnd.members),
+            *(InputRef(role=f"{MEMBER_ROLE}{name}", sha256=rid, ref="receipt") for name, rid in rnd.runs),
             *(InputRef(role=f"challenger:{d.name}", sha256=d.checkpoint_receipt, ref="receipt") for d in decisions),
         ],
         parameters=PromotionParameters(
@@ -247,7 +218,7 @@ def decide_sweep_gate(
             challengers=tuple(decisions),
             promoted=promoted.name if promoted else None,
             moves=tuple(moves),
-            error_control=family_text(sweep_family(len(rnd.members), len(decisions), policy)),
+            error_control=family_text(sweep_family(len(rnd.runs), len(decisions), policy)),
         ),
     )
     return record(home, receipt)
