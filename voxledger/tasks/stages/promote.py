@@ -368,10 +368,9 @@ def promote_adapter_fn(
 
 
 def evaluate_gate(
-    home: Home, prepared: Any, corpus: Path, *, flow: str, progress: Callable[[str], None] | None = None
+    home: Home, prepared: PromotionRound, corpus: Path, *, flow: str, progress: Callable[[str], None] | None = None
 ) -> StageOutcome[EvaluationReceipt]:
-    """The gate evaluation of a prepared round (a promotion's or a sweep's: its ``gate`` plan, its
-    ``gate_name``, its ``bindings`` and ``gate_parents()``), run once for every challenger."""
+    """The gate evaluation of a prepared round (a run's or a sweep's), run once for every challenger."""
     return evaluate_plan_fn(
         home,
         prepared.gate,
