@@ -103,7 +103,8 @@ def robustness_lines(rb: Robustness) -> list[str]:
     flagged = [s for s in rb.bot_scores if s.flagged]
     scored = [s for s in rb.bot_scores if s.p_value is not None]
     lines.append(
-        f"bot score (signal-only predictors within conditions, {rb.permutations:,} shuffles; flag at p <= {rb.bot_p_max:g} and |r| >= {rb.bot_r_min:g}): "
+        f"bot score (signal-only predictors of the answers beyond the other raters', {rb.permutations:,} shuffles; "
+        f"flag at p <= {rb.bot_p_max:g} and |r| >= {rb.bot_r_min:g}): "
         + (
             ", ".join(f"{s.rater_id} FLAGGED (r {s.max_abs_r:.2f} with {s.best_predictor}, p {s.p_value:.1e})" for s in flagged)
             if flagged

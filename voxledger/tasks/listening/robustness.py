@@ -442,7 +442,7 @@ def assess(
         flips = tuple(rater for rater, v in without.items() if v.get(key) != base[key])
         rd = robust_by.get(key)
         reasons = [f"removing bot-flagged rater {rater} changes it" for rater in flips if rater in flagged]
-        if flagged and no_flagged.get(key) != base[key]:
+        if len(flagged) > 1 and no_flagged.get(key) != base[key]:  # one flagged rater: the line above says it
             reasons.append(f"removing every bot-flagged rater ({', '.join(flagged)}) gives {no_flagged.get(key) or 'no verdict'}")
         if rd is not None and not _supports(d, rd, directions):
             reasons.append(f"the robust estimate {rd.estimate:+.3f} does not favour {d.better}")
