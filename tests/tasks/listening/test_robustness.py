@@ -61,6 +61,17 @@ def test_bot_score_flags_answers_that_follow_a_signal_beyond_the_other_raters() 
     assert again == scores["bot"]  # its own seeded generator: the same answer every time
 
 
+def test_evaluation_metrics_join_the_predictors_only_where_every_file_has_them() -> None:
+    features = {"x1": {"rms_dbfs": -26.0}, "x2": {"rms_dbfs": -27.0}}
+    sources = {"x1": ("adapter", "p01"), "x2": ("base", "p01")}
+    observed = {("adapter", "p01"): {"wer": 0.1, "dnsmos_ovrl": 3.1}, ("base", "p01"): {"wer": 0.4}}
+    robustness.add_evaluation(features, sources, observed)
+    assert features == {"x1": {"rms_dbfs": -26.0, "evaluation_wer": 0.1}, "x2": {"rms_dbfs": -27.0, "evaluation_wer": 0.4}}
+    alone = {"x1": {"rms_dbfs": -26.0}, "x3": {"rms_dbfs": -20.0}}  # x3's clip has no evaluation: no metric is added
+    robustness.add_evaluation(alone, {"x1": ("adapter", "p01"), "x3": ("gold_degraded", "p09")}, observed)
+    assert alone == {"x1": {"rms_dbfs": -26.0}, "x3": {"rms_dbfs": -20.0}}
+
+
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory: pytest.TempPathFactory) -> Wide:
     return wide_export(tmp_path_factory.mktemp("wide"))
