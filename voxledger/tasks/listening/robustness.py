@@ -362,11 +362,8 @@ def robust_deltas(rows: list[RatingRow], spec: Statistics, directions: Mapping[s
     out = []
     for (criterion, task, a, b), est, low, high, p, g, n, note in found:
         p_adj = next(adjusted) if p is not None else None
-        higher = None
-        if p_adj is not None and p_adj < alpha and low is not None and high is not None:
-            higher = b if low > 0 else a if high < 0 else None
         lower_better = task != "ab" and directions.get(criterion) == "lower_better"
-        better = None if higher is None else ({a: b, b: a}[higher] if lower_better else higher)
+        better = stats.better_of(a, b, low, high, p_adj, alpha, lower_better=lower_better)
         out.append(
             RobustDelta(
                 criterion=criterion,

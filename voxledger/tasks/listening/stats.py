@@ -419,6 +419,18 @@ def paired_cells(rows: list[RatingRow]) -> dict[tuple[str, TaskType, str, str], 
     return _paired(rows)
 
 
+def better_of(
+    a: str, b: str, low: float | None, high: float | None, p_adjusted: float | None, alpha: float, *, lower_better: bool
+) -> str | None:
+    """The better of ``a`` and ``b`` from the interval of ``b - a``: the one scoring higher when the
+    adjusted p-value is below ``alpha`` and the interval excludes 0 (the lower one for a criterion
+    where lower is better); None when the difference is not established."""
+    if p_adjusted is None or p_adjusted >= alpha:
+        return None
+    higher = b if low is not None and low > 0 else a if high is not None and high < 0 else None
+    return None if higher is None else ({a: b, b: a}[higher] if lower_better else higher)
+
+
 def paired_deltas(
     rows: list[RatingRow], spec: Statistics, directions: Mapping[str, str], ranges: Ranges | None = None
 ) -> list[PairedDelta]:
@@ -450,11 +462,7 @@ def paired_deltas(
     out = []
     for ((criterion, task, a, b), _), e, drawn in zip(pairs, estimates, resamples, strict=True):
         p_adj = next(adjusted) if e.p_value is not None else None
-        higher = None
-        if p_adj is not None and p_adj < alpha:
-            higher = b if e.low is not None and e.low > 0 else a if e.high is not None and e.high < 0 else None
-        lower_better = task != "ab" and directions.get(criterion) == "lower_better"
-        better = None if higher is None else ({a: b, b: a}[higher] if lower_better else higher)
+        better = better_of(a, b, e.low, e.high, p_adj, alpha, lower_better=task != "ab" and directions.get(criterion) == "lower_better")
         out.append(
             PairedDelta(
                 criterion=criterion,
