@@ -52,6 +52,12 @@ class Environment(Frozen):
     torch: str | None = None
     cuda: str | None = None
     code: CodeIdentity
+    device: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the torch device the step computed on (cpu, cuda:0), where its backend chooses one (cosyvoice3); "
+        "absent for a CPU-only backend and for steps without a model",
+    )
 
 
 class Producer(Frozen):

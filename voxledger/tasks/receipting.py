@@ -62,15 +62,18 @@ def build_receipt(
     key: str | None = None,
     status: Literal["succeeded", "failed"] = "succeeded",
     error: str | None = None,
+    device: str | None = None,
     **fields: Any,
 ) -> R:
-    """Construct a receipt of ``cls`` with the environment, timestamps and Prefect run ids filled in."""
+    """Construct a receipt of ``cls`` with the environment, timestamps and Prefect run ids filled in;
+    ``device``: the torch device the step computed on, where its backend chooses one (`compute_device`)."""
     flow_run_id, task_run_id = prefect_run_ids()
+    env = environment()
     return cls(
         producer=Producer(flow=flow, task=task, flow_run_id=flow_run_id, task_run_id=task_run_id),
         subjects=tuple(subjects),
         inputs=tuple(inputs),
-        environment=environment(),
+        environment=env if device is None else env.model_copy(update={"device": device}),
         cache_key=key,
         started_at=started_at,
         finished_at=utc_now(),

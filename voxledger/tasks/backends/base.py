@@ -222,6 +222,20 @@ def shipped_folder(name: BackendName) -> Path | None:
     return folder if (folder / "base.json").is_file() else None
 
 
+def compute_device(*names: str) -> str | None:
+    """The torch device the backends ``names`` compute on, as receipts record it (``cuda:0``, ``cpu``;
+    several joined by ','), for the backends that choose one (``compute_device()``: cosyvoice3's one
+    device for every stage); None when none does (the tiny backend is CPU only; ``recordings``)."""
+    found = {device_of(get_backend(name)) for name in names if name != "recordings"} - {None}  # type: ignore[arg-type]
+    return ",".join(sorted(d for d in found if d is not None)) or None
+
+
+def device_of(backend: Backend) -> str | None:
+    """The device ``backend`` computes on when it chooses one (its ``compute_device()``), else None."""
+    chooser = getattr(backend, "compute_device", None)
+    return None if chooser is None else str(chooser())
+
+
 def get_backend(name: BackendName) -> Backend:
     """The backend registered under ``name``; ValueError naming the registered ones otherwise."""
     module, cls = backend_location(name)

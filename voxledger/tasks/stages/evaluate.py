@@ -147,12 +147,15 @@ def evaluate_plan_fn(
             if sha and InputRef(role=role, sha256=sha, ref="artifact") not in inputs:
                 inputs.append(InputRef(role=role, sha256=sha, ref="artifact"))
     inputs += [InputRef(role="reference_audio", sha256=d, ref="artifact") for d in sorted(set(ref_digests.values()))]
+    from voxledger.tasks.backends.base import compute_device
+
     receipt = build_receipt(
         EvaluationReceipt,
         flow=flow,
         task="evaluate_plan",
         started_at=started,
         key=key,
+        device=compute_device(*(c.backend for c in plan.candidates)),  # where the candidates were synthesised
         inputs=inputs,
         subjects=[
             artifact(home.blobs, "generations", gen_sha, "application/json"),

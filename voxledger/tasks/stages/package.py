@@ -33,7 +33,7 @@ from voxledger.schemas.package import (
 )
 from voxledger.stores.home import Home
 from voxledger.stores.trees import TREE_MEDIA_TYPE, materialize_tree, put_tree
-from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.backends.base import compute_device, get_backend
 from voxledger.tasks.packaging.archive import unpack_package, verify_package
 from voxledger.tasks.packaging.assemble import PackageRequest, assemble_package
 from voxledger.tasks.packaging.probe import (
@@ -241,6 +241,7 @@ def package_adapter_fn(
             task="package_adapter",
             started_at=started,
             key=key,
+            device=compute_device(manifest.backend),  # where the fresh-process reload and the merged probe ran
             subjects=subjects,
             inputs=inputs,
             status="succeeded" if error is None else "failed",

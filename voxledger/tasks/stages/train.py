@@ -32,7 +32,7 @@ from voxledger.stores.trees import (
     materialize_tree,
     put_tree,
 )
-from voxledger.tasks.backends.base import get_backend
+from voxledger.tasks.backends.base import device_of, get_backend
 from voxledger.tasks.corpus.manifests import load_corpus
 from voxledger.tasks.corpus.sources import audio_digests, audio_tree
 from voxledger.tasks.plans import register_plan
@@ -211,6 +211,7 @@ def run_training(
                 key=key,
                 inputs=parents,
                 subjects=[artifact(home.blobs, "checkpoint", tree_sha, TREE_MEDIA_TYPE)],
+                device=device_of(backend),
                 parameters=CheckpointParameters(
                     run_key=run_key,
                     epoch=epoch,
@@ -225,7 +226,9 @@ def run_training(
         from voxledger.tasks.training.loop import run_loop  # torch: only a stage that trains imports it
 
         result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
-    receipt = _training_receipt(home, plan, result, bound, parents, run_key, setup.effective_config, flow=flow, started=started)
+    receipt = _training_receipt(
+        home, plan, result, bound, parents, run_key, setup.effective_config, flow=flow, started=started, device=device_of(backend)
+    )
     return record(home, receipt)
 
 
@@ -251,6 +254,7 @@ def _training_receipt(
     *,
     flow: str,
     started: Any,
+    device: str | None = None,
 ) -> TrainingRunReceipt:
     """The run's receipt from the loop's final state: its best and last checkpoints, every epoch."""
     st = result.state
@@ -263,6 +267,7 @@ def _training_receipt(
         task=training_task_name(plan),
         started_at=started,
         key=run_key,
+        device=device,
         subjects=[best.model_copy(update={"role": "best"}), last.model_copy(update={"role": "last"})],
         inputs=[*parents, *(InputRef(role=f"checkpoint:{i}", sha256=r, ref="receipt") for i, r in enumerate(st.epoch_receipts))],
         parameters=TrainingRunParameters(

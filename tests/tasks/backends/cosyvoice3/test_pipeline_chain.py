@@ -96,6 +96,12 @@ def test_cosyvoice3_runs_every_stage_of_the_pipeline(cv3_upstream: CosyVoice3Con
     expected = (cv3_upstream.model_dir / "llm.pt").stat().st_size + best_tree["adapter.safetensors"]
     assert abs(merged["llm.safetensors"] - expected) <= 0.02 * expected, (merged, expected)
     evaluation = home.receipts.read_json(receipts["evaluate"])
+    # one device for every stage, recorded in each receipt that computed on it (the CPU tests pin cpu)
+    devices = {
+        stage: home.receipts.read_json(receipts[stage])["environment"].get("device")
+        for stage in ("audit", "train_adapter", "evaluate", "package")
+    }
+    assert devices == {"audit": None, "train_adapter": "cpu", "evaluate": "cpu", "package": "cpu"}, devices
     wavs = sorted((tmp_path / "packets").rglob("*.wav"))  # per-rater packets written, every clip at 24 kHz
     assert wavs and {sf.info(str(w)).samplerate for w in wavs} == {24000}
     gens = json.loads(home.blobs.get_bytes(next(s["sha256"] for s in evaluation["subjects"] if s["role"] == "generations")))

@@ -13,6 +13,7 @@ import torch
 
 from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.errors import DigestMismatchError, ReceiptError, SynthesisError
+from voxledger.schemas.training import CheckpointReceipt, TrainingRunReceipt
 from voxledger.stores.home import Home
 from voxledger.stores.trees import build_manifest, materialize_tree
 from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
@@ -101,6 +102,10 @@ def test_package_binds_upstream_and_passes_reload_and_merged_checks(env: CosyVoi
     out = package_adapter_fn(trained.home, trained.run_rid, trained.best)
     result = out.receipt.result
     assert out.receipt.status == "succeeded" and result.reload.passed and result.reload.bitwise_equal
+    run = trained.home.receipts.read(trained.run_rid, TrainingRunReceipt)
+    epochs = [trained.home.receipts.read(i.sha256, CheckpointReceipt) for i in run.inputs if i.role.startswith("checkpoint:")]
+    assert out.receipt.environment.device == run.environment.device == "cpu"  # the device the CPU tests pin, recorded
+    assert epochs and {c.environment.device for c in epochs} == {"cpu"}
     assert result.equivalence_band == "GREEN"
     verified = unpack_package(out.package_path, tmp_path / "pkg")
     manifest = verified.manifest

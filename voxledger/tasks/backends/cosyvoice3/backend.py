@@ -107,6 +107,10 @@ class CosyVoice3Backend:
             self._config = CosyVoice3Config.from_env()
         return self._config
 
+    def compute_device(self) -> str:
+        """The one device every stage of this backend computes on (``VOXLEDGER_COSYVOICE_DEVICE``; auto: CUDA when present)."""
+        return str(self.config.torch_device())
+
     def preflight(self) -> upstream.UpstreamIdentity:
         """Check and digest the checkout and model folder (once per backend object)."""
         if self.config.python is not None:
