@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from tests.flows.conftest import run
 from voxledger.bench_sections.pipeline_rerun import smoke_plans as shrink
-from voxledger.cli import main
+from voxledger.cli import MAX_LINE_CHARS, main
 from voxledger.schemas.shipped import BaseImportReceipt
 from voxledger.schemas.training import TrainingRunReceipt
 from voxledger.stores.home import Home
@@ -106,7 +106,7 @@ def test_init_refusals_name_the_fix(voice: Path, tmp_path: Path) -> None:
     (few / "metadata.csv").write_text("\n".join(kept) + "\n")
     result = CliRunner().invoke(main, ["init", str(few), "--out", str(tmp_path / "p")])
     assert result.exit_code != 0 and "8 utterance(s) are too few for voxledger to hold out dev and test splits itself" in result.output
-    assert "characters cut" not in result.output and max(map(len, result.output.splitlines())) < 200, result.output
+    assert "characters cut" not in result.output and max(map(len, result.output.splitlines())) <= MAX_LINE_CHARS, result.output
     command = result.output.split("`voxledger ", 1)[1].split("`", 1)[0].split()
     assert command[:3] == ["corpus", "import", "auto"] and "mark a few per speaker" not in result.output
     assert CliRunner().invoke(main, command).exit_code == 0  # pasted as printed
