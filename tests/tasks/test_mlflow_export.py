@@ -114,16 +114,20 @@ def test_one_run_per_stage_receipt_with_its_params_metrics_curves_and_digests(ex
             a.role: a.sha256 for a in receipt.subjects
         }
         assert run.info.start_time == int(receipt.started_at.timestamp() * 1000)
-    (train_rid,) = [rid for rid, kind in stage_receipts.items() if kind == "training_run" and "lora" in runs[rid].data.params["mode"]]
-    run, training = runs[train_rid], home.receipts.read(train_rid, TrainingRunReceipt)
-    assert (
-        run.data.params["backend"] == training.parameters.backend
-        and run.data.params["bound.plan_sha256"] == training.parameters.bound.plan_sha256
-    )
-    for curve in ("cv_loss", "train_loss"):
-        history = client.get_metric_history(run.info.run_id, f"epochs.{curve}")
-        assert sorted((m.step, m.value) for m in history) == [(e.epoch, getattr(e, curve)) for e in training.result.epochs]
-    assert len(training.result.epochs) >= 2 and run.data.metrics["best_cv_loss"] == training.result.best_cv_loss
+    # the shared home may hold more than the demo's one adapter run (other tests of its group add theirs): each is checked
+    lora = [rid for rid, kind in stage_receipts.items() if kind == "training_run" and "lora" in runs[rid].data.params["mode"]]
+    assert lora
+    for train_rid in lora:
+        run, training = runs[train_rid], home.receipts.read(train_rid, TrainingRunReceipt)
+        assert (
+            run.data.params["backend"] == training.parameters.backend
+            and run.data.params["bound.plan_sha256"] == training.parameters.bound.plan_sha256
+        )
+        for curve in ("cv_loss", "train_loss"):
+            history = client.get_metric_history(run.info.run_id, f"epochs.{curve}")
+            assert sorted((m.step, m.value) for m in history) == [(e.epoch, getattr(e, curve)) for e in training.result.epochs]
+        assert run.data.metrics["best_cv_loss"] == training.result.best_cv_loss
+    assert max(len(home.receipts.read(rid, TrainingRunReceipt).result.epochs) for rid in lora) >= 2
     eval_rid = next(rid for rid, kind in stage_receipts.items() if kind == "evaluation")
     evaluation, metrics = home.receipts.read(eval_rid, EvaluationReceipt), runs[eval_rid].data.metrics
     checked = 0
@@ -141,7 +145,7 @@ def test_one_run_per_stage_receipt_with_its_params_metrics_curves_and_digests(ex
 
 def test_the_package_is_a_registered_version_and_champion_follows_the_alias_history(exported: Exported) -> None:
     home, client = exported.home, exported.client
-    rows, _ = alias_moves(home.catalog, "champion", None)
+    rows, _ = alias_moves(home.catalog, "champion", "9999-12-31T00:00:00Z")  # the move in force (the shared home may hold several)
     ((line, _, target, *_),) = rows
     assert line == "spk_t/tiny" and model_name(line) == "spk_t.tiny"
     champion = client.get_model_version_by_alias("spk_t.tiny", "champion")
@@ -150,23 +154,24 @@ def test_the_package_is_a_registered_version_and_champion_follows_the_alias_hist
     assert champion.tags["voxledger.package_sha256"] == package.result.package_sha256
     assert package.parameters.checkpoint_tree_sha256 == target and package.parameters.promotion_receipt == rows[0][6]
     assert client.get_registered_model("spk_t.tiny").tags["voxledger.line"] == "spk_t/tiny"
-    (v,) = exported.first.result.versions
-    assert (v.model, v.version, v.created) == ("spk_t.tiny", str(champion.version), True)
+    versions = exported.first.result.versions  # one per succeeded package (the shared home may hold several)
+    v = next(v for v in versions if v.version == str(champion.version))
+    assert (v.model, v.created) == ("spk_t.tiny", True) and all(w.created for w in versions)
     local = client.download_artifacts(champion.run_id, f"package/{package.result.package_sha256}.tar", str(exported.folder.parent / "pk"))
     assert Path(local).read_bytes() == home.blobs.get_bytes(package.result.package_sha256)
-    assert {(a.alias, a.version, a.changed) for a in exported.first.result.aliases} == {
-        ("champion", str(champion.version), True),
-        ("candidate", str(champion.version), True),
-    }
+    aliases = {a.alias: a for a in exported.first.result.aliases}
+    assert set(aliases) == {"champion", "candidate"} and all(a.changed for a in aliases.values())
+    assert aliases["champion"].version == str(champion.version)
+    assert aliases["candidate"].version == str(client.get_model_version_by_alias("spk_t.tiny", "candidate").version)
 
 
 def test_a_second_export_writes_nothing_and_says_so(exported: Exported) -> None:
     first, second = exported.first.result, exported.second.result
-    assert first.runs_created == len(first.runs) and first.versions_created == 1 and first.aliases_changed == 2
+    assert first.runs_created == len(first.runs) and first.versions_created == len(first.versions) >= 1 and first.aliases_changed == 2
     assert (second.runs_created, second.versions_created, second.aliases_changed, second.abandoned_runs_deleted) == (0, 0, 0, 0)
     assert [r.run_id for r in second.runs] == [r.run_id for r in first.runs] and not any(r.created for r in second.runs)
     assert len(_runs(exported.client, second.experiment_id)) == len(first.runs)
-    assert len(exported.client.search_model_versions()) == 1
+    assert len(exported.client.search_model_versions()) == len(first.versions)
     assert "(0 new)" in exported.outputs[1] and f"({len(first.runs)} new)" in exported.outputs[0]
     assert {i.sha256 for i in exported.second.inputs} == {r.receipt_sha256 for r in second.runs}
 
@@ -189,7 +194,10 @@ def test_a_package_missing_from_the_store_is_named_and_the_next_export_finishes(
     from voxledger.schemas.errors import BlobMissingError
     from voxledger.tasks.mlflow_export import export_mlflow_fn
 
-    (v,) = exported.first.result.versions
+    # the first package in export order loses its bytes: the first attempt stops there, before any version
+    first_package = next(r for r in exported.first.result.runs if r.kind == "package")
+    sha = exported.home.receipts.read(first_package.receipt_sha256, PackageReceipt).result.package_sha256
+    v = next(v for v in exported.first.result.versions if v.package_sha256 == sha)
     blob = exported.home.blobs.path_of(v.package_sha256)
     blob.rename(tmp_path / "aside")
     try:
@@ -199,7 +207,9 @@ def test_a_package_missing_from_the_store_is_named_and_the_next_export_finishes(
         (tmp_path / "aside").rename(blob)
     done = export_mlflow_fn(exported.home, folder_store(tmp_path / "store")).receipt.result
     # the first attempt wrote every run before the package's; the second wrote the rest, once each
-    assert done.versions_created == 1 and done.runs_created == len(done.runs) - [r.kind for r in done.runs].index("package")
+    assert done.versions_created == len(done.versions) and done.runs_created == len(done.runs) - [r.kind for r in done.runs].index(
+        "package"
+    )
     assert len(_runs(exported.client.__class__(tracking_uri=folder_store(tmp_path / "store")), done.experiment_id)) == len(done.runs)
     # artifacts beside the database, never in the working folder
     assert (tmp_path / "store" / "artifacts").is_dir() and not Path("mlruns").exists()
@@ -211,7 +221,8 @@ def test_the_doc_reads_the_store_back_with_mlflows_client(exported: Exported, ca
         exec(compile(doc_block("python", "# doc-test: mlflow"), str(DOC), "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(exported.first.result.runs) + 1
-    (v,) = exported.first.result.versions
+    champion = exported.client.get_model_version_by_alias("spk_t.tiny", "champion")
+    v = next(v for v in exported.first.result.versions if v.version == str(champion.version))
     assert lines[-1] == f"{v.version} {v.package_sha256}"
 
 
