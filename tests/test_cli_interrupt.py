@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import interrupt
+from tests.factories import interrupt, terminal_sigint
 from voxledger.schemas.pipeline import PipelineRunReceipt
 from voxledger.stores.home import Home
 
@@ -186,3 +186,46 @@ def test_an_interrupt_dropped_in_a_finaliser_prints_no_traceback(monkeypatch: py
     assert seen == [ValueError]
     Finaliser(KeyboardInterrupt("outside the guard"))
     assert seen == [ValueError, KeyboardInterrupt]
+
+
+@pytest.mark.usefixtures("default_sigint")
+def test_an_interrupt_python_turned_into_another_error_is_still_an_interrupt() -> None:
+    # a Ctrl-C landing inside a C extension's import surfaces as "ImportError: initialization failed"
+    # (a fresh clone's CI met it): the pipeline records an interruption, not a defect
+    from voxledger.flows.pipeline import _interrupts
+
+    with _interrupts() as guard:
+        plain = ImportError("initialization failed")
+        assert guard.as_interrupt(plain) is plain  # no signal yet: an error is an error
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        except KeyboardInterrupt:
+            turned = guard.as_interrupt(ImportError("initialization failed"))
+        guard.acknowledge()
+    assert isinstance(turned, KeyboardInterrupt) and "surfaced as ImportError: initialization failed" in str(turned)
+
+
+_TURNED = """
+import os, signal, time, click
+import voxledger.cli as cli
+
+@click.command("turned")
+def turned() -> None:
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        raise ImportError("initialization failed") from None
+
+cli.main.add_command(turned)
+cli.program()
+"""
+
+
+def test_the_command_line_says_interrupted_for_an_error_a_ctrl_c_caused(tmp_path: Path) -> None:
+    # the same at the error boundary, for any command: exit 130 and the Interrupted line, never "a defect"
+    run = subprocess.run([sys.executable, "-c", _TURNED, "--home", str(tmp_path / "h"), "turned"],
+                         capture_output=True, text=True, timeout=120, preexec_fn=terminal_sigint)  # fmt: skip
+    assert run.returncode == 130, run.stderr
+    assert run.stderr.startswith("Interrupted: ") and "surfaced as ImportError" in run.stderr and "defect" not in run.stderr

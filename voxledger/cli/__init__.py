@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
-from typing import Any
+import threading
+from typing import Any, NoReturn
 
 import click
 
@@ -93,13 +95,7 @@ class Boundary(click.Group):
             return super().invoke(ctx)
         except (InterruptedRunError, KeyboardInterrupt) as exc:
             # Ctrl-C: one line naming what was recorded (a run that had started leaves a failed receipt), exit 130
-            said = str(exc) if isinstance(exc, InterruptedRunError) else "nothing recorded was lost (bytes first, receipts last)"
-            click.echo(f"Interrupted: {said}", err=True)
-            # Everything this process recorded is on disk (atomic writes, catalog connections closed), so leave
-            # now: Prefect's exit-time log shipping and thread joins would keep a Ctrl-C waiting for many seconds.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
+            _interrupted(str(exc) if isinstance(exc, InterruptedRunError) else "nothing recorded was lost (bytes first, receipts last)")
         except VoxledgerError as exc:
             raise click.ClickException(bounded(f"{type(exc).__name__}: {exc}")) from exc
         except click.ClickException as exc:  # a usage error quotes the value given: a huge one is cut
@@ -108,12 +104,26 @@ class Boundary(click.Group):
             raise
         except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
-        except RecursionError as exc:  # an input nested past what Python follows, met where no reader checked it
-            raise click.ClickException(
-                "input nested too deeply to read (RecursionError): no voxledger plan, receipt or manifest nests like that; check the file"
-            ) from exc
         except Exception as exc:  # noqa: BLE001  (the one boundary: a defect still ends in one line)
+            if _INTERRUPTED.is_set():
+                # a Ctrl-C that Python turned into another error on its way (one landing inside a C extension's
+                # import surfaces as "ImportError: initialization failed"): still a Ctrl-C, never a defect
+                _interrupted(f"nothing recorded was lost (bytes first, receipts last); it surfaced as {type(exc).__name__}: {exc}")
+            if isinstance(exc, RecursionError):  # an input nested past what Python follows, met where no reader checked it
+                raise click.ClickException(
+                    "input nested too deeply to read (RecursionError): no voxledger plan, receipt or manifest nests like that; check the file"
+                ) from exc
             raise click.ClickException(bounded(_environment_message(ctx, exc) or _defect_message(exc))) from exc
+
+
+def _interrupted(said: str) -> NoReturn:
+    """Ctrl-C's one line, and exit 130 now. Everything this process recorded is on disk (atomic writes,
+    catalog connections closed): Prefect's exit-time log shipping and thread joins would keep a Ctrl-C
+    waiting for many seconds."""
+    click.echo(bounded(f"Interrupted: {said}"), err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 MAX_MESSAGE_LINES = 40
@@ -214,7 +224,19 @@ def program() -> None:
     from voxledger.cli import common
 
     common.flows_may_use_runner = True
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _noting_interrupt)
     main()
+
+
+_INTERRUPTED = threading.Event()
+
+
+def _noting_interrupt(signum: int, frame: object) -> None:
+    """Python's own Ctrl-C (KeyboardInterrupt), noted first, so the error boundary knows an error that
+    follows a Ctrl-C is the Ctrl-C's doing."""
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

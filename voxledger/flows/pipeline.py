@@ -169,7 +169,7 @@ def _pipeline_run(home: HomeRef, corpus: str, plan_file: Path, plans_dir: Path |
             _run_stages(log, ctx)
         except BaseException as exc:
             guard.acknowledge()  # from here a repeated Ctrl-C cannot cut the failed receipt short
-            _stopped(run, log, exc)
+            _stopped(run, log, guard.as_interrupt(exc))
     rid = run.record(log, None)
     return PipelineSummary(rid, tuple(log.records))
 
@@ -178,7 +178,7 @@ def _stopped(run: _Run, log: StageLog, exc: BaseException) -> NoReturn:
     """Record the failed pipeline receipt naming the stage it stopped in, and raise."""
     failed = log.failed()
     where = failed.stage if failed else "pipeline"
-    detail = failed.detail if failed else _reason(exc)
+    detail = _reason(exc) if isinstance(exc, KeyboardInterrupt) or not failed else failed.detail
     rid = run.record(log, f"{where}: {detail}"[:4000])
     if isinstance(exc, VoxledgerError):
         raise type(exc)(f"pipeline stopped at {where}: {exc}; pipeline receipt {rid}", receipt_id=rid) from exc
@@ -228,6 +228,16 @@ class _Interrupts:
     def acknowledge(self) -> None:
         with self._lock:
             self._acknowledged.set()
+
+    def as_interrupt(self, exc: BaseException) -> BaseException:
+        """What the stages stopped with, once a signal came: a KeyboardInterrupt even where Python turned
+        it into another error (one landing inside a C extension's import surfaces as ``ImportError:
+        initialization failed``), so a Ctrl-C is never reported as a defect."""
+        if self._signum is None or isinstance(exc, KeyboardInterrupt):
+            return exc
+        interrupt = KeyboardInterrupt(f"signal {self._signum}; surfaced as {type(exc).__name__}: {exc}")
+        interrupt.__cause__ = exc
+        return interrupt
 
 
 @contextmanager
