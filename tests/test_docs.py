@@ -19,7 +19,7 @@ def test_cli_reference_is_current() -> None:
 def test_settings_reference_is_current() -> None:
     text = docgen.render_settings()
     assert docgen.SETTINGS_OUT.read_text() == text, "docs/settings.md is stale: run python -m voxledger.docgen --write"
-    assert text.count("| `VOXLEDGER_") == 32  # one row per field of voxledger.settings
+    assert text.count("| `VOXLEDGER_") == 33  # one row per field of voxledger.settings
 
 
 def test_every_command_has_an_example() -> None:

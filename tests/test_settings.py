@@ -24,7 +24,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_variable_is_a_documented_field_with_a_default() -> None:
-    assert len(FIELDS) == 32 and {f.group for f in FIELDS} == {"", *GROUPS}
+    assert len(FIELDS) == 33 and {f.group for f in FIELDS} == {"", *GROUPS}
     assert len({f.env for f in FIELDS}) == len(FIELDS)
     for f in FIELDS:
         assert f.info.description and not f.info.is_required(), f.env

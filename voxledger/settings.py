@@ -87,11 +87,22 @@ class CosyVoiceSettings(BaseModel):
         json_schema_extra={"accepts": "auto, cpu, cuda or cuda:N"},
         description=(
             "The one device of every cosyvoice3 stage: auto is CUDA when torch sees a GPU, else cpu; plain cuda means "
-            "`cuda:$LOCAL_RANK` under torchrun; a stage upstream would run elsewhere is refused."
+            "`cuda:$LOCAL_RANK` on a data-parallel rank; a stage upstream would run elsewhere is refused."
         ),
     )
     work_dir: Path | None = Field(
         default=None, description="Cache of prepared data and file digests; unset means `~/.cache/voxledger/cosyvoice3`."
+    )
+    ranks: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        json_schema_extra={"accepts": "a whole number from 1 to 64"},
+        description=(
+            "Data-parallel training: a cosyvoice3 run above 1 trains on this many ranks that voxledger starts (DDP; gloo on "
+            "the CPU, NCCL on CUDA, one GPU each), the effective batch unchanged; the world size is part of the run's "
+            "identity and recorded in its receipts; a resume needs the same number."
+        ),
     )
     probe_timeout_s: float = Field(
         default=600.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from voxledger.schemas.reproduction import OutputComparison, ReproductionBands
     from voxledger.tasks.stages.contract import StageContext
     from voxledger.tasks.stages.reproduce import Preparation
-    from voxledger.tasks.training.loop import LoopResult
+    from voxledger.tasks.training.loop import LoopState
 
 if TYPE_CHECKING:
     import torch
@@ -169,7 +170,9 @@ def run_training(
             f"plan {plan_name} is a LoRA plan for backend {plan.backend}: give the base model digest (a full-mode run's 'best' output)"
         )
     bound = bind_inputs(home, corpus, audit, audit_rid, plan_sha, base_sha, canonical_digest(backend.identity()), backend)
-    run_key = cache_key("train", bound.model_dump(mode="json"), plan_sha, {})
+    ranks = data_parallel_ranks(backend)
+    # a run on several ranks agrees with one process within a band, not bit for bit: the world size is part of its identity
+    run_key = cache_key("train", bound.model_dump(mode="json"), plan_sha, {"world_size": ranks} if ranks > 1 else {})
     hit = reuse(home, run_key, TrainingRunReceipt, report=progress)
     if hit is not None:
         return hit
@@ -184,9 +187,6 @@ def run_training(
             base_dir = Path(tmp) / "base"
             _say(progress, f"training: unpacking the base model {base_sha[:16]} (each file checked against its digest)")
             materialize_tree(home.blobs, base_sha, base_dir)  # every file verified against its digest
-        _say(progress, f"training: setting up {plan.backend} (loading the model and the corpus features)")
-        setup = backend.setup(corpus, plan, base_dir)
-        _say(progress, "training: set up; the first step follows")
         parents = [
             InputRef(role="audit", sha256=audit_rid, ref="receipt"),
             InputRef(role="plan", sha256=plan_rid, ref="receipt"),
@@ -195,10 +195,9 @@ def run_training(
         if base_sha:
             parents.append(InputRef(role="base_model", sha256=base_sha, ref="artifact"))
 
-        def on_epoch_end(epoch: int, model: torch.nn.Module, record: EpochRecord) -> str:
-            out = Path(tmp) / f"epoch-{epoch}"
-            backend.export(model, out)
-            tree_sha, _ = put_tree(home.blobs, out)
+        def record_epoch(epoch: int, adapter_dir: Path, record: EpochRecord) -> str:
+            """The checkpoint receipt of one epoch's exported adapter (found again after a crash, never recorded twice)."""
+            tree_sha, _ = put_tree(home.blobs, adapter_dir)
             key = canonical_digest({"run_key": run_key, "epoch": epoch, "tree": tree_sha})
             found = home.find_cached(key) if earlier_attempt else None
             if found:
@@ -223,13 +222,68 @@ def run_training(
             )
             return home.record(receipt)
 
-        from voxledger.tasks.training.loop import run_loop  # torch: only a stage that trains imports it
+        if ranks > 1:
+            _say(progress, f"training: {ranks} data-parallel ranks of {plan.backend} (each loads the model and the corpus features)")
+            done = _train_on_ranks(backend, corpus, plan, base_dir, bound, run_dir, record_epoch)
+        else:
+            _say(progress, f"training: setting up {plan.backend} (loading the model and the corpus features)")
+            setup = backend.setup(corpus, plan, base_dir)
+            _say(progress, "training: set up; the first step follows")
 
-        result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
-    receipt = _training_receipt(
-        home, plan, result, bound, parents, run_key, setup.effective_config, flow=flow, started=started, device=device_of(backend)
-    )
+            def on_epoch_end(epoch: int, model: torch.nn.Module, record: EpochRecord) -> str:
+                out = Path(tmp) / f"epoch-{epoch}"
+                backend.export(model, out)
+                return record_epoch(epoch, out, record)
+
+            from voxledger.tasks.training.loop import run_loop  # torch: only a stage that trains imports it
+
+            result = run_loop(backend, setup.model, setup.cv_batches, plan, bound, run_dir / "checkpoints", on_epoch_end, progress)
+            done = _Trained(result.state, result.trainable_parameters, result.total_parameters, setup.effective_config)
+    receipt = _training_receipt(home, plan, done, bound, parents, run_key, flow=flow, started=started, device=device_of(backend))
     return record(home, receipt)
+
+
+def data_parallel_ranks(backend: Any) -> int:
+    """The ranks a backend trains a run on (its optional ``data_parallel_ranks()``; 1 for the others)."""
+    ranks = getattr(backend, "data_parallel_ranks", None)
+    return 1 if ranks is None else int(ranks())
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """What a finished run's receipt is made of, however many processes trained it."""
+
+    state: LoopState
+    trainable_parameters: int
+    total_parameters: int
+    effective_config: dict[str, Any]
+
+
+def _train_on_ranks(
+    backend: Any,
+    corpus: Path,
+    plan: TrainingPlan,
+    base_dir: Path | None,
+    bound: TrainingInputs,
+    run_dir: Path,
+    record_epoch: Callable[[int, Path, EpochRecord], str],
+) -> _Trained:
+    """A data-parallel run (the backend's ``train_ranks``; rank 0 exports each epoch's adapter and reports the
+    loop's final state), then one checkpoint receipt per epoch from rank 0's adapters, recorded here in order."""
+    from voxledger.tasks.training.loop import LoopState
+
+    run = backend.train_ranks(corpus, plan, base_dir, bound, run_dir)
+    history = [EpochRecord.model_validate(h) for h in run["history"]]
+    state = LoopState(
+        global_step=int(run["global_step"]),
+        history=list(run["history"]),
+        best_cv=run["best_cv_loss"],
+        best_epoch=int(run["best_epoch"]),
+        resumed_at=list(run["resumed_at"]),
+        stop_reason=run["stop_reason"],
+    )
+    state.epoch_receipts = [record_epoch(r.epoch, run_dir / "epochs" / f"epoch-{r.epoch}", r) for r in history]
+    return _Trained(state, int(run["trainable_parameters"]), int(run["total_parameters"]), dict(run["effective_config"]))
 
 
 def _prepare_run_dir(home: Home, run_dir: Path, run_key: str, progress: Callable[[str], None] | None) -> None:
@@ -246,18 +300,17 @@ def _prepare_run_dir(home: Home, run_dir: Path, run_key: str, progress: Callable
 def _training_receipt(
     home: Home,
     plan: TrainingPlan,
-    result: LoopResult,
+    done: _Trained,
     bound: TrainingInputs,
     parents: list[InputRef],
     run_key: str,
-    effective_config: dict[str, Any],
     *,
     flow: str,
     started: Any,
     device: str | None = None,
 ) -> TrainingRunReceipt:
     """The run's receipt from the loop's final state: its best and last checkpoints, every epoch."""
-    st = result.state
+    st, effective_config = done.state, done.effective_config
     ckpts = [home.receipts.read(r, CheckpointReceipt) for r in st.epoch_receipts]
     best = ckpts[st.best_epoch].subject("checkpoint")
     last = ckpts[-1].subject("checkpoint")
@@ -284,8 +337,8 @@ def _training_receipt(
             stop_reason=st.stop_reason or "max_epochs",  # type: ignore[arg-type]
             total_steps=st.global_step,
             resumed_at_steps=tuple(st.resumed_at),
-            trainable_parameters=result.trainable_parameters,
-            total_parameters=result.total_parameters,
+            trainable_parameters=done.trainable_parameters,
+            total_parameters=done.total_parameters,
         ),
     )
     return receipt

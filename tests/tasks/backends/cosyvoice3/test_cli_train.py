@@ -87,3 +87,21 @@ def test_two_cli_runs_and_a_killed_and_resumed_one_give_one_adapter(
         ).stdout
     )  # fmt: skip
     assert receipt["result"]["resumed_at_steps"], receipt["result"]  # it did resume, from the killed run's checkpoint
+
+
+def test_train_on_two_ranks_through_the_command_line(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
+    # VOXLEDGER_COSYVOICE_RANKS=2: the command's flow starts two gloo ranks (spawned from Prefect's flow process)
+    # and records the run as one process would, naming its world
+    env = {**_env(fake_config), "VOXLEDGER_COSYVOICE_DEVICE": "cpu", "VOXLEDGER_COSYVOICE_RANKS": "2"}
+    home = tmp_path / "home"
+    audit = _json(_cli(home, env, "audit", str(small_corpus), "--policy", str(ROOT / "plans" / "audit-demo.yaml"), "--json"))["receipt"]
+    plan = tmp_path / "cv3-ranks.yaml"
+    doc = make_plan(name="cv3-ranks", frames_per_batch=800, max_epochs=2).model_dump(mode="json", exclude_none=True)
+    plan.write_text(yaml.safe_dump({"kind": "training_plan", **doc}, sort_keys=False), encoding="utf-8")
+    out = _json(_cli(home, env, "train", str(small_corpus), "--audit", str(audit), "--plan", str(plan), "--json"))
+    shown = subprocess.run([sys.executable, "-m", "voxledger.cli", "--home", str(home), "receipt", "show", str(out["receipt"])],
+                           env=env, capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    receipt = json.loads(shown.stdout)
+    dp = receipt["parameters"]["effective_config"]["data_parallel"]
+    assert (dp["world_size"], dp["backend"], out["epochs"]) == (2, "gloo", 2), receipt
+    assert receipt["environment"]["device"] == "cpu"

@@ -1,7 +1,9 @@
-"""Data-parallel training (DDP, 2 gloo ranks on the CPU) against one process with the same effective batch (fake tree)."""
+"""Data-parallel training (DDP, 2 gloo ranks on the CPU) against one process with the same effective batch (fake tree):
+the 2-rank run goes through the training stage (``VOXLEDGER_COSYVOICE_RANKS=2``), as ``voxledger train`` runs it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,14 +12,22 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from voxledger.schemas.audit import AuditPolicy
 from voxledger.schemas.errors import TrainingError
-from voxledger.schemas.training import TrainingInputs
+from voxledger.schemas.training import CheckpointReceipt, TrainingInputs, TrainingRunReceipt
+from voxledger.stores.home import Home
+from voxledger.stores.trees import materialize_tree
 from voxledger.tasks.backends.cosyvoice3.backend import ADAPTER_FILE, RNG_FORMAT, CosyVoice3Backend
-from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
-from voxledger.tasks.backends.cosyvoice3.distributed import RankJob, ReplayRandom, check_shards, launch
+from voxledger.tasks.backends.cosyvoice3.config import ENV_CHECKOUT, ENV_MODEL, ENV_WORK, CosyVoice3Config
+from voxledger.tasks.backends.cosyvoice3.distributed import RUN_FILE, RankJob, ReplayRandom, check_shards, launch
+from voxledger.tasks.plans import load_plan
+from voxledger.tasks.stages.audit import audit_corpus_fn
+from voxledger.tasks.stages.train import run_training
 from voxledger.tasks.training.loop import run_loop
 
 from .test_training import make_plan
+
+ROOT = Path(__file__).resolve().parents[4]
 
 BOUND = TrainingInputs(audit_receipt="a" * 64, plan_sha256="b" * 64, base_sha256=None, manifest_sha256="c" * 64,
                        audio_tree_sha256="d" * 64, features_sha256="e" * 64, code_sha256="f" * 64, backend_sha256="0" * 64)  # fmt: skip
@@ -43,6 +53,8 @@ class Runs:
     two: dict[str, Any]
     two_adapter: dict[str, torch.Tensor]
     out: Path
+    home: Home
+    receipt: TrainingRunReceipt
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +73,20 @@ def runs(cpu_config: CosyVoice3Config, small_corpus: Path, tmp_path_factory: pyt
         setup = backend.setup(small_corpus, PLAN, None)
         result = run_loop(backend, setup.model, setup.cv_batches, PLAN, BOUND, root / "one", lambda e, m, r: f"{e:064d}")
         one = backend.trainable_state(result.model)
-    job = RankJob(config=cpu_config, corpus=small_corpus, plan=PLAN, bound=BOUND, ckpt_dir=root / "two-ckpt", out_dir=root / "two")
-    two = launch(2, job)
-    return Runs(one, [h["train_loss"] for h in result.state.history], two, _adapter(root / "two" / "last"), root)
+    home = Home(root / "home")
+    policy = load_plan(ROOT / "plans" / "audit-demo.yaml", AuditPolicy)
+    with pytest.MonkeyPatch.context() as mp:  # the backend as the CLI configures it: from the environment
+        for var, value in ((ENV_CHECKOUT, cpu_config.checkout_dir), (ENV_MODEL, cpu_config.model_dir), (ENV_WORK, cpu_config.cache_dir)):
+            mp.setenv(var, str(value))
+        mp.setenv("VOXLEDGER_COSYVOICE_DEVICE", "cpu")
+        mp.setenv("VOXLEDGER_COSYVOICE_RANKS", "2")
+        audit = audit_corpus_fn(home, small_corpus, policy, policy_name="audit-demo.yaml").receipt_id
+        out = run_training(home, small_corpus, audit, PLAN, plan_name="cv3-ddp.yaml")
+    (run_dir,) = (home.root / "runs").iterdir()
+    two = json.loads((run_dir / "epochs" / RUN_FILE).read_text())
+    best = root / "best"
+    materialize_tree(home.blobs, out.receipt.subject("last").sha256, best)
+    return Runs(one, [h["train_loss"] for h in result.state.history], two, _adapter(best), root, home, out.receipt)
 
 
 def test_two_gloo_ranks_give_one_process_adapter_within_the_band(runs: Runs) -> None:
@@ -78,6 +101,24 @@ def test_two_gloo_ranks_give_one_process_adapter_within_the_band(runs: Runs) -> 
     assert any(not torch.equal(runs.two_adapter[k], runs.one[k]) for k in runs.one)  # two ranks really ran: not one process's bytes
     losses = [h["train_loss"] for h in runs.two["history"]]
     assert all(abs(a - b) <= BAND * abs(b) for a, b in zip(losses, runs.one_losses, strict=True)), (losses, runs.one_losses)
+
+
+def test_the_two_rank_run_records_its_world_its_backend_and_every_epoch(runs: Runs) -> None:
+    dp = runs.receipt.parameters.effective_config["data_parallel"]
+    assert (dp["world_size"], dp["backend"], dp["effective_frames_per_batch"]) == (2, "gloo", PLAN.frames_per_batch)
+    assert runs.receipt.environment.device == "cpu" and len(runs.receipt.result.epochs) == 2
+    ckpts = [runs.home.receipts.read(i.sha256, CheckpointReceipt) for i in runs.receipt.inputs if i.role.startswith("checkpoint:")]
+    assert [c.parameters.epoch for c in ckpts] == [0, 1] and all(c.environment.device == "cpu" for c in ckpts)
+    assert ckpts[-1].subject("checkpoint").sha256 == runs.receipt.subject("last").sha256  # rank 0's adapter, stored and bound
+    assert all(c.parameters.run_key == runs.receipt.parameters.run_key for c in ckpts)
+
+
+def test_a_process_of_a_launcher_voxledger_did_not_group_is_refused(fake_config: CosyVoice3Config, small_corpus: Path) -> None:
+    # torchrun around `voxledger train`: each rank would train a whole copy and write the same receipts
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WORLD_SIZE", "2")
+        with pytest.raises(TrainingError, match=r"one of WORLD_SIZE=2 ranks .* run one `voxledger train` with VOXLEDGER_COSYVOICE_RANKS=2"):
+            CosyVoice3Backend(fake_config).setup(small_corpus, PLAN, None)
 
 
 @pytest.mark.slow  # two more 2-rank launches (about 60 s); the refusal below and test_training's one-process resume run fast

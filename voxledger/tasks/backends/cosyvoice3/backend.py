@@ -38,7 +38,7 @@ from safetensors.torch import load_file
 from voxledger.schemas.canonical import canonical_bytes, canonical_digest
 from voxledger.schemas.errors import BackendCapabilityError, DigestMismatchError, SynthesisError, TrainingError
 from voxledger.schemas.package import ComponentDigests, MemberRole
-from voxledger.schemas.training import LoraSettings, TrainingPlan
+from voxledger.schemas.training import LoraSettings, TrainingInputs, TrainingPlan
 from voxledger.stores.hashing import sha256_file
 from voxledger.tasks.backends.base import PlanRecipe, SynthesisStage, TrainingSetup
 from voxledger.tasks.backends.cosyvoice3 import compat, data, distributed, rng, stages, synth, upstream
@@ -111,6 +111,16 @@ class CosyVoice3Backend:
         """The one device every stage of this backend computes on (``VOXLEDGER_COSYVOICE_DEVICE``; auto: CUDA when present)."""
         return str(self.config.torch_device())
 
+    def data_parallel_ranks(self) -> int:
+        """How many ranks a training run takes (``VOXLEDGER_COSYVOICE_RANKS``); above 1, `train_ranks` trains it."""
+        return self.config.ranks
+
+    def train_ranks(self, corpus: Path, plan: TrainingPlan, base_dir: Path | None, bound: TrainingInputs, run_dir: Path) -> dict[str, Any]:
+        """Train ``plan`` on `data_parallel_ranks` ranks (`distributed.launch`), resuming from ``run_dir/checkpoints``:
+        rank 0's epoch adapters land in ``run_dir/epochs/epoch-N``; returns its ``run.json``."""
+        job = distributed.RankJob(self.config, corpus, plan, bound, run_dir / "checkpoints", run_dir / "epochs", base_dir=base_dir)
+        return distributed.launch(self.config.ranks, job)
+
     def preflight(self) -> upstream.UpstreamIdentity:
         """Check and digest the checkout and model folder (once per backend object)."""
         if self.config.python is not None:
@@ -142,6 +152,7 @@ class CosyVoice3Backend:
                 f"plan {plan.name}: backend cosyvoice3 trains LoRA adapters only; set mode: lora, a lora section and new_speaker"
             )
         opts = CosyVoice3Options.from_plan_model(plan.name, plan.model)
+        distributed.refuse_outside_launch(plan.name)
         self._device = self.config.torch_device()  # one device for every stage: refused here before any work
         self._precision = placement.check_precision(plan.name, plan.precision, self._device)
         identity = self.preflight()

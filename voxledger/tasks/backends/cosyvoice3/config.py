@@ -45,6 +45,7 @@ class CosyVoice3Config(Frozen):
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``: the device of every
             stage (`runtime.resolve_device`); synthesis where upstream would place it elsewhere is refused.
         work_dir: cache for prepared data (Kaldi files, parquet) and file digests.
+        ranks: data-parallel ranks of a training run (`distributed.launch`); 1 trains in this process.
         python: another interpreter with upstream's own pins (torch 2.3.1, transformers 4.51.3,
             Python 3.10) to run upstream in. A configuration hook only: running through it is
             not implemented, so the backend refuses to start while it is set, and
@@ -58,6 +59,7 @@ class CosyVoice3Config(Frozen):
     device: str = Field(default="auto", pattern=DEVICE_PATTERN)
     work_dir: Path | None = None
     python: Path | None = None
+    ranks: int = Field(default=1, ge=1, le=64)
 
     @property
     def campplus_path(self) -> Path:
@@ -98,6 +100,7 @@ class CosyVoice3Config(Frozen):
             "device": cv.device,
             "work_dir": cv.work_dir,
             "python": cv.python,
+            "ranks": cv.ranks,
         }
         try:
             return cls(**values)

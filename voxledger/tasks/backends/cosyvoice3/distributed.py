@@ -78,6 +78,22 @@ def current_group() -> Group | None:
     return Group(dist.get_rank(), dist.get_world_size(), str(dist.get_backend()))
 
 
+def refuse_outside_launch(plan_name: str) -> None:
+    """Refuse training under a launcher (``torchrun``) that started ranks voxledger did not group: each would train
+    a whole copy and write the same receipts.
+
+    Raises:
+        TrainingError: naming the launcher's variables and the setting that starts ranks instead.
+    """
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.strip() not in ("", "1") and current_group() is None:
+        raise TrainingError(
+            f"plan {plan_name}: this process is one of WORLD_SIZE={world} ranks started by a launcher (torchrun?), outside a "
+            "process group voxledger made; voxledger starts its own ranks: run one `voxledger train` with "
+            f"VOXLEDGER_COSYVOICE_RANKS={world} instead"
+        )
+
+
 class ReplayRandom(random.Random):
     """A generator whose ``random()`` gives back ``values`` in order: upstream's per-utterance draws of one rank."""
 
@@ -164,6 +180,7 @@ class RankJob:
     bound: TrainingInputs
     ckpt_dir: Path
     out_dir: Path
+    base_dir: Path | None = None  # a stored base (a merged cosyvoice3 export), else the model folder's llm.pt
     crash_at_epoch: int | None = None  # tests: every rank stops before recording this epoch, as a killed run does
 
 
@@ -172,7 +189,8 @@ def launch(world_size: int, job: RankJob, *, timeout_s: float = 600.0) -> dict[s
 
     Rank 0 writes the working checkpoints (``job.ckpt_dir``), each epoch's adapter
     (``job.out_dir/epoch-N``), the final one (``job.out_dir/last``) and ``run.json`` (effective
-    configuration, curve, stop reason, resume points); returns ``run.json``'s content.
+    configuration, curve, best epoch, stop reason, resume points, parameter counts); returns
+    ``run.json``'s content. An interrupt here (Ctrl-C) stops every rank before it is raised.
 
     Raises:
         TrainingError: a rank failed (its error is named) or the world size is below 1.
@@ -182,11 +200,22 @@ def launch(world_size: int, job: RankJob, *, timeout_s: float = 600.0) -> dict[s
     if world_size < 1:
         raise TrainingError(f"world size {world_size}: give at least 1 rank")
     job.out_dir.mkdir(parents=True, exist_ok=True)
+    (job.out_dir / RUN_FILE).unlink(missing_ok=True)  # an earlier attempt's answer is never taken for this one's
     with tempfile.TemporaryDirectory(prefix="voxledger-ddp-") as tmp:
         try:
-            start_processes(  # type: ignore[no-untyped-call]
-                _rank_main, args=(world_size, job, str(Path(tmp) / "store"), timeout_s), nprocs=world_size, start_method="spawn"
+            ranks = start_processes(  # type: ignore[no-untyped-call]
+                _rank_main, args=(world_size, job, str(Path(tmp) / "store"), timeout_s), nprocs=world_size, start_method="spawn", join=False
             )
+            try:
+                while not ranks.join(1.0):
+                    pass
+            except BaseException:
+                for process in ranks.processes:  # a failed rank's siblings, or every rank after a Ctrl-C here
+                    if process.is_alive():
+                        process.terminate()
+                for process in ranks.processes:
+                    process.join(10)
+                raise
         except ProcessRaisedException as exc:
             last = str(exc).strip().splitlines()[-1]
             raise TrainingError(f"data-parallel training on {world_size} ranks failed: {last}") from None
@@ -219,7 +248,7 @@ def _rank_main(rank: int, world_size: int, job: RankJob, store: str, timeout_s: 
             if job.ckpt_dir.is_dir():
                 shutil.copytree(job.ckpt_dir, ckpt)
         backend = CosyVoice3Backend(job.config)
-        setup = backend.setup(job.corpus, job.plan, None)
+        setup = backend.setup(job.corpus, job.plan, job.base_dir)
 
         def on_epoch_end(epoch: int, model: torch.nn.Module, record: EpochRecord) -> str:
             if epoch == job.crash_at_epoch:
@@ -236,8 +265,13 @@ def _rank_main(rank: int, world_size: int, job: RankJob, store: str, timeout_s: 
             run = {
                 "effective_config": setup.effective_config,
                 "history": state.history,
+                "best_epoch": state.best_epoch,
+                "best_cv_loss": state.best_cv,
+                "global_step": state.global_step,
                 "stop_reason": state.stop_reason,
                 "resumed_at": state.resumed_at,
+                "trainable_parameters": result.trainable_parameters,
+                "total_parameters": result.total_parameters,
             }
             tmp = job.out_dir / f".{RUN_FILE}.tmp"
             tmp.write_text(json.dumps(run, sort_keys=True), encoding="utf-8")
