@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.factories import terminal_sigint
 from voxledger.tasks.backends.cosyvoice3.config import ENV_CHECKOUT, ENV_MODEL, ENV_WORK, CosyVoice3Config
+from voxledger.tasks.processes import pid_alive
 
 from .test_training import make_plan
 
@@ -105,3 +107,41 @@ def test_train_on_two_ranks_through_the_command_line(fake_config: CosyVoice3Conf
     dp = receipt["parameters"]["effective_config"]["data_parallel"]
     assert (dp["world_size"], dp["backend"], out["epochs"]) == (2, "gloo", 2), receipt
     assert receipt["environment"]["device"] == "cpu"
+
+
+def test_ctrl_c_stops_every_rank_and_the_run_resumes(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
+    env = {**_env(fake_config), "VOXLEDGER_COSYVOICE_DEVICE": "cpu", "VOXLEDGER_COSYVOICE_RANKS": "2"}
+    home = tmp_path / "home"
+    audit = _json(_cli(home, env, "audit", str(small_corpus), "--policy", str(ROOT / "plans" / "audit-demo.yaml"), "--json"))["receipt"]
+    plan = tmp_path / "cv3-stopped.yaml"
+    doc = make_plan(name="cv3-stopped", frames_per_batch=800, max_epochs=6).model_dump(mode="json", exclude_none=True)
+    plan.write_text(yaml.safe_dump({"kind": "training_plan", **doc}, sort_keys=False), encoding="utf-8")
+    args = [
+        sys.executable,
+        "-m",
+        "voxledger.cli",
+        "--home",
+        str(home),
+        "train",
+        str(small_corpus),
+        "--audit",
+        str(audit),
+        "--plan",
+        str(plan),
+    ]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and not list(home.glob("runs/cv3-stopped-*/checkpoints/step-*")):
+        time.sleep(0.05)
+    ranks = [p for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()]
+    ranks += [c for p in ranks for c in subprocess.run(["pgrep", "-P", p], capture_output=True, text=True).stdout.split()]
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and time.monotonic() - sent < 5.0, err[-2000:]
+    assert err.rstrip().splitlines()[-1].startswith("Interrupted: ") and "Traceback" not in err and "leaked" not in err, err[-2000:]
+    time.sleep(1)
+    left = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in ranks if pid_alive(int(p))}
+    assert ranks and not left, f"a rank outlived the stopped command: {left}"
+    resumed = _json(_cli(home, env, "train", str(small_corpus), "--audit", str(audit), "--plan", str(plan), "--json"))
+    assert resumed["epochs"] == 6 and resumed["stop_reason"] == "max_epochs"

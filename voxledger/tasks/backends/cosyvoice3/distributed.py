@@ -215,6 +215,8 @@ def launch(world_size: int, job: RankJob, *, timeout_s: float = 600.0) -> dict[s
                         process.terminate()
                 for process in ranks.processes:
                     process.join(10)
+                    if process.is_alive():
+                        process.kill()
                 raise
         except ProcessRaisedException as exc:
             last = str(exc).strip().splitlines()[-1]
@@ -224,10 +226,23 @@ def launch(world_size: int, job: RankJob, *, timeout_s: float = 600.0) -> dict[s
     return dict(json.loads((job.out_dir / RUN_FILE).read_text(encoding="utf-8")))
 
 
+def _stopped_by_launcher(signum: int, frame: object) -> None:
+    """A rank stopped by its launcher (a Ctrl-C there, a failed sibling): give back its multiprocessing
+    resources (else Python's resource tracker warns of leaked semaphores on the user's console) and leave
+    at once, without the seconds an interpreter holding torch takes to shut down."""
+    from multiprocessing import util
+
+    util._run_finalizers()  # type: ignore[attr-defined]  # what multiprocessing runs at a process's normal exit
+    os._exit(128 + signum)
+
+
 def _rank_main(rank: int, world_size: int, job: RankJob, store: str, timeout_s: float) -> None:
+    import signal
+
     from voxledger.tasks.backends.cosyvoice3.backend import CosyVoice3Backend
     from voxledger.tasks.training.loop import run_loop
 
+    signal.signal(signal.SIGTERM, _stopped_by_launcher)
     torch.set_num_threads(job.plan.threads)
     cuda = job.config.device.startswith("cuda") or (job.config.device == "auto" and torch.cuda.is_available())
     if cuda:  # this spawned process is its own: its environment is no other thread's
