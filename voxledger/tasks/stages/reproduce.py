@@ -181,13 +181,17 @@ def check_corpus(home: Home, audit: AuditReceipt, corpus: Path) -> None:
 
 
 def rerun_environment(prep: Preparation, rerun: ReceiptBase) -> list[EnvironmentDifference]:
-    """Differences only the re-run shows: a training run's effective precision (native bf16 or not)."""
+    """Differences only the re-run shows: the device it computed on (a cosyvoice3 step on ``cuda:0`` re-run on the
+    CPU: bands, never bytes) and a training run's effective precision (native bf16 or not)."""
+    out = []
+    if prep.receipt.environment.device != rerun.environment.device:
+        out.append(EnvironmentDifference(field="device", recorded=prep.receipt.environment.device, here=rerun.environment.device))
     if isinstance(prep.receipt, TrainingRunReceipt) and isinstance(rerun, TrainingRunReceipt):
         a = prep.receipt.parameters.effective_config.get("precision_effective")
         b = rerun.parameters.effective_config.get("precision_effective")
         if a != b:
-            return [EnvironmentDifference(field="precision", recorded=_text(a), here=_text(b))]
-    return []
+            out.append(EnvironmentDifference(field="precision", recorded=_text(a), here=_text(b)))
+    return out
 
 
 def record_reproduction(

@@ -178,3 +178,15 @@ def test_two_gloo_ranks_on_upstreams_real_code(tree: str, request: pytest.Fixtur
     two = _adapter(tmp_path / "two" / "last")
     scale = max(float(v.abs().max()) for v in one.values())
     assert max(float((two[k] - one[k]).abs().max()) for k in one) <= REAL_BAND * scale
+
+
+def test_a_rerun_on_another_device_is_named_an_environment_difference(runs: Runs) -> None:
+    # a run recorded on cuda:0, re-run on this CPU: `reproduce` names the device among the differences, so its outputs
+    # are judged within the bands (never as bytes that should have been equal)
+    from voxledger.tasks.stages.reproduce import Preparation, rerun_environment
+
+    on_gpu = runs.receipt.model_copy(update={"environment": runs.receipt.environment.model_copy(update={"device": "cuda:0"})})
+    prep = Preparation("0" * 64, on_gpu, "train_adapter", (), False, None, 0)
+    (diff,) = rerun_environment(prep, runs.receipt)
+    assert (diff.field, diff.recorded, diff.here) == ("device", "cuda:0", "cpu")
+    assert rerun_environment(Preparation("0" * 64, runs.receipt, "train_adapter", (), False, None, 0), runs.receipt) == []
