@@ -16,10 +16,13 @@ class RaterBotScore(Frozen):
     """How well signal-only predictors explain one rater's answers beyond what the other raters heard.
 
     Per criterion, the rater's scores and each predictor (ranks) are regressed on the other included
-    raters' mean score of the same condition (criterion x candidate; A/B: the pair, B minus A).
+    raters' median score of the same unit (criterion x candidate x prompt) and of the same condition
+    (criterion x candidate; A/B: the pair, B minus A).
     ``max_abs_r``: the highest |correlation| of the two residuals over predictors (``best_predictor``);
     ``p_value``: the share of permutations of the score residuals within criterion reaching it
-    (Freedman-Lane, a max-statistic permutation test). ``flagged``: p and |r| past the receipt's bounds.
+    (Freedman-Lane, a max-statistic permutation test); ``p_adjusted``: Holm over every scored rater of
+    the aggregate (``Robustness.bot_adjustment``). ``flagged``: p (adjusted where recorded) and |r|
+    past the receipt's bounds.
     """
 
     rater_id: str
@@ -30,6 +33,7 @@ class RaterBotScore(Frozen):
     p_value: float | None
     flagged: bool
     note: str | None = None
+    p_adjusted: float | None = None  # None in receipts written before the family-wise adjustment
 
 
 RobustMethod = Literal["yuen_trimmed_mean_of_rater_means"]
@@ -62,8 +66,9 @@ class VerdictCheck(Frozen):
     ``flipped_by``: included raters whose removal alone changes the verdict (to another candidate or
     to none, or from none to one); ``without_flagged``: the verdict with every bot-flagged rater
     removed (None when no included rater is flagged). ``flagged`` is True when the verdict rests on
-    suspicious raters: a flagged rater is in ``flipped_by``, removing the flagged raters changes it, or
-    the plain and robust aggregates disagree; ``reasons`` says which.
+    suspicious raters: a flagged rater is in ``flipped_by``, removing the flagged raters changes it,
+    removing some of the suspects (``Robustness.suspects``) gives a verdict for another candidate or
+    one where there was none, or the plain and robust aggregates disagree; ``reasons`` says which.
     """
 
     criterion: str
@@ -78,12 +83,23 @@ class VerdictCheck(Frozen):
     reasons: tuple[str, ...] = ()
 
 
+BotAdjustment = Literal["none", "holm"]
+"""How a rater's bot-score p is compared with ``bot_p_max``: as it is (receipts written before the adjustment),
+or Holm-adjusted over every scored rater of the aggregate, so ``bot_p_max`` is the chance that any honest
+rater of the set is flagged (family-wise)."""
+
+
 class Robustness(Frozen):
-    """Do the conclusions survive one rater less, a robust aggregate and raters whose answers follow the signal?"""
+    """Do the conclusions survive one rater less, a robust aggregate and raters whose answers follow the signal?
+
+    The suspects are the ``suspects_max`` included raters with the lowest bot-score p; every verdict is
+    recomputed without each non-empty subset of them that leaves the minimum raters for a verdict. They
+    are a ranking, not an accusation: a suspect is not flagged.
+    """
 
     predictors: tuple[str, ...]  # signal (and evaluation) measures of each rated file the bot score tried
     permutations: int
-    bot_p_max: float  # a rater is flagged when the bot score's p is at most this ...
+    bot_p_max: float  # a rater is flagged when the bot score's p (``bot_adjustment``) is at most this ...
     bot_r_min: float  # ... and the best predictor's |correlation| at least this
     trim: float  # the fraction of raters trimmed from each end in ``robust_deltas``
     bot_scores: tuple[RaterBotScore, ...]
@@ -91,3 +107,6 @@ class Robustness(Frozen):
     verdicts: tuple[VerdictCheck, ...]
     flagged_raters: tuple[str, ...]
     flagged_verdicts: int
+    bot_adjustment: BotAdjustment = "none"
+    suspects: tuple[str, ...] = ()  # most suspicious first
+    suspects_max: int = 0  # 0 in receipts written before suspects were recorded

@@ -4,7 +4,7 @@
 every prompt (about 24 candidate ratings per rater: the bot score needs a few dozen), with a fixed
 home secret and set id so the packets (and the script's answers) are the same every run; ``aggregate``
 submits one seed's raters to a private copy of the home and aggregates them with the ratings stage;
-``measure`` tallies flags over seeds (run ``python -m tests.tasks.listening.robust_sim SEEDS``).
+``measure`` tallies flags and suspects over seeds 0 to SEEDS - 1 (run ``python -m tests.tasks.listening.robust_sim SEEDS``).
 """
 
 from __future__ import annotations
@@ -87,14 +87,15 @@ def without(rows: list[RatingRow], raters: set[str], protocol: ListeningProtocol
 
 
 def measure(seeds: int, root: Path) -> dict[int, dict[str, int]]:
-    """Per number of scripted raters (0, 1, 2): raters flagged, scripts excluded, verdicts the scripts change, flagged."""
+    """Per number of scripted raters (0, 1, 2): raters flagged, scripts among the suspects or excluded, verdicts the scripts
+    change, flagged."""
     wide = wide_export(root / "export")
     scripts = {r: CandidateBot(wide.packets[r]) for r in ("r01", "r02")}
     tally: dict[int, dict[str, int]] = {}
     for n in (0, 1, 2):
         bots = dict(list(scripts.items())[:n])
         t = tally.setdefault(n, dict.fromkeys(("runs", "verdicts", "flagged_verdicts", "honest_flagged", "scripts", "scripts_flagged",
-                                               "scripts_excluded", "changed_by_scripts", "changed_and_flagged"), 0))  # fmt: skip
+                                               "scripts_suspected", "scripts_excluded", "changed_by_scripts", "changed_and_flagged"), 0))  # fmt: skip
         for seed in range(seeds):
             receipt, rows, _ = aggregate(wide, root / f"n{n}s{seed}", seed, bots)
             rb = receipt.result.robustness
@@ -107,6 +108,7 @@ def measure(seeds: int, root: Path) -> dict[int, dict[str, int]]:
             t["honest_flagged"] += sum(s.flagged for s in rb.bot_scores if s.rater_id not in bots)
             t["scripts"] += len(bots)
             t["scripts_flagged"] += sum(s.flagged for s in rb.bot_scores if s.rater_id in bots)
+            t["scripts_suspected"] += len(set(rb.suspects) & set(bots))
             t["scripts_excluded"] += sum(r not in included for r in bots)
             for v in rb.verdicts:
                 changed = bool(set(bots) & included) and clean.get((v.criterion, v.task, v.a, v.b)) != v.better

@@ -104,13 +104,15 @@ def robustness_lines(rb: Robustness) -> list[str]:
     scored = [s for s in rb.bot_scores if s.p_value is not None]
     lines.append(
         f"bot score (signal-only predictors of the answers beyond the other raters', {rb.permutations:,} shuffles; "
-        f"flag at p <= {rb.bot_p_max:g} and |r| >= {rb.bot_r_min:g}): "
+        f"flag at {'Holm-adjusted ' * (rb.bot_adjustment == 'holm')}p <= {rb.bot_p_max:g} and |r| >= {rb.bot_r_min:g}): "
         + (
             ", ".join(f"{s.rater_id} FLAGGED (r {s.max_abs_r:.2f} with {s.best_predictor}, p {s.p_value:.1e})" for s in flagged)
             if flagged
             else f"no rater flagged ({len(scored)} of {len(rb.bot_scores)} scored)"
         )
     )
+    if rb.suspects:
+        lines.append(f"suspects (highest bot scores, not flagged; verdicts recomputed without each subset): {', '.join(rb.suspects)}")
     for d in rb.robust_deltas:
         ci = f" [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if d.ci_low is not None and d.ci_high is not None else ""
         p = f", p adj {d.p_adjusted:.2e}" if d.p_adjusted is not None else f", {d.note}" if d.note else ""
