@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from voxledger.schemas.errors import SynthesisError
+from voxledger.schemas.errors import SynthesisError, TrainingError
 from voxledger.tasks.backends.cosyvoice3 import lora
 from voxledger.tasks.backends.cosyvoice3.backend import ADAPTER_FILE, CosyVoice3Backend
 from voxledger.tasks.backends.cosyvoice3.config import CosyVoice3Config
@@ -96,6 +96,14 @@ def test_ddp_over_nccl_on_one_gpu_trains_what_one_process_trains(gpu: CosyVoice3
     ddp = load_file(str(tmp_path / "ddp" / "last" / ADAPTER_FILE))
     scale = max(float(v.abs().max()) for v in one.values())
     assert max(float((ddp[k] - one[k]).abs().max()) for k in one) <= 1e-5 * scale  # bitwise on the CPU (gloo, 1 rank)
+
+
+def test_more_ranks_than_gpus_are_refused_naming_both_settings(gpu: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
+    backend = CosyVoice3Backend(gpu.model_copy(update={"ranks": torch.cuda.device_count() + 1}))
+    with pytest.raises(
+        TrainingError, match=r"VOXLEDGER_COSYVOICE_RANKS=\d+ on CUDA needs a GPU per rank; .*VOXLEDGER_COSYVOICE_DEVICE=cpu"
+    ):
+        backend.train_ranks(small_corpus, PLAN, None, BOUND, tmp_path / "run")
 
 
 def test_a_gpu_trained_adapter_reloads_bitwise_and_speaks(fp32: Trained, tmp_path: Path) -> None:

@@ -118,6 +118,12 @@ class CosyVoice3Backend:
     def train_ranks(self, corpus: Path, plan: TrainingPlan, base_dir: Path | None, bound: TrainingInputs, run_dir: Path) -> dict[str, Any]:
         """Train ``plan`` on `data_parallel_ranks` ranks (`distributed.launch`), resuming from ``run_dir/checkpoints``:
         rank 0's epoch adapters land in ``run_dir/epochs/epoch-N``; returns its ``run.json``."""
+        device = self.config.torch_device()
+        if device.type == "cuda" and self.config.ranks > torch.cuda.device_count():
+            raise TrainingError(
+                f"VOXLEDGER_COSYVOICE_RANKS={self.config.ranks} on CUDA needs a GPU per rank; torch sees {torch.cuda.device_count()}: "
+                "lower it, or set VOXLEDGER_COSYVOICE_DEVICE=cpu for gloo ranks on the CPU"
+            )
         job = distributed.RankJob(self.config, corpus, plan, bound, run_dir / "checkpoints", run_dir / "epochs", base_dir=base_dir)
         return distributed.launch(self.config.ranks, job)
 
