@@ -91,15 +91,21 @@ def test_two_cli_runs_and_a_killed_and_resumed_one_give_one_adapter(
     assert receipt["result"]["resumed_at_steps"], receipt["result"]  # it did resume, from the killed run's checkpoint
 
 
+def _two_ranks(config: CosyVoice3Config, corpus: Path, tmp: Path, name: str, max_epochs: int) -> tuple[dict[str, str], Path, str, Path]:
+    """The environment of 2 gloo ranks, a home with a passing audit of ``corpus``, and a plan file of ``max_epochs``."""
+    env = {**_env(config), "VOXLEDGER_COSYVOICE_DEVICE": "cpu", "VOXLEDGER_COSYVOICE_RANKS": "2"}
+    home = tmp / "home"
+    audit = _json(_cli(home, env, "audit", str(corpus), "--policy", str(ROOT / "plans" / "audit-demo.yaml"), "--json"))["receipt"]
+    plan = tmp / f"{name}.yaml"
+    doc = make_plan(name=name, frames_per_batch=800, max_epochs=max_epochs).model_dump(mode="json", exclude_none=True)
+    plan.write_text(yaml.safe_dump({"kind": "training_plan", **doc}, sort_keys=False), encoding="utf-8")
+    return env, home, str(audit), plan
+
+
 def test_train_on_two_ranks_through_the_command_line(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
     # VOXLEDGER_COSYVOICE_RANKS=2: the command's flow starts two gloo ranks (spawned from Prefect's flow process)
     # and records the run as one process would, naming its world
-    env = {**_env(fake_config), "VOXLEDGER_COSYVOICE_DEVICE": "cpu", "VOXLEDGER_COSYVOICE_RANKS": "2"}
-    home = tmp_path / "home"
-    audit = _json(_cli(home, env, "audit", str(small_corpus), "--policy", str(ROOT / "plans" / "audit-demo.yaml"), "--json"))["receipt"]
-    plan = tmp_path / "cv3-ranks.yaml"
-    doc = make_plan(name="cv3-ranks", frames_per_batch=800, max_epochs=2).model_dump(mode="json", exclude_none=True)
-    plan.write_text(yaml.safe_dump({"kind": "training_plan", **doc}, sort_keys=False), encoding="utf-8")
+    env, home, audit, plan = _two_ranks(fake_config, small_corpus, tmp_path, "cv3-ranks", max_epochs=2)
     out = _json(_cli(home, env, "train", str(small_corpus), "--audit", str(audit), "--plan", str(plan), "--json"))
     shown = subprocess.run([sys.executable, "-m", "voxledger.cli", "--home", str(home), "receipt", "show", str(out["receipt"])],
                            env=env, capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
@@ -110,12 +116,7 @@ def test_train_on_two_ranks_through_the_command_line(fake_config: CosyVoice3Conf
 
 
 def test_ctrl_c_stops_every_rank_and_the_run_resumes(fake_config: CosyVoice3Config, small_corpus: Path, tmp_path: Path) -> None:
-    env = {**_env(fake_config), "VOXLEDGER_COSYVOICE_DEVICE": "cpu", "VOXLEDGER_COSYVOICE_RANKS": "2"}
-    home = tmp_path / "home"
-    audit = _json(_cli(home, env, "audit", str(small_corpus), "--policy", str(ROOT / "plans" / "audit-demo.yaml"), "--json"))["receipt"]
-    plan = tmp_path / "cv3-stopped.yaml"
-    doc = make_plan(name="cv3-stopped", frames_per_batch=800, max_epochs=6).model_dump(mode="json", exclude_none=True)
-    plan.write_text(yaml.safe_dump({"kind": "training_plan", **doc}, sort_keys=False), encoding="utf-8")
+    env, home, audit, plan = _two_ranks(fake_config, small_corpus, tmp_path, "cv3-stopped", max_epochs=6)
     args = [
         sys.executable,
         "-m",
