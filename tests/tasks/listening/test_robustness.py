@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scipy.stats import mstats
 
+from tests.tasks.listening.bot import SignalBot
 from tests.tasks.listening.honest import CandidateBot
 from tests.tasks.listening.robust_sim import Wide, aggregate, wide_export, without
 from voxledger.schemas.listening_robustness import RaterBotScore
@@ -139,3 +140,17 @@ def test_scripted_raters_are_excluded_or_the_verdicts_they_change_are_flagged(wi
     )
     page = build_dashboard(Home(Path(home)).catalog, tmp_path / "dash.html").read_text()
     assert "Verdicts of the newest aggregate" in page and page.count('<span class="bad">FLAGGED: ') == rb.flagged_verdicts
+
+
+def test_a_script_reading_the_checks_is_excluded_or_every_verdict_it_changes_is_flagged(wide: Wide, tmp_path: Path) -> None:
+    """The issue's scripted rater as it would run (``bot.SignalBot``: spoken checks matched against synthesized
+    instructions, everything else from the signal, no key) on one packet of eight: screening excludes it, or every
+    verdict it changes is flagged; no honest rater is flagged. Seed 3: it passed screening here and changed a verdict
+    (seeds 0-5 with the script on r01, r03 or r05: it passed in 15 of 18, changed a verdict in 2, both flagged)."""
+    receipt, rows, _ = aggregate(wide, tmp_path, 3, {"r03": SignalBot(wide.packets["r03"])})
+    res, rb = receipt.result, receipt.result.robustness
+    assert rb is not None and set(rb.flagged_raters) <= {"r03"}, rb.flagged_raters
+    included = {s.rater_id for s in res.screening if s.included}
+    changed = [v for v in rb.verdicts if without(rows, {"r03"}, wide.protocol).get((v.criterion, v.task, v.a, v.b)) != v.better]
+    assert "r03" not in included or all(v.flagged for v in changed), (included, changed)
+    assert "r03" in included and changed and rb.suspects[0] == "r03", (included, changed, rb.suspects)  # the case shown here
