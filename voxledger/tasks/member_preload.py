@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import importlib
 
-MODEL_STACK = ("torch", "transformers", "peft", "librosa")
-"""The libraries training imports (a backend missing one simply imports less here)."""
+MODEL_STACK = ("torch", "transformers", "peft", "librosa.core.spectrum", "librosa.filters", "librosa.util.utils", "duckdb", "jsonschema")
+"""The libraries training and recording import (a backend missing one simply imports less here).
+librosa loads its submodules on first use (``lazy_loader``), so ``import librosa`` alone loads
+nothing of substance: its feature code is named here (about 2.5 s a member, mostly numba loading
+its compiled kernels)."""
 
 for _name in ("voxledger.tasks.stages.train", "voxledger.tasks.training.loop", *MODEL_STACK):
     try:

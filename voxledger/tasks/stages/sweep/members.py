@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from voxledger.schemas.errors import TrainingError, VoxledgerError
-from voxledger.schemas.training import TrainingPlan, TrainingRunReceipt
+from voxledger.schemas.training import DEFAULT_BACKEND, BackendName, TrainingPlan, TrainingRunReceipt
 from voxledger.stores.home import Home, HomeRef
+from voxledger.tasks.backends.base import backend_location
 from voxledger.tasks.plans import plan_digest
 from voxledger.tasks.processes import die_with_parent
 from voxledger.tasks.stage import StageOutcome
@@ -29,11 +30,13 @@ from voxledger.tasks.stage import StageOutcome
 MEMBER_PRELOAD = "voxledger.tasks.member_preload"
 
 
-def member_processes() -> BaseContext:
-    """Where member processes come from: forked from a server that imported the model stack once
-    (``tasks/member_preload.py``); the server starts with the first member and serves the whole process."""
+def member_processes(backend: BackendName = DEFAULT_BACKEND) -> BaseContext:
+    """Where member processes come from: forked from a server that imported the model stack and
+    ``backend``'s module once (``tasks/member_preload.py``); the server starts with the first member
+    and serves the whole process (a later call naming another backend gets the same server: its
+    members import that backend themselves)."""
     ctx = get_context("forkserver")
-    ctx.set_forkserver_preload([MEMBER_PRELOAD])
+    ctx.set_forkserver_preload([MEMBER_PRELOAD, backend_location(backend)[0]])
     return ctx
 
 
@@ -48,7 +51,7 @@ def train_member(
     """
     args = (home.model_dump(mode="json"), corpus, audit_rid, plan.model_dump(mode="json"), plan_name, base_sha, flow)
     try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=member_processes(), initializer=die_with_parent) as pool:
+        with ProcessPoolExecutor(max_workers=1, mp_context=member_processes(plan.backend), initializer=die_with_parent) as pool:
             rid, cached = pool.submit(train_in_process, *args).result()
     except BrokenProcessPool as exc:
         raise TrainingError(
