@@ -47,6 +47,8 @@ def test_extend_adds_balanced_raters_and_leaves_every_packet_byte_alone(tmp_path
     assert new.parameters.packets[:6] == old.parameters.packets  # the same packet and tree digests: the same bytes
     assert new.parameters.packet_set_id == old.parameters.packet_set_id and new.parameters.extension is not None
     assert (new.parameters.balance.raters_per_prompt_min, new.parameters.balance.raters_per_prompt_max) == (4, 4)
+    # the new raters' rotations go on from the parent's: positions stay within one over old and new (restarted: 2 here)
+    assert old.parameters.balance.position_spread_max <= 1 and new.parameters.balance.position_spread_max <= 1
 
     key = {e.pseudonym: e for e in open_sealed_key(home, new.parameters.key_commitment_sha256)[0].entries}
     added = Counter()

@@ -14,6 +14,7 @@ turn and the counts differ by at most one per candidate set. Trial order is then
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -119,19 +120,28 @@ def plan_packets(protocol: ListeningProtocol, stimuli: StimulusSet) -> DesignPla
 
 
 def plan_extension(
-    protocol: ListeningProtocol, stimuli: StimulusSet, existing: np.ndarray, raters: list[str], k: int, extension: int
+    protocol: ListeningProtocol,
+    stimuli: StimulusSet,
+    existing: np.ndarray,
+    raters: list[str],
+    k: int,
+    extension: int,
+    turns: Mapping[tuple[str, ...], int] | None = None,
 ) -> DesignPlan:
     """Trials of ``raters`` added to a packet set whose raters x prompts incidence is ``existing``.
 
     The new raters form a block design of their own (every prompt heard by exactly ``k`` of them,
     block sizes within one), built by the same builder with a generator of their own (seeded from
     the protocol's seed and ``extension``), so coverage stays equal across prompts and the old
-    packets stay as they are. The audit covers old and new incidence together.
+    packets stay as they are. ``turns``: how often the old packets used each layout (``_Builder.rotation``
+    keys), so the rotations go on where they stopped and positions stay balanced over old and new.
+    The audit covers old and new incidence together.
     """
     rng = np.random.default_rng([protocol.design.seed, 1000 + extension])
     by_prompt = _by_prompt(stimuli)
     incidence = assign_prompts(len(by_prompt), len(raters), k, rng)
-    return _plan(protocol, by_prompt, raters, incidence, rng, np.vstack([existing, incidence]), protocol.design.raters_per_prompt + k)
+    audited = np.vstack([existing, incidence])
+    return _plan(protocol, by_prompt, raters, incidence, rng, audited, protocol.design.raters_per_prompt + k, turns)
 
 
 def _plan(
@@ -142,9 +152,11 @@ def _plan(
     rng: np.random.Generator,
     audited: np.ndarray,
     k: int,
+    turns: Mapping[tuple[str, ...], int] | None = None,
 ) -> DesignPlan:
     prompts = sorted(by_prompt)
     builder = _Builder(protocol, by_prompt, rng)
+    builder.turns.update(turns or {})
     trials: dict[str, list[TrialPlan]] = {}
     for r, rater in enumerate(raters):
         trials[rater] = builder.packet([prompts[int(p)] for p in rng.permutation(np.flatnonzero(incidence[r]))])

@@ -86,7 +86,8 @@ def extend_packets(home: Home, parent_rid: str, raters: int, out_dir: Path, *, f
             f"rater ids {sorted(taken)} are taken in packet set {parent_rid[:12]}; this set's raters are not numbered r01... in order"
         )
     number = p.extension.extension + 1 if p.extension else 1
-    design = plan_extension(protocol, stimuli, existing, new_ids, k, number)
+    turns = _turns(home, parent, old_key.entries, stimuli)
+    design = plan_extension(protocol, stimuli, existing, new_ids, k, number, turns)
     check = protocol.check_criterion()
     spoken = personalise_attention(design, home_secret(home), p.packet_set_id, check.scale) if check else {}
     every = [t for plans in (*design.trials.values(), *design.familiarisation.values()) for t in plans]
@@ -156,6 +157,38 @@ def _incidence(entries: tuple[KeyEntry, ...], raters: list[str], prompts: list[s
     for e in entries:
         if e.role in ("stimulus", "hidden_reference") and e.rater_id in row and e.prompt_id in col and not e.trial_id.startswith("f"):
             out[row[e.rater_id], col[e.prompt_id]] = 1
+    return out
+
+
+def _turns(home: Home, parent: PacketSetReceipt, entries: tuple[KeyEntry, ...], stimuli: StimulusSet) -> Counter[tuple[str, ...]]:
+    """How often the parent's scored trials used each layout, keyed as ``design._Builder.rotation`` keys them.
+
+    One ACR or SMOS layout per rater and prompt (every candidate of the prompt), one per MUSHRA screen
+    (its candidates, then its anchors), one per A/B pair and per comparison gold item. The new raters'
+    rotations continue from these counts, so a candidate's position counts over old and new packets
+    differ by at most one where the parent's did.
+    """
+    key = {e.pseudonym: e for e in entries}
+    cands: dict[str, list[str]] = {}
+    for s in stimuli.stimuli:
+        cands.setdefault(s.prompt_id, []).append(s.candidate)
+    out: Counter[tuple[str, ...]] = Counter()
+    for ref in parent.parameters.packets:
+        files = {e.path: e.sha256 for e in load_manifest(home.blobs, ref.tree_sha256).entries}
+        manifest = PacketManifest.model_validate_json(home.blobs.get_bytes(files["packet.json"]))
+        laid: set[tuple[str, str]] = set()
+        for t in manifest.trials:
+            e = [key[name] for name in t.stimuli]
+            if t.task in ("acr", "smos") and e[0].role == "stimulus" and (t.task, e[0].prompt_id) not in laid:
+                laid.add((t.task, e[0].prompt_id))
+                out[(t.task, *sorted(cands[e[0].prompt_id]))] += 1
+            elif t.task == "mushra":
+                anchors = sorted(x.candidate for x in e if x.role.endswith("_anchor"))
+                out[("mushra", t.criteria[0], *sorted(x.candidate for x in e if not x.role.endswith("_anchor")), *anchors)] += 1
+            elif t.task == "ab" and all(x.role == "stimulus" for x in e):
+                out[("ab", *sorted(x.candidate for x in e))] += 1
+            elif t.task == "ab":
+                out[("comparison_gold",)] += 1
     return out
 
 
