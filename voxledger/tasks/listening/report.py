@@ -112,7 +112,10 @@ def robustness_lines(rb: Robustness) -> list[str]:
         )
     )
     if rb.suspects:
-        lines.append(f"suspects (highest bot scores, not flagged; verdicts recomputed without each subset): {', '.join(rb.suspects)}")
+        lines.append(
+            f"suspects (the {rb.suspects_max} lowest bot-score p, not flagged; every verdict recomputed without each subset of them, "
+            f"so up to {rb.suspects_max} scripts whose answers follow a predictor are left out together): {', '.join(rb.suspects)}"
+        )
     for d in rb.robust_deltas:
         ci = f" [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if d.ci_low is not None and d.ci_high is not None else ""
         p = f", p adj {d.p_adjusted:.2e}" if d.p_adjusted is not None else f", {d.note}" if d.note else ""
