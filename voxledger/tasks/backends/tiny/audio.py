@@ -54,13 +54,15 @@ def log_mel(wave: np.ndarray) -> np.ndarray:
 
     Returns:
         float32 array of shape ``(frame_count(len(wave)), 80)``: natural log of the mel
-        magnitudes, floored at 1e-5.
+        magnitudes, floored at 1e-5; the same bytes whatever number of threads BLAS has.
     """
     wave = np.asarray(wave, dtype=np.float32)
     if wave.ndim != 1:
         raise ValueError(f"log_mel expects a 1-D waveform, got shape {wave.shape}; pass one channel")
     spec = np.abs(librosa.stft(wave, n_fft=N_FFT, hop_length=HOP_LENGTH, window="hann", center=True))
-    mel = mel_filterbank() @ spec
+    # einsum's own loops, not BLAS: a BLAS matmul splits its sums by the machine's thread count (OPENBLAS_NUM_THREADS),
+    # so the same clip gave other bytes on another machine, or beside another process (test_audio.py)
+    mel = np.einsum("mf,ft->mt", mel_filterbank(), spec, optimize=False)
     out: np.ndarray = np.log(np.maximum(mel, LOG_FLOOR)).T.astype(np.float32)
     return out
 
