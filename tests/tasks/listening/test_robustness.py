@@ -18,7 +18,7 @@ from tests.tasks.listening.bot import SignalBot
 from tests.tasks.listening.honest import CandidateBot
 from tests.tasks.listening.robust_sim import Wide, aggregate, wide_export, without
 from voxledger.schemas.listening_robustness import RaterBotScore
-from voxledger.tasks.listening import robustness
+from voxledger.tasks.listening import predictors, robustness
 from voxledger.tasks.listening.report import summary_lines
 
 
@@ -83,10 +83,10 @@ def test_evaluation_metrics_join_the_predictors_only_where_every_file_has_them()
     features = {"x1": {"rms_dbfs": -26.0}, "x2": {"rms_dbfs": -27.0}}
     sources = {"x1": ("adapter", "p01"), "x2": ("base", "p01")}
     observed = {("adapter", "p01"): {"wer": 0.1, "dnsmos_ovrl": 3.1}, ("base", "p01"): {"wer": 0.4}}
-    robustness.add_evaluation(features, sources, observed)
+    predictors.add_evaluation(features, sources, observed)
     assert features == {"x1": {"rms_dbfs": -26.0, "evaluation_wer": 0.1}, "x2": {"rms_dbfs": -27.0, "evaluation_wer": 0.4}}
     alone = {"x1": {"rms_dbfs": -26.0}, "x3": {"rms_dbfs": -20.0}}  # x3's clip has no evaluation: no metric is added
-    robustness.add_evaluation(alone, {"x1": ("adapter", "p01"), "x3": ("gold_degraded", "p09")}, observed)
+    predictors.add_evaluation(alone, {"x1": ("adapter", "p01"), "x3": ("gold_degraded", "p09")}, observed)
     assert alone == {"x1": {"rms_dbfs": -26.0}, "x3": {"rms_dbfs": -20.0}}
 
 

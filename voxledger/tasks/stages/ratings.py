@@ -50,7 +50,7 @@ from voxledger.stores.blobs import LocalBlobStore
 from voxledger.stores.home import Home
 from voxledger.stores.queries import evaluation_observations
 from voxledger.stores.receipts import receipt_document
-from voxledger.tasks.listening import robustness, stats
+from voxledger.tasks.listening import predictors, robustness, stats
 from voxledger.tasks.listening.keys import home_secret, open_sealed_key
 from voxledger.tasks.listening.screening import screen_rater
 from voxledger.tasks.listening.verify import (
@@ -553,8 +553,8 @@ def _robustness(
     versus = {(p.rater_id, t.id): t.stimuli[0] for p in packets for t in p.manifest.trials if t.task == "ab"}
     sides = {r.stimulus: (r.candidate, r.prompt_id) for r in rows if r.role == "stimulus"}
     sides |= {versus[(r.rater_id, r.trial)]: (r.versus_candidate or "", r.prompt_id) for r in rows if (r.rater_id, r.trial) in versus}
-    features = robustness.packet_features(blobs, packets, set(sides))
-    robustness.add_evaluation(features, sides, observed)
+    features = predictors.packet_features(blobs, packets, set(sides))
+    predictors.add_evaluation(features, sides, observed)
     directions = {c.name: c.direction for c in protocol.criteria}
     ranges = {c.name: (float(c.scale.min), float(c.scale.max)) for c in protocol.criteria}
     return robustness.assess(rows, deltas, included, protocol.statistics, directions, ranges, features, versus)
