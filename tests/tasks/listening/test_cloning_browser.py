@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from tests.tasks.listening.cdp import CHROMIUM, Chromium
 from tests.tasks.listening.factory import SHORT, make_stimuli, oracle_scorer
 from tests.tasks.listening.test_browser import TRIAL_STATE, _rate
+from tests.tasks.listening.test_server_browser import aggregated
 from tests.tasks.listening.test_server_restart import start_server
 from voxledger.schemas.listening import (
     AcrCriterion,
@@ -154,10 +154,7 @@ def test_the_served_page_takes_the_same_screens_and_the_server_keeps_only_scored
             link = browser.evaluate("document.getElementById('completion-link').href")
             fits(browser.evaluate(SCREEN.replace("section[data-phase]", "section.finish")))
             assert not browser.errors, browser.errors
-        deadline = time.monotonic() + 60
-        while (status := json.loads(urllib.request.urlopen(url + "/operator.json", timeout=10).read()))["aggregate"].get("files") != 1:
-            assert time.monotonic() < deadline, status
-            time.sleep(0.2)
+        status = aggregated(url, 1)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)

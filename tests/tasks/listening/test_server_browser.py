@@ -37,6 +37,15 @@ def _on_screen(base: str, rater: str) -> int:
     return int(next(r["on_screen"] for r in status["raters"] if r["rater_id"] == rater))
 
 
+def aggregated(url: str, files: int) -> dict[str, Any]:
+    """The operator page once the server's own aggregate holds ``files`` submissions (within a minute)."""
+    deadline = time.monotonic() + 60
+    while (status := json.loads(urllib.request.urlopen(url + "/operator.json", timeout=10).read()))["aggregate"].get("files") != files:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+    return dict(status)
+
+
 def take_test(tmp: Path, url: str, manifest: PacketManifest, key: dict[str, Any], out: dict[str, Any], reload_after: int | None) -> None:
     """One rater's whole session in its own browser; what went wrong (if anything) lands in ``out``."""
     try:
@@ -95,10 +104,7 @@ def test_three_raters_in_chromium_at_once(tmp_path: Path, home: Home) -> None:
             assert "failure" not in results[r], (r, results[r].get("failure"))
             assert results[r]["seen"] == [t.id for t in manifests[r].trials] and not results[r]["errors"], (r, results[r])
             assert results[r]["local_storage"] == 0
-        deadline = time.monotonic() + 60
-        while (status := json.loads(urllib.request.urlopen(url + "/operator.json", timeout=10).read()))["aggregate"].get("files") != 3:
-            assert time.monotonic() < deadline, status
-            time.sleep(0.2)
+        status = aggregated(url, 3)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
